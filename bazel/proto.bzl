@@ -44,7 +44,7 @@ def starling_proto_library(name, srcs, deps = [], grpc = False, visibility = Non
 
     native.genrule(
         name = name + "_gen",
-        srcs = [name + "_files"],
+        srcs = srcs + [d + "_files" for d in deps],
         outs = hdrs + cc_srcs,
         cmd = cmd,
         message = "protoc %s" % " ".join(srcs),
