@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs every Debian package Starling's build, tests and demo need.
+# Idempotent: when everything is installed it prints one line and exits in
+# well under a second; `apt-get update` runs only when something is missing.
+#
+#   deploy/setup.sh           build + test + demo packages
+#   deploy/setup.sh --bench   also what ../shared/peerbench needs (Gloo, Open MPI, iperf3)
+#   deploy/setup.sh --check   only report what is missing (exit 1 if anything)
+set -euo pipefail
+
+PACKAGES=(
+  # Build: Bazel 4.2.3 and the C++ toolchain.
+  bazel-bootstrap g++ pkg-config python3
+  # Control plane: gRPC++ 1.51 and protobuf 3.21 with their code generators.
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  # Abseil 20220623, RDMA verbs, HTTP endpoints.
+  libabsl-dev libibverbs-dev libcpp-httplib-dev
+  # Tests and benchmarks.
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # Format check; network namespaces for multi-host tests.
+  clang-format iproute2 procps
+)
+BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
+
+mode=install
+for arg in "$@"; do
+  case "$arg" in
+    --bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
+    --check) mode=check ;;
+    -h|--help) sed -n 2,8p "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+# buildifier (BUILD/.bzl formatter) ships as a binary inside an npm package;
+# optional: tests/run_all.sh skips its check when it is absent.
+install_buildifier() {
+  command -v buildifier >/dev/null 2>&1 && return 0
+  command -v npm >/dev/null 2>&1 || return 0
+  [[ $mode == check ]] && return 0
+  echo "setup: installing buildifier from npm (@bazel/buildifier)"
+  npm install -g --silent @bazel/buildifier >/dev/null 2>&1 ||
+    echo "setup: buildifier could not be installed; its check will be skipped" >&2
+}
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  install_buildifier
+  echo "setup: all ${#PACKAGES[@]} packages installed"
+  exit 0
+fi
+if [[ $mode == check ]]; then
+  echo "setup: missing packages: ${missing[*]}" >&2
+  exit 1
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+install_buildifier
+echo "setup: done (${#missing[@]} package(s) installed)"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs every Starling test and ends with one line "N passed, N failed".
+#
+#   tests/run_all.sh            format check, bazel test //..., CUDA build check
+#   tests/run_all.sh --quick    skip the CUDA build check
+#
+# Counts GoogleTest cases from Bazel's test.xml files (tests/count_results.py);
+# the format check counts as one case. Exits non-zero on any failure and
+# always shuts the Bazel server down at the end (otherwise its JVM lingers).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+QUICK=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    *) echo "run_all.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+BAZEL_FLAGS=(--config=ci)
+trap 'bazel shutdown >/dev/null 2>&1 || true' EXIT
+
+extra_passed=0
+extra_failed=0
+step() { echo; echo "=== $* ==="; }
+
+step "format check (clang-format $(clang-format --version | grep -o '[0-9]*\.[0-9.]*' | head -1))"
+mapfile -t sources < <(git ls-files '*.h' '*.cc' '*.cu')
+if clang-format --dry-run --Werror "${sources[@]}"; then
+  echo "format: ${#sources[@]} files clean"
+  extra_passed=$((extra_passed + 1))
+else
+  echo "FAILED: format check (run: clang-format -i \$(git ls-files '*.h' '*.cc' '*.cu'))"
+  extra_failed=$((extra_failed + 1))
+fi
+
+if command -v buildifier >/dev/null 2>&1; then
+  step "buildifier"
+  mapfile -t bzl < <(git ls-files 'BUILD' '*/BUILD' '*.bzl' 'WORKSPACE')
+  if buildifier --mode=check "${bzl[@]}"; then
+    echo "buildifier: ${#bzl[@]} files clean"
+    extra_passed=$((extra_passed + 1))
+  else
+    echo "FAILED: buildifier (run: buildifier ${bzl[*]})"
+    extra_failed=$((extra_failed + 1))
+  fi
+fi
+
+step "bazel test //..."
+bazel test "${BAZEL_FLAGS[@]}" --keep_going //...
+bazel_rc=$?
+
+if [[ $QUICK == 0 && -x /usr/local/cuda/bin/nvcc ]]; then
+  step "CUDA build (--config=cuda): worker/gpu compiles with nvcc and its test runs"
+  if bazel test "${BAZEL_FLAGS[@]}" --config=cuda //worker/gpu/...; then
+    extra_passed=$((extra_passed + 1))
+  else
+    echo "FAILED: --config=cuda build of //worker/gpu"
+    extra_failed=$((extra_failed + 1))
+  fi
+fi
+
+step "summary"
+mapfile -t targets < <(bazel query --noshow_progress 'tests(//...)' 2>/dev/null)
+testlogs=$(bazel info "${BAZEL_FLAGS[@]}" bazel-testlogs 2>/dev/null)
+python3 tests/count_results.py "$testlogs" "${targets[@]}" > /tmp/starling-test-summary.$$
+count_rc=$?
+grep -v ' passed, ' /tmp/starling-test-summary.$$
+read -r passed _ failed _ skipped _ < <(grep ' passed, ' /tmp/starling-test-summary.$$ | tr -d ',')
+rm -f /tmp/starling-test-summary.$$
+passed=$((passed + extra_passed))
+failed=$((failed + extra_failed))
+if [[ $bazel_rc -ne 0 && $count_rc -eq 0 ]]; then
+  echo "FAILED: bazel test exited $bazel_rc with no failing test case (build error?)"
+  failed=$((failed + 1))
+fi
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+[[ $failed -eq 0 ]]
