@@ -77,8 +77,7 @@ void SetMinLogSeverity(LogSeverity severity) {
 }
 
 LogSeverity MinLogSeverity() {
-  return static_cast<LogSeverity>(
-      min_severity.load(std::memory_order_relaxed));
+  return static_cast<LogSeverity>(min_severity.load(std::memory_order_relaxed));
 }
 
 void SetLogSinkForTesting(LogSinkForTesting new_sink) {

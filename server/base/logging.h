@@ -23,7 +23,13 @@
 
 namespace starling {
 
-enum class LogSeverity { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kFatal = 4 };
+enum class LogSeverity {
+  kDebug = 0,
+  kInfo = 1,
+  kWarning = 2,
+  kError = 3,
+  kFatal = 4
+};
 
 // "DEBUG", "INFO", ... and back. Parse is case-insensitive.
 absl::string_view LogSeverityName(LogSeverity severity);
@@ -73,28 +79,28 @@ struct Voidify {
 #define STARLING_LOG_SEVERITY_ERROR ::starling::LogSeverity::kError
 #define STARLING_LOG_SEVERITY_FATAL ::starling::LogSeverity::kFatal
 
-#define STARLING_LOG(severity)                                         \
-  (STARLING_LOG_SEVERITY_##severity) < ::starling::MinLogSeverity()    \
-      ? (void)0                                                        \
-      : ::starling::internal_logging::Voidify() &                      \
-            ::starling::internal_logging::LogMessage(                  \
-                __FILE__, __LINE__, STARLING_LOG_SEVERITY_##severity)  \
+#define STARLING_LOG(severity)                                        \
+  (STARLING_LOG_SEVERITY_##severity) < ::starling::MinLogSeverity()   \
+      ? (void)0                                                       \
+      : ::starling::internal_logging::Voidify() &                     \
+            ::starling::internal_logging::LogMessage(                 \
+                __FILE__, __LINE__, STARLING_LOG_SEVERITY_##severity) \
                 .stream()
 
 #define STARLING_VLOG(severity) STARLING_LOG(severity)
 
-#define STARLING_CHECK(condition)                                          \
-  (condition) ? (void)0                                                    \
-              : ::starling::internal_logging::Voidify() &                  \
-                    ::starling::internal_logging::LogMessage(              \
+#define STARLING_CHECK(condition)                                            \
+  (condition) ? (void)0                                                      \
+              : ::starling::internal_logging::Voidify() &                    \
+                    ::starling::internal_logging::LogMessage(                \
                         __FILE__, __LINE__, ::starling::LogSeverity::kFatal) \
-                            .stream()                                      \
+                            .stream()                                        \
                         << "check failed: " #condition " "
 
-#define STARLING_CHECK_OK(expr)                                              \
-  do {                                                                       \
-    const ::absl::Status starling_check_status_ = (expr);                    \
-    STARLING_CHECK(starling_check_status_.ok()) << starling_check_status_;   \
+#define STARLING_CHECK_OK(expr)                                            \
+  do {                                                                     \
+    const ::absl::Status starling_check_status_ = (expr);                  \
+    STARLING_CHECK(starling_check_status_.ok()) << starling_check_status_; \
   } while (false)
 
 #endif  // STARLING_SERVER_BASE_LOGGING_H_

@@ -24,20 +24,19 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
 }  // namespace starling
 
-#define STARLING_RETURN_IF_ERROR(expr)                         \
-  do {                                                         \
-    ::absl::Status starling_status_ = (expr);                  \
-    if (!starling_status_.ok()) return starling_status_;       \
+#define STARLING_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::absl::Status starling_status_ = (expr);            \
+    if (!starling_status_.ok()) return starling_status_; \
   } while (false)
 
 #define STARLING_STATUS_MACROS_CONCAT_INNER_(a, b) a##b
 #define STARLING_STATUS_MACROS_CONCAT_(a, b) \
   STARLING_STATUS_MACROS_CONCAT_INNER_(a, b)
 
-#define STARLING_ASSIGN_OR_RETURN(lhs, expr)                            \
-  STARLING_ASSIGN_OR_RETURN_IMPL_(                                      \
-      STARLING_STATUS_MACROS_CONCAT_(starling_statusor_, __LINE__), lhs, \
-      expr)
+#define STARLING_ASSIGN_OR_RETURN(lhs, expr) \
+  STARLING_ASSIGN_OR_RETURN_IMPL_(           \
+      STARLING_STATUS_MACROS_CONCAT_(starling_statusor_, __LINE__), lhs, expr)
 
 #define STARLING_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
   auto statusor = (expr);                                    \

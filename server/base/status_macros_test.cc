@@ -22,7 +22,8 @@ absl::Status FailIf(bool fail, int* calls) {
 }
 
 absl::StatusOr<std::unique_ptr<int>> MakeInt(bool fail, int value) {
-  if (fail) return absl::UnavailableError("peer rank 2 (127.0.0.1:7002) closed");
+  if (fail)
+    return absl::UnavailableError("peer rank 2 (127.0.0.1:7002) closed");
   return std::make_unique<int>(value);
 }
 

@@ -80,9 +80,9 @@ inline ::testing::PolymorphicMatcher<internal_status::IsOkMatcher> IsOk() {
   return ::testing::MakePolymorphicMatcher(internal_status::IsOkMatcher());
 }
 
-inline ::testing::PolymorphicMatcher<internal_status::StatusIsMatcher>
-StatusIs(absl::StatusCode code,
-         ::testing::Matcher<const std::string&> message = ::testing::_) {
+inline ::testing::PolymorphicMatcher<internal_status::StatusIsMatcher> StatusIs(
+    absl::StatusCode code,
+    ::testing::Matcher<const std::string&> message = ::testing::_) {
   return ::testing::MakePolymorphicMatcher(
       internal_status::StatusIsMatcher(code, std::move(message)));
 }
@@ -92,8 +92,8 @@ StatusIs(absl::StatusCode code,
 #define STARLING_MATCHERS_CONCAT_INNER_(a, b) a##b
 #define STARLING_MATCHERS_CONCAT_(a, b) STARLING_MATCHERS_CONCAT_INNER_(a, b)
 
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                     \
-  ASSERT_OK_AND_ASSIGN_IMPL_(                                               \
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  ASSERT_OK_AND_ASSIGN_IMPL_(           \
       STARLING_MATCHERS_CONCAT_(starling_statusor_, __LINE__), lhs, expr)
 
 #define ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, expr) \

@@ -27,14 +27,13 @@ void Completion::Finish(const absl::Status& status) {
 absl::Status Completion::Wait(absl::Time deadline, const std::string& what) {
   const absl::Time start = absl::Now();
   absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return pending_ == 0;
-  };
+  auto done = [this]()
+                  ABSL_SHARED_LOCKS_REQUIRED(mu_) { return pending_ == 0; };
   if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        pending_, " operation(s) still pending after ",
-        absl::FormatDuration(absl::Now() - start),
-        what.empty() ? "" : ": ", what));
+    return absl::DeadlineExceededError(
+        absl::StrCat(pending_, " operation(s) still pending after ",
+                     absl::FormatDuration(absl::Now() - start),
+                     what.empty() ? "" : ": ", what));
   }
   return status_;
 }

@@ -30,9 +30,9 @@ class TestCoordinator final : public proto::Coordinator::Service {
   grpc::Status Join(grpc::ServerContext*, const proto::JoinRequest* request,
                     proto::JoinResponse* response) override {
     if (request->version() != kVersion) {
-      return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-          "node ", request->hostname(), " runs starling ", request->version(),
-          ", coordinator runs ", kVersion)));
+      return ToGrpcStatus(absl::FailedPreconditionError(
+          absl::StrCat("node ", request->hostname(), " runs starling ",
+                       request->version(), ", coordinator runs ", kVersion)));
     }
     const int rank = next_rank_++;
     response->set_rank(rank);
@@ -128,10 +128,10 @@ TEST_F(GrpcRoundTripTest, DeadlineBoundsASilentServer) {
   proto::GetJobStatusRequest request;
   proto::JobStatus response;
   const absl::Time start = absl::Now();
-  EXPECT_THAT(FromGrpcStatus(stub_->GetJobStatus(&context, request, &response),
-                             "status"),
-              StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("status: ")));
+  EXPECT_THAT(
+      FromGrpcStatus(stub_->GetJobStatus(&context, request, &response),
+                     "status"),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("status: ")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 

@@ -76,8 +76,10 @@ absl::StatusOr<double> RunSaxpySelfTest(int device, int n) {
   }
   const size_t bytes = sizeof(float) * n;
   DeviceBuffer dx, dy;
-  if ((e = dx.Allocate(bytes)) != cudaSuccess) return CudaError(e, "cudaMalloc");
-  if ((e = dy.Allocate(bytes)) != cudaSuccess) return CudaError(e, "cudaMalloc");
+  if ((e = dx.Allocate(bytes)) != cudaSuccess)
+    return CudaError(e, "cudaMalloc");
+  if ((e = dy.Allocate(bytes)) != cudaSuccess)
+    return CudaError(e, "cudaMalloc");
   e = cudaMemcpy(dx.get(), x.data(), bytes, cudaMemcpyHostToDevice);
   if (e == cudaSuccess) {
     e = cudaMemcpy(dy.get(), y.data(), bytes, cudaMemcpyHostToDevice);
