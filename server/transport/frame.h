@@ -1,0 +1,67 @@
+// Frame headers of the data-plane wire format (frame_format.md): the
+// 48-byte header, its encoding and checked decoding. Thread-compatible.
+#ifndef STARLING_SERVER_TRANSPORT_FRAME_H_
+#define STARLING_SERVER_TRANSPORT_FRAME_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace starling {
+namespace transport {
+
+inline constexpr uint32_t kFrameMagic = 0x474C5453;  // "STLG"
+inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 48;
+inline constexpr size_t kMaxErrorMessageBytes = 1024;
+inline constexpr size_t kHelloBodyBytes = 24;
+
+enum class FrameType : uint8_t {
+  kHello = 1,
+  kWrite = 2,
+  kControl = 3,
+  kAck = 4,
+  kGoodbye = 5,
+  kError = 6,
+};
+
+// "WRITE", "HELLO", ...; "type 9" for an unknown value.
+const char* FrameTypeName(FrameType type);
+
+struct FrameHeader {
+  uint8_t version = kProtocolVersion;
+  FrameType type = FrameType::kWrite;
+  uint8_t flags = 0;
+  uint8_t part_count = 0;
+  uint64_t region = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t imm = 0;
+  uint32_t seq = 0;
+};
+
+// Writes `header` (with its checksum) into `out`.
+void EncodeFrameHeader(const FrameHeader& header,
+                       uint8_t (&out)[kFrameHeaderBytes]);
+
+// Decodes and checks a header. DataLoss naming the field for: fewer than
+// kFrameHeaderBytes bytes, bad magic, checksum mismatch, unknown type,
+// nonzero flags or reserved word, and lengths or part counts the type
+// forbids (HELLO not kHelloBodyBytes, ACK/GOODBYE with payload, ERROR above
+// kMaxErrorMessageBytes, WRITE with part_count 0). The version is returned,
+// not checked: the handshake reports a mismatch with both versions.
+absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes);
+
+// Little-endian helpers, shared with the HELLO body and tests.
+void PutLittleEndian32(uint32_t value, uint8_t* out);
+void PutLittleEndian64(uint64_t value, uint8_t* out);
+uint32_t GetLittleEndian32(const uint8_t* in);
+uint64_t GetLittleEndian64(const uint8_t* in);
+
+}  // namespace transport
+}  // namespace starling
+
+#endif  // STARLING_SERVER_TRANSPORT_FRAME_H_

@@ -1,0 +1,108 @@
+// FrameReceiver: the receiving half of one stream connection. It reads
+// frames from a ByteSource, lands WRITE payloads straight in the registered
+// region (no intermediate copy for large payloads; small frames are batched
+// through a staging buffer), hands everything else to the Inbox or the
+// connection's FrameSender, and acknowledges consumed writes.
+//
+// Confined to the transport's I/O thread.
+#ifndef STARLING_SERVER_TRANSPORT_FRAME_RECEIVER_H_
+#define STARLING_SERVER_TRANSPORT_FRAME_RECEIVER_H_
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/transport/frame.h"
+#include "server/transport/frame_sender.h"
+#include "server/transport/inbox.h"
+
+namespace starling {
+namespace transport {
+
+// A non-blocking byte stream from one peer.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Scatters available bytes into `iov` without blocking; returns how many
+  // (0: none available now), or the status that ends the connection (end of
+  // stream: Unavailable "<peer> closed the connection").
+  virtual absl::StatusOr<size_t> ReadSome(const struct iovec* iov,
+                                          int count) = 0;
+};
+
+class FrameReceiver {
+ public:
+  struct Result {
+    // Not ok: the connection is over. `send_error` says whether the remote
+    // should be told (an ERROR frame), `orderly` that the peer said GOODBYE.
+    absl::Status error;
+    bool send_error = false;
+    bool orderly = false;
+    // No more bytes available now (a short read); otherwise call again.
+    bool drained = false;
+    // Waiting for a region registration (backpressure); see Resume().
+    bool paused = false;
+  };
+
+  // `inbox` and `sender` must outlive the receiver.
+  FrameReceiver(int peer, const RankNamer& name, Inbox* inbox,
+                FrameSender* sender, size_t max_control_bytes);
+  FrameReceiver(const FrameReceiver&) = delete;
+  FrameReceiver& operator=(const FrameReceiver&) = delete;
+  ~FrameReceiver();
+
+  // Reads and handles frames until the source has nothing more, a bounded
+  // number of reads was done, or the receiver pauses or fails.
+  Result Receive(ByteSource* source);
+
+  // Retries a paused WRITE; true if the receiver may read again.
+  Result Resume();
+  bool paused() const { return paused_; }
+
+  // After a deregistration: stops landing into a region that is leaving.
+  void RecheckLanding();
+
+  // The connection is gone: releases a landing in progress.
+  void Abandon();
+
+ private:
+  enum class State { kHeader, kPayload };
+  enum class Kind { kWrite, kControl, kError };
+
+  Result BeginFrame(const FrameHeader& header);
+  Result StartWrite();
+  Result FinishFrame();
+  absl::Status SendAcks();
+  Result Fail(absl::Status error, bool send_error) const;
+
+  const int peer_;
+  const RankNamer name_;
+  Inbox* const inbox_;
+  FrameSender* const sender_;
+  const size_t max_control_bytes_;
+
+  // Staging buffer: unread bytes are [start_, end_).
+  std::unique_ptr<uint8_t[]> staging_;
+  size_t start_ = 0;
+  size_t end_ = 0;
+
+  State state_ = State::kHeader;
+  Kind kind_ = Kind::kWrite;
+  FrameHeader header_;
+  Inbox::Landing landing_;
+  std::vector<std::byte> message_;  // CONTROL and ERROR payloads
+  std::byte* dst_ = nullptr;        // nullptr: discard
+  uint64_t remaining_ = 0;          // payload bytes still to come
+  bool paused_ = false;
+  uint64_t acks_owed_ = 0;
+};
+
+}  // namespace transport
+}  // namespace starling
+
+#endif  // STARLING_SERVER_TRANSPORT_FRAME_RECEIVER_H_

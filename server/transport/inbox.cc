@@ -1,0 +1,415 @@
+#include "server/transport/inbox.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "server/base/logging.h"
+
+namespace starling {
+namespace transport {
+namespace {
+
+uint64_t ControlKey(int peer, uint32_t tag) {
+  return (static_cast<uint64_t>(peer) << 32) | tag;
+}
+
+std::string RegionName(RegionId id) { return absl::StrFormat("0x%x", id); }
+
+}  // namespace
+
+Inbox::Inbox(Options options) : options_(std::move(options)) {
+  absl::MutexLock lock(&mu_);
+  peers_.resize(options_.size);
+}
+
+Inbox::~Inbox() = default;
+
+absl::Status Inbox::RangeError(int peer, const Region& region, uint64_t offset,
+                               uint64_t length) const {
+  return absl::DataLossError(absl::StrCat(
+      options_.name(peer), " wrote ", length, " bytes at offset ", offset,
+      " into region ", RegionName(region.id), " of ", region.memory.size(),
+      " bytes on ", options_.name(options_.rank),
+      ": past the end of the region"));
+}
+
+absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
+  std::vector<std::pair<int, absl::Status>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      return absl::FailedPreconditionError("transport is shutting down");
+    }
+    auto [it, inserted] = regions_.try_emplace(id);
+    if (!inserted) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("region ", RegionName(id), " is already registered"));
+    }
+    it->second = std::make_unique<Region>();
+    Region* region = it->second.get();
+    region->id = id;
+    region->memory = memory;
+    // Apply the writes that came early, in arrival order; pieces still being
+    // received are applied by EndWrite().
+    auto early = early_.find(id);
+    if (early != early_.end()) {
+      std::vector<std::unique_ptr<EarlyPiece>> keep;
+      for (auto& piece : early->second) {
+        if (!piece->complete) {
+          keep.push_back(std::move(piece));
+          continue;
+        }
+        absl::Status status = ApplyPiece(region, piece.get());
+        early_bytes_ -= piece->data.size();
+        if (!status.ok()) failed.emplace_back(piece->peer, std::move(status));
+      }
+      early->second = std::move(keep);
+      if (early->second.empty()) early_.erase(early);
+    }
+    auto deferred = deferred_notices_.find(id);
+    if (deferred != deferred_notices_.end()) {
+      auto& queue = notices_[id];
+      for (const WriteNotice& notice : deferred->second) {
+        bool bad = false;
+        for (const auto& f : failed) bad |= f.first == notice.peer;
+        if (!bad) queue.push_back(notice);
+      }
+      deferred_notices_.erase(deferred);
+    }
+    for (const auto& f : failed) {
+      if (peers_[f.first].status.ok()) peers_[f.first].status = f.second;
+    }
+    changed_.SignalAll();
+  }
+  for (const auto& f : failed) {
+    STARLING_LOG(ERROR) << f.second;
+    if (options_.on_peer_error) options_.on_peer_error(f.first, f.second);
+  }
+  if (options_.wake_io) options_.wake_io();
+  return absl::OkStatus();
+}
+
+absl::Status Inbox::ApplyPiece(Region* region, EarlyPiece* piece) {
+  const uint64_t length = piece->data.size();
+  if (piece->offset > region->memory.size() ||
+      length > region->memory.size() - piece->offset) {
+    return RangeError(piece->peer, *region, piece->offset, length);
+  }
+  if (length > 0) {
+    std::memcpy(region->memory.data() + piece->offset, piece->data.data(),
+                length);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Inbox::DeregisterRegion(RegionId id) {
+  std::unique_ptr<Region> region;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = regions_.find(id);
+    if (it == regions_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("region ", RegionName(id), " is not registered"));
+    }
+    region = std::move(it->second);
+    regions_.erase(it);
+    notices_.erase(id);
+    // Release: the I/O thread's acquire load sees it before its next read.
+    region->leaving.store(true, std::memory_order_release);
+    if (region->pins == 0) return absl::OkStatus();
+  }
+  if (options_.wake_io) options_.wake_io();
+  absl::MutexLock lock(&mu_);
+  while (region->pins > 0) changed_.Wait(&mu_);
+  return absl::OkStatus();
+}
+
+absl::Status Inbox::BeginWrite(int peer, const FrameHeader& header,
+                               Landing* landing, bool* must_wait) {
+  *must_wait = false;
+  *landing = Landing();
+  landing->header = header;
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(header.region);
+  if (it != regions_.end()) {
+    Region* region = it->second.get();
+    if (header.offset > region->memory.size() ||
+        header.length > region->memory.size() - header.offset) {
+      absl::Status status =
+          RangeError(peer, *region, header.offset, header.length);
+      if (peers_[peer].status.ok()) peers_[peer].status = status;
+      changed_.SignalAll();
+      return status;
+    }
+    ++region->pins;
+    landing->region = region;
+    landing->dst = region->memory.data() + header.offset;
+    return absl::OkStatus();
+  }
+  if (header.length > options_.max_early_bytes - early_bytes_ ||
+      early_bytes_ > options_.max_early_bytes) {
+    *must_wait = true;
+    return absl::OkStatus();
+  }
+  auto piece = std::make_unique<EarlyPiece>();
+  piece->peer = peer;
+  piece->offset = header.offset;
+  piece->data.resize(header.length);
+  early_bytes_ += header.length;
+  landing->piece = piece.get();
+  landing->dst = piece->data.data();
+  early_[header.region].push_back(std::move(piece));
+  return absl::OkStatus();
+}
+
+bool Inbox::LandingValid(const Landing& landing) {
+  // Acquire: pairs with the release in DeregisterRegion().
+  return landing.region == nullptr ||
+         !landing.region->leaving.load(std::memory_order_acquire);
+}
+
+void Inbox::Unpin(Region* region) {
+  if (--region->pins == 0 && region->leaving.load(std::memory_order_relaxed)) {
+    changed_.SignalAll();
+  }
+}
+
+void Inbox::DivertLanding(Landing* landing) {
+  absl::MutexLock lock(&mu_);
+  if (landing->region != nullptr) Unpin(landing->region);
+  landing->region = nullptr;
+  landing->dst = nullptr;
+  landing->discarded = true;
+}
+
+void Inbox::DropPiece(RegionId region, EarlyPiece* piece) {
+  auto it = early_.find(region);
+  if (it == early_.end()) return;
+  auto& pieces = it->second;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].get() == piece) {
+      early_bytes_ -= piece->data.size();
+      pieces.erase(pieces.begin() + i);
+      break;
+    }
+  }
+  if (pieces.empty()) early_.erase(it);
+}
+
+absl::Status Inbox::EndWrite(int peer, Landing* landing) {
+  absl::Status result;
+  absl::MutexLock lock(&mu_);
+  if (landing->region != nullptr) Unpin(landing->region);
+  if (landing->piece != nullptr) {
+    landing->piece->complete = true;
+    // The region may have been registered while this piece was in flight.
+    auto it = regions_.find(landing->header.region);
+    if (it != regions_.end()) {
+      absl::Status status = ApplyPiece(it->second.get(), landing->piece);
+      DropPiece(landing->header.region, landing->piece);
+      if (!status.ok()) {
+        if (peers_[peer].status.ok()) peers_[peer].status = status;
+        changed_.SignalAll();
+        landing->discarded = true;
+        result = status;
+      }
+    }
+  }
+  NoteWritePart(peer, *landing);
+  *landing = Landing();
+  return result;
+}
+
+void Inbox::AbandonWrite(Landing* landing) {
+  absl::MutexLock lock(&mu_);
+  if (landing->region != nullptr) Unpin(landing->region);
+  if (landing->piece != nullptr) {
+    DropPiece(landing->header.region, landing->piece);
+  }
+  *landing = Landing();
+}
+
+void Inbox::NoteWritePart(int peer, const Landing& landing) {
+  PeerState& state = peers_[peer];
+  const FrameHeader& h = landing.header;
+  if (h.part_count == 1 && h.seq == state.next_seq) {
+    // The common case: a whole write, in order.
+    PendingWrite write;
+    write.region = h.region;
+    write.imm = h.imm;
+    write.begin = h.offset;
+    write.end = h.offset + h.length;
+    write.discarded = landing.discarded;
+    Publish(peer, write);
+    ++state.next_seq;
+  } else {
+    PendingWrite& write = state.pending[h.seq];
+    write.region = h.region;
+    write.imm = h.imm;
+    write.part_count = h.part_count;
+    write.begin = std::min(write.begin, h.offset);
+    write.end = std::max(write.end, h.offset + h.length);
+    write.discarded |= landing.discarded;
+    ++write.parts_seen;
+  }
+  // Publish whatever became next in order.
+  while (!state.pending.empty()) {
+    auto it = state.pending.find(state.next_seq);
+    if (it == state.pending.end() ||
+        it->second.parts_seen < it->second.part_count) {
+      break;
+    }
+    Publish(peer, it->second);
+    state.pending.erase(it);
+    ++state.next_seq;
+  }
+}
+
+void Inbox::Publish(int peer, const PendingWrite& write) {
+  if (write.discarded) return;
+  WriteNotice notice;
+  notice.peer = peer;
+  notice.region = write.region;
+  notice.offset_bytes = write.begin;
+  notice.length_bytes = write.end - write.begin;
+  notice.imm = write.imm;
+  if (regions_.contains(write.region)) {
+    notices_[write.region].push_back(notice);
+    changed_.SignalAll();
+  } else {
+    deferred_notices_[write.region].push_back(notice);
+  }
+}
+
+void Inbox::DeliverControl(int peer, uint32_t tag,
+                           std::vector<std::byte> message) {
+  absl::MutexLock lock(&mu_);
+  control_[ControlKey(peer, tag)].push_back(std::move(message));
+  changed_.SignalAll();
+}
+
+bool Inbox::FailPeer(int peer, const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (!peers_[peer].status.ok()) return false;
+  peers_[peer].status = why;
+  changed_.SignalAll();
+  return true;
+}
+
+void Inbox::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;
+  changed_.SignalAll();
+}
+
+absl::Status Inbox::PeerStatus(int peer) const {
+  if (peer < 0 || peer >= options_.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", peer, " is not in the group of ", options_.size));
+  }
+  absl::MutexLock lock(&mu_);
+  return peers_[peer].status;
+}
+
+size_t Inbox::early_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return early_bytes_;
+}
+
+absl::Status Inbox::WaitError(int peer) const {
+  if (shut_down_) {
+    return absl::FailedPreconditionError("transport is shutting down");
+  }
+  if (peer >= 0) return peers_[peer].status;
+  for (const PeerState& state : peers_) {
+    if (!state.status.ok()) return state.status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WriteNotice> Inbox::WaitForWrite(const WriteMatch& match,
+                                                absl::Time deadline) {
+  const int peer = match.peer.has_value() ? *match.peer : -1;
+  if (match.peer.has_value() &&
+      (peer < 0 || peer >= options_.size || peer == options_.rank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot wait for a write from rank ", peer, ": rank ",
+                     options_.rank, " in a group of ", options_.size));
+  }
+  const absl::Time start = absl::Now();
+  bool timed_out = false;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = notices_.find(match.region);
+    if (it != notices_.end()) {
+      auto& queue = it->second;
+      for (auto n = queue.begin(); n != queue.end(); ++n) {
+        if ((peer < 0 || n->peer == peer) &&
+            (!match.imm.has_value() || n->imm == *match.imm)) {
+          WriteNotice notice = *n;
+          queue.erase(n);
+          return notice;
+        }
+      }
+    }
+    absl::Status error = WaitError(peer);
+    if (!error.ok()) return error;
+    if (timed_out) {
+      // A timeout names whom we waited for.
+      std::string from;
+      if (peer >= 0) {
+        from = options_.name(peer);
+      } else {
+        std::vector<std::string> names;
+        for (int r = 0; r < options_.size; ++r) {
+          if (r != options_.rank) names.push_back(options_.name(r));
+        }
+        from = absl::StrCat("any of ", absl::StrJoin(names, ", "));
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no write to region ", RegionName(match.region),
+          match.imm.has_value() ? absl::StrCat(" with imm ", *match.imm) : "",
+          " from ", from, " within ",
+          absl::FormatDuration(absl::Now() - start)));
+    }
+    timed_out = changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+absl::StatusOr<std::vector<std::byte>> Inbox::RecvControl(int peer,
+                                                          uint32_t tag,
+                                                          absl::Time deadline) {
+  if (peer < 0 || peer >= options_.size || peer == options_.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot receive a control message from rank ", peer, ": rank ",
+        options_.rank, " in a group of ", options_.size));
+  }
+  const absl::Time start = absl::Now();
+  const uint64_t key = ControlKey(peer, tag);
+  bool timed_out = false;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = control_.find(key);
+    if (it != control_.end() && !it->second.empty()) {
+      std::vector<std::byte> message = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) control_.erase(it);
+      return message;
+    }
+    absl::Status error = WaitError(peer);
+    if (!error.ok()) return error;
+    if (timed_out) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no control message with tag ", tag, " from ", options_.name(peer),
+          " within ", absl::FormatDuration(absl::Now() - start)));
+    }
+    timed_out = changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+}  // namespace transport
+}  // namespace starling

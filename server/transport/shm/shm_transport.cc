@@ -1,0 +1,469 @@
+#include "server/transport/shm/shm_transport.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "server/base/logging.h"
+#include "server/base/status_macros.h"
+#include "server/transport/frame_receiver.h"
+#include "server/transport/frame_sender.h"
+
+namespace starling {
+namespace transport {
+namespace shm {
+namespace {
+
+// Idle polls before the I/O thread sleeps on its doorbell.
+constexpr int kIdleSpins = 64;
+
+}  // namespace
+
+// One peer: our ring in its segment (out), its ring in ours (in).
+struct ShmTransport::Link : public ByteChannel, public ByteSource {
+  int peer = -1;
+  std::string name;
+  pid_t pid = 0;
+  std::unique_ptr<ShmSegment> remote;
+  RingControl* out = nullptr;
+  char* out_data = nullptr;
+  uint64_t out_capacity = 0;
+  RingControl* in = nullptr;
+  char* in_data = nullptr;
+  uint64_t in_capacity = 0;
+  Doorbell* peer_bell = nullptr;  // wakes the peer's I/O thread
+  Doorbell* own_bell = nullptr;   // wakes ours
+  WriteTracker tracker;           // unused: writes travel in one part
+  // Relaxed: only uniqueness matters; the receiver restores post order.
+  std::atomic<uint32_t> next_seq{0};
+  std::unique_ptr<FrameSender> sender;
+  std::unique_ptr<FrameReceiver> receiver;
+  std::atomic<bool> want_flush{false};  // relaxed; the doorbell orders it
+  std::atomic<bool> dead{false};        // release by FailPeer, acquire in loop
+  bool eof = false;                     // I/O thread only
+
+  absl::StatusOr<size_t> WriteSome(const struct iovec* iov,
+                                   int count) override {
+    const size_t n = RingWrite(out, out_data, out_capacity, iov, count);
+    if (n > 0) DoorbellRing(peer_bell);
+    return n;
+  }
+  void WantWritable(bool want) override {
+    want_flush.store(want, std::memory_order_relaxed);
+    out->sender_waiting.store(want ? 1 : 0, std::memory_order_seq_cst);
+    if (want) DoorbellRing(own_bell);
+  }
+  void Shutdown(bool /*graceful*/) override {
+    out->closed.store(1, std::memory_order_release);
+    DoorbellRing(peer_bell);
+  }
+  absl::StatusOr<size_t> ReadSome(const struct iovec* iov, int count) override {
+    size_t n = RingRead(in, in_data, in_capacity, iov, count);
+    if (n == 0 && in->closed.load(std::memory_order_acquire) != 0) {
+      // Bytes written before `closed` are visible now; read them first.
+      n = RingRead(in, in_data, in_capacity, iov, count);
+      if (n == 0) {
+        return absl::UnavailableError(
+            absl::StrCat(name, " closed the connection"));
+      }
+    }
+    if (n > 0 && in->sender_waiting.load(std::memory_order_seq_cst) != 0) {
+      DoorbellRing(peer_bell);
+    }
+    return n;
+  }
+};
+
+std::string ShmTransport::SegmentName(const std::string& job_id, int rank) {
+  return absl::StrCat("/starling-", job_id, "-r", rank);
+}
+
+ShmTransport::ShmTransport(const ShmOptions& options)
+    : options_(options),
+      inbox_(Inbox::Options{options.rank, options.size, options.max_early_bytes,
+                            [this](int r) { return PeerName(r); },
+                            [this](int peer, const absl::Status& why) {
+                              FailPeer(peer, why, true, false);
+                            },
+                            [this] {
+                              wake_pending_.store(true,
+                                                  std::memory_order_relaxed);
+                              Wake();
+                            }}) {}
+
+std::string ShmTransport::PeerName(int rank) const {
+  if (rank < 0 || rank >= size()) return absl::StrCat("rank ", rank);
+  return absl::StrCat("rank ", rank, " (shm ",
+                      SegmentName(options_.job_id, rank), ")");
+}
+
+absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
+    const ShmOptions& options) {
+  if (options.size < 1 || options.size > static_cast<int>(kMaxRanks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group size ", options.size, " is not in 1..", kMaxRanks));
+  }
+  if (options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", options.rank, " is not in the group of ", options.size));
+  }
+  if (options.job_id.empty() ||
+      !std::all_of(options.job_id.begin(), options.job_id.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_';
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job id \"", options.job_id, "\" must be letters, digits, - or _"));
+  }
+  if (options.ring_bytes < 64 * 1024) {
+    return absl::InvalidArgumentError("ring_bytes must be at least 64 KiB");
+  }
+  std::unique_ptr<ShmTransport> transport(new ShmTransport(options));
+  STARLING_RETURN_IF_ERROR(transport->Start());
+  return transport;
+}
+
+absl::Status ShmTransport::Start() {
+  const int me = rank();
+  STARLING_ASSIGN_OR_RETURN(
+      own_, ShmSegment::Create(SegmentName(options_.job_id, me),
+                               options_.protocol_version_for_testing, size(),
+                               me, options_.ring_bytes));
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  links_.resize(size());
+  for (int p = 0; p < size(); ++p) {
+    if (p == me) continue;
+    auto link = std::make_unique<Link>();
+    link->peer = p;
+    link->name = PeerName(p);
+    absl::Duration backoff = absl::Milliseconds(1);
+    while (true) {
+      absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
+          ShmSegment::Open(SegmentName(options_.job_id, p));
+      if (segment.ok() && ProcessIsDead((*segment)->header()->pid)) {
+        segment = absl::NotFoundError("stale segment of a dead process");
+      }
+      if (segment.ok()) {
+        link->remote = std::move(*segment);
+        break;
+      }
+      if (!absl::IsNotFound(segment.status())) return segment.status();
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            PeerName(me), " gave up after ",
+            absl::FormatDuration(options_.connect_timeout), " waiting for ",
+            link->name, " to create its segment"));
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Milliseconds(50));
+    }
+    const SegmentHeader* h = link->remote->header();
+    if (h->version != options_.protocol_version_for_testing) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "protocol version mismatch: ", link->name, " speaks version ",
+          h->version, ", ", PeerName(me), " speaks version ",
+          options_.protocol_version_for_testing));
+    }
+    if (h->group_size != static_cast<uint32_t>(size()) ||
+        h->rank != static_cast<uint32_t>(p)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("group mismatch: ", link->name, " has rank ", h->rank,
+                       " in a group of ", h->group_size, ", ", PeerName(me),
+                       " expects rank ", p, " of ", size()));
+    }
+    link->pid = h->pid;
+    link->out = link->remote->ring(me);
+    link->out_data = link->remote->ring_data(me);
+    link->out_capacity = h->ring_bytes;
+    link->in = own_->ring(p);
+    link->in_data = own_->ring_data(p);
+    link->in_capacity = options_.ring_bytes;
+    link->peer_bell = &link->remote->header()->doorbell;
+    link->own_bell = &own_->header()->doorbell;
+    link->sender = std::make_unique<FrameSender>(link.get(), &link->tracker);
+    link->receiver = std::make_unique<FrameReceiver>(
+        p, [this](int r) { return PeerName(r); }, &inbox_, link->sender.get(),
+        options_.max_control_bytes);
+    link->remote->header()->mapped_by[me].store(1, std::memory_order_release);
+    links_[p] = std::move(link);
+  }
+  // Once every peer has mapped our segment its name can go: nothing is left
+  // in /dev/shm even if this process is killed later.
+  while (true) {
+    std::vector<std::string> missing;
+    for (int p = 0; p < size(); ++p) {
+      if (p != me &&
+          own_->header()->mapped_by[p].load(std::memory_order_acquire) == 0) {
+        missing.push_back(PeerName(p));
+      }
+    }
+    if (missing.empty()) break;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(PeerName(me), " gave up waiting for ",
+                       absl::StrJoin(missing, ", "), " to map its segment"));
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  own_->Unlink();
+  {
+    absl::MutexLock lock(&eof_mu_);
+    open_links_ = size() - 1;
+  }
+  io_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+ShmTransport::~ShmTransport() {
+  shutting_down_.store(true, std::memory_order_relaxed);
+  if (io_.joinable()) {
+    FrameHeader goodbye;
+    goodbye.type = FrameType::kGoodbye;
+    for (auto& link : links_) {
+      if (link == nullptr) continue;
+      if (link->sender->PostFrame(goodbye, {}).ok()) {
+        link->sender->ShutdownWhenFlushed();
+      }
+    }
+    {
+      const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+      absl::MutexLock lock(&eof_mu_);
+      while (open_links_ > 0) {
+        if (eof_cv_.WaitWithDeadline(&eof_mu_, deadline)) break;
+      }
+    }
+    stopping_.store(true, std::memory_order_relaxed);
+    Wake();
+    io_.join();
+  }
+  inbox_.Shutdown();
+  const absl::Status why = absl::FailedPreconditionError(
+      absl::StrCat(PeerName(rank()), " shut its transport down"));
+  for (auto& link : links_) {
+    if (link == nullptr) continue;
+    link->sender->Fail(why);
+    link->receiver->Abandon();
+  }
+}
+
+void ShmTransport::Wake() { DoorbellRing(&own_->header()->doorbell); }
+
+void ShmTransport::MarkEof(Link* link) {
+  if (link->eof) return;
+  link->eof = true;
+  absl::MutexLock lock(&eof_mu_);
+  --open_links_;
+  eof_cv_.SignalAll();
+}
+
+void ShmTransport::Loop() {
+  Doorbell* bell = &own_->header()->doorbell;
+  absl::Time next_check = absl::Now() + options_.liveness_interval;
+  int idle = 0;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    const bool progress = Poll();
+    const absl::Time now = absl::Now();
+    if (now >= next_check) {
+      CheckLiveness();
+      next_check = now + options_.liveness_interval;
+    }
+    if (progress) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < kIdleSpins) {
+      sched_yield();
+      continue;
+    }
+    // Sleep protocol: announce, read the bell, re-check, then wait for the
+    // bell to move (DoorbellRing bumps it before it looks at `sleeping`).
+    bell->sleeping.store(1, std::memory_order_seq_cst);
+    const uint32_t seen = bell->count.load(std::memory_order_seq_cst);
+    if (!Poll() && !stopping_.load(std::memory_order_relaxed)) {
+      DoorbellWait(bell, seen, options_.liveness_interval);
+    }
+    bell->sleeping.store(0, std::memory_order_relaxed);
+    idle = 0;
+  }
+}
+
+bool ShmTransport::Poll() {
+  bool progress = false;
+  if (wake_pending_.exchange(false, std::memory_order_relaxed)) {
+    for (auto& link : links_) {
+      if (link == nullptr || link->dead.load(std::memory_order_acquire)) {
+        continue;
+      }
+      link->receiver->RecheckLanding();
+      if (!link->receiver->paused()) continue;
+      FrameReceiver::Result result = link->receiver->Resume();
+      if (!result.error.ok()) {
+        FailPeer(link->peer, result.error, result.send_error, false);
+      }
+      progress = true;
+    }
+  }
+  for (auto& link : links_) {
+    if (link == nullptr) continue;
+    if (link->dead.load(std::memory_order_acquire)) {
+      link->receiver->Abandon();
+      if (!link->eof) {
+        char scratch[4096];
+        struct iovec iov = {scratch, sizeof(scratch)};
+        absl::StatusOr<size_t> got = link->ReadSome(&iov, 1);
+        if (!got.ok()) {
+          MarkEof(link.get());
+        } else if (*got > 0) {
+          progress = true;
+        }
+      }
+      continue;
+    }
+    if (link->want_flush.load(std::memory_order_relaxed)) {
+      const uint64_t before = link->out->head.load(std::memory_order_relaxed);
+      absl::Status flushed = link->sender->Flush();
+      if (!flushed.ok()) FailPeer(link->peer, flushed, false, false);
+      progress |= link->out->head.load(std::memory_order_relaxed) != before;
+    }
+    if (link->receiver->paused()) continue;
+    const uint64_t before = link->in->tail.load(std::memory_order_relaxed);
+    FrameReceiver::Result result = link->receiver->Receive(link.get());
+    progress |= link->in->tail.load(std::memory_order_relaxed) != before;
+    if (!result.error.ok()) {
+      const bool closed =
+          link->in->closed.load(std::memory_order_acquire) != 0 &&
+          absl::IsUnavailable(result.error) && !result.orderly;
+      FailPeer(link->peer, result.error, result.send_error, result.orderly);
+      link->receiver->Abandon();
+      if (closed) MarkEof(link.get());
+    }
+  }
+  return progress;
+}
+
+void ShmTransport::CheckLiveness() {
+  for (auto& link : links_) {
+    if (link == nullptr || link->eof) continue;
+    if (ProcessIsDead(link->pid)) {
+      FailPeer(link->peer,
+               absl::UnavailableError(
+                   absl::StrCat(link->name, " died (pid ", link->pid, ")")),
+               false, false);
+      link->receiver->Abandon();
+      MarkEof(link.get());
+    }
+  }
+}
+
+void ShmTransport::FailPeer(int peer, const absl::Status& why, bool send_error,
+                            bool orderly) {
+  const bool first = inbox_.FailPeer(peer, why);
+  const absl::Status sticky = first ? why : inbox_.PeerStatus(peer);
+  Link* link = links_[peer].get();
+  if (first) {
+    if (orderly || shutting_down_.load(std::memory_order_relaxed)) {
+      STARLING_LOG(INFO) << PeerName(rank()) << ": " << sticky;
+    } else {
+      STARLING_LOG(ERROR) << PeerName(rank()) << " lost " << link->name << ": "
+                          << sticky;
+    }
+  }
+  link->sender->Fail(sticky, send_error ? std::string(sticky.message()) : "");
+  link->dead.store(true, std::memory_order_release);
+  Wake();
+}
+
+bool ShmTransport::ValidPeer(int peer) const {
+  return peer >= 0 && peer < size() && peer != rank();
+}
+
+absl::Status ShmTransport::RegisterRegion(RegionId id,
+                                          absl::Span<std::byte> memory) {
+  return inbox_.RegisterRegion(id, memory);
+}
+
+absl::Status ShmTransport::DeregisterRegion(RegionId id) {
+  return inbox_.DeregisterRegion(id);
+}
+
+void ShmTransport::Write(int peer, absl::Span<const std::byte> data,
+                         RegionId remote, uint64_t remote_offset_bytes,
+                         uint32_t imm, Completion* done) {
+  done->Add(1);
+  if (!ValidPeer(peer)) {
+    done->Finish(absl::InvalidArgumentError(
+        absl::StrCat("cannot write from rank ", rank(), " to rank ", peer,
+                     " in a group of ", size())));
+    return;
+  }
+  if (remote_offset_bytes + data.size() < remote_offset_bytes) {
+    done->Finish(absl::InvalidArgumentError(absl::StrCat(
+        "write of ", data.size(), " bytes at offset ", remote_offset_bytes,
+        " to ", PeerName(peer), " overflows")));
+    return;
+  }
+  Link& link = *links_[peer];
+  FrameHeader header;
+  header.type = FrameType::kWrite;
+  header.part_count = 1;
+  header.region = remote;
+  header.offset = remote_offset_bytes;
+  header.length = data.size();
+  header.imm = imm;
+  header.seq = link.next_seq.fetch_add(1, std::memory_order_relaxed);
+  absl::Status status = link.sender->PostWrite(header, data.data(), done);
+  if (!status.ok()) FailPeer(peer, status, false, false);
+}
+
+absl::StatusOr<WriteNotice> ShmTransport::WaitForWrite(const WriteMatch& match,
+                                                       absl::Time deadline) {
+  return inbox_.WaitForWrite(match, deadline);
+}
+
+absl::Status ShmTransport::SendControl(int peer, uint32_t tag,
+                                       absl::Span<const std::byte> message) {
+  if (!ValidPeer(peer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot send a control message from rank ", rank(),
+                     " to rank ", peer, " in a group of ", size()));
+  }
+  if (message.size() > options_.max_control_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control message of ", message.size(), " bytes to ", PeerName(peer),
+        " exceeds max_control_bytes ", options_.max_control_bytes));
+  }
+  STARLING_RETURN_IF_ERROR(inbox_.PeerStatus(peer));
+  FrameHeader header;
+  header.type = FrameType::kControl;
+  header.imm = tag;
+  header.length = message.size();
+  absl::Status status = links_[peer]->sender->PostFrame(
+      header, std::vector<std::byte>(message.begin(), message.end()));
+  if (!status.ok()) {
+    FailPeer(peer, status, false, false);
+    return inbox_.PeerStatus(peer);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::byte>> ShmTransport::RecvControl(
+    int peer, uint32_t tag, absl::Time deadline) {
+  return inbox_.RecvControl(peer, tag, deadline);
+}
+
+absl::Status ShmTransport::PeerStatus(int peer) const {
+  return inbox_.PeerStatus(peer);
+}
+
+void ShmTransport::AbortPeer(int peer, const absl::Status& why) {
+  if (!ValidPeer(peer)) return;
+  FailPeer(peer, why.ok() ? absl::AbortedError("aborted") : why, false, false);
+}
+
+}  // namespace shm
+}  // namespace transport
+}  // namespace starling

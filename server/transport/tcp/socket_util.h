@@ -1,0 +1,76 @@
+// Thin, Status-returning wrappers over the BSD socket calls the TCP transport
+// needs during setup: resolve, listen, connect with retry, and blocking
+// send/receive with a deadline (for the handshake). Thread-compatible.
+#ifndef STARLING_SERVER_TRANSPORT_TCP_SOCKET_UTIL_H_
+#define STARLING_SERVER_TRANSPORT_TCP_SOCKET_UTIL_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/transport/peer_address.h"
+
+namespace starling {
+namespace transport {
+namespace tcp {
+
+// Owns a file descriptor; closes it on destruction. Move-only.
+class ScopedFd {
+ public:
+  ScopedFd() = default;
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
+  ScopedFd& operator=(ScopedFd&& other) noexcept;
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd();
+
+  int get() const { return fd_; }
+  int release();
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// "<what>: <strerror(err)>" with the code errno suggests.
+absl::Status ErrnoStatus(int err, absl::string_view what);
+
+// Binds and listens on `address` (SO_REUSEADDR so a restarted daemon can
+// reuse a port in TIME_WAIT). Unavailable "address 127.0.0.1:7001 already in
+// use (rank 1)" if another socket listens there.
+absl::StatusOr<ScopedFd> Listen(const PeerAddress& address, int rank);
+
+// Connects to `address`, retrying refused or unreachable attempts with
+// exponential backoff (from `initial_backoff`, doubling up to `max_backoff`)
+// until `deadline`; DeadlineExceeded naming `who` and the last error then.
+absl::StatusOr<ScopedFd> ConnectWithRetry(const PeerAddress& address,
+                                          absl::string_view who,
+                                          absl::Time deadline,
+                                          absl::Duration initial_backoff,
+                                          absl::Duration max_backoff);
+
+// Accepts one connection, waiting until `deadline` (DeadlineExceeded).
+absl::StatusOr<ScopedFd> AcceptUntil(int listen_fd, absl::Time deadline);
+
+// Sends or receives exactly `n` bytes on a socket, waiting until `deadline`.
+// Unavailable on end of stream or error, DeadlineExceeded on time out; `who`
+// names the peer in messages.
+absl::Status SendAllUntil(int fd, const void* data, size_t n,
+                          absl::Time deadline, absl::string_view who);
+absl::Status RecvAllUntil(int fd, void* data, size_t n, absl::Time deadline,
+                          absl::string_view who);
+
+// Makes `fd` non-blocking and sets TCP_NODELAY, plus SO_SNDBUF / SO_RCVBUF
+// when the sizes are positive.
+absl::Status ConfigureDataSocket(int fd, int send_buffer_bytes,
+                                 int recv_buffer_bytes);
+
+}  // namespace tcp
+}  // namespace transport
+}  // namespace starling
+
+#endif  // STARLING_SERVER_TRANSPORT_TCP_SOCKET_UTIL_H_

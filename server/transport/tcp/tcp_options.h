@@ -1,0 +1,66 @@
+// Options of the TCP transport. Value type; thread-compatible.
+#ifndef STARLING_SERVER_TRANSPORT_TCP_TCP_OPTIONS_H_
+#define STARLING_SERVER_TRANSPORT_TCP_TCP_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/transport/frame.h"
+#include "server/transport/peer_address.h"
+
+namespace starling {
+namespace transport {
+namespace tcp {
+
+struct TcpOptions {
+  // This process's rank: an index into `peers`.
+  int rank = -1;
+
+  // Every rank's listening address, indexed by rank (ParsePeerList()).
+  std::vector<PeerAddress> peers;
+
+  // Host to bind the listening socket to; empty: peers[rank].host. Its port
+  // is always peers[rank].port.
+  std::string listen_host;
+
+  // Connections per pair of ranks. Writes of at least stripe_min_bytes are
+  // split into one part per connection, so that several streams (and the
+  // peer's receive path) share the load where one cannot fill the link.
+  int sockets_per_peer = 1;
+  size_t stripe_min_bytes = size_t{1} << 20;
+
+  // Peers start at different times: connecting retries with exponential
+  // backoff (initial_backoff doubling up to max_backoff) until this window
+  // has passed, and Create() fails if the group has not formed by then.
+  absl::Duration connect_timeout = absl::Seconds(30);
+  absl::Duration initial_backoff = absl::Milliseconds(10);
+  absl::Duration max_backoff = absl::Milliseconds(500);
+
+  // Bytes of writes held for regions not registered yet; beyond it the
+  // transport stops reading the sending connection until a registration.
+  size_t max_early_bytes = size_t{64} << 20;
+
+  // SO_SNDBUF / SO_RCVBUF; 0 leaves the kernel's autotuning in charge, which
+  // measured best on loopback (see tcp_transport.h).
+  int socket_send_buffer_bytes = 0;
+  int socket_recv_buffer_bytes = 0;
+
+  // Largest control message accepted (sent or received).
+  size_t max_control_bytes = size_t{1} << 20;
+
+  // How long the destructor waits for peers to acknowledge GOODBYE.
+  absl::Duration shutdown_timeout = absl::Seconds(2);
+
+  // Protocol version announced in HELLO; tests set another to check the
+  // mismatch error.
+  uint8_t protocol_version_for_testing = kProtocolVersion;
+};
+
+}  // namespace tcp
+}  // namespace transport
+}  // namespace starling
+
+#endif  // STARLING_SERVER_TRANSPORT_TCP_TCP_OPTIONS_H_

@@ -1,0 +1,410 @@
+#include "server/transport/tcp/tcp_transport.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/base/logging.h"
+#include "server/base/status_macros.h"
+#include "server/transport/tcp/mesh.h"
+#include "server/transport/tcp/socket_util.h"
+#include "server/transport/tcp/tcp_connection.h"
+
+namespace starling {
+namespace transport {
+namespace tcp {
+
+// Everything about one remote rank.
+struct TcpTransport::Peer {
+  std::vector<std::unique_ptr<TcpConnection>> connections;
+  WriteTracker tracker;  // striped writes
+  // Next write sequence number (frame_format.md); relaxed: only uniqueness
+  // and per-thread post order matter.
+  std::atomic<uint32_t> next_seq{0};
+};
+
+namespace {
+
+absl::Status ValidateOptions(const TcpOptions& options) {
+  const int size = options.peers.size();
+  if (size < 1) return absl::InvalidArgumentError("peer list is empty");
+  if (options.rank < 0 || options.rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is not in the group of ", size));
+  }
+  if (options.sockets_per_peer < 1 || options.sockets_per_peer > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sockets_per_peer is ", options.sockets_per_peer, ", need 1..64"));
+  }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("connect_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
+// Striped parts are multiples of this many bytes (except the last).
+constexpr size_t kStripeAlignBytes = 4096;
+
+}  // namespace
+
+TcpTransport::TcpTransport(const TcpOptions& options)
+    : options_(options),
+      inbox_(Inbox::Options{
+          options.rank, static_cast<int>(options.peers.size()),
+          options.max_early_bytes, [this](int r) { return PeerName(r); },
+          [this](int peer, const absl::Status& why) {
+            // The inbox already made `why` sticky; tell the peer.
+            FailPeer(peer, why, 0, false);
+          },
+          [this] { Wake(); }}) {}
+
+absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
+    const TcpOptions& options) {
+  STARLING_RETURN_IF_ERROR(ValidateOptions(options));
+  PeerAddress listen_address = options.peers[options.rank];
+  if (!options.listen_host.empty()) listen_address.host = options.listen_host;
+  STARLING_ASSIGN_OR_RETURN(ScopedFd listener,
+                            Listen(listen_address, options.rank));
+  std::unique_ptr<TcpTransport> transport(new TcpTransport(options));
+  STARLING_RETURN_IF_ERROR(transport->Start(listener.get()));
+  return transport;
+}
+
+std::string TcpTransport::PeerName(int rank) const {
+  if (rank < 0 || rank >= size()) return absl::StrCat("rank ", rank);
+  return absl::StrCat("rank ", rank, " (", options_.peers[rank].ToString(),
+                      ")");
+}
+
+absl::Status TcpTransport::Start(int listen_fd) {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) return ErrnoStatus(errno, "epoll_create1");
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return ErrnoStatus(errno, "eventfd");
+  struct epoll_event event = {};
+  event.events = EPOLLIN;
+  event.data.ptr = nullptr;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event) != 0) {
+    return ErrnoStatus(errno, "epoll_ctl");
+  }
+  auto name = [this](int r) { return PeerName(r); };
+  STARLING_ASSIGN_OR_RETURN(auto mesh, FormMesh(options_, listen_fd, name));
+  peers_.resize(size());
+  for (int r = 0; r < size(); ++r) {
+    peers_[r] = std::make_unique<Peer>();
+    if (r == rank()) continue;
+    for (int s = 0; s < options_.sockets_per_peer; ++s) {
+      ScopedFd& fd = mesh[r][s];
+      STARLING_RETURN_IF_ERROR(
+          ConfigureDataSocket(fd.get(), options_.socket_send_buffer_bytes,
+                              options_.socket_recv_buffer_bytes));
+      auto connection = std::make_unique<TcpConnection>(fd.release(), epoll_fd_,
+                                                        r, s, PeerName(r));
+      connection->sender =
+          std::make_unique<FrameSender>(connection.get(), &peers_[r]->tracker);
+      connection->receiver = std::make_unique<FrameReceiver>(
+          r, name, &inbox_, connection->sender.get(),
+          options_.max_control_bytes);
+      peers_[r]->connections.push_back(std::move(connection));
+    }
+  }
+  {
+    absl::MutexLock lock(&closed_mu_);
+    open_connections_ = (size() - 1) * options_.sockets_per_peer;
+  }
+  loop_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+TcpTransport::~TcpTransport() {
+  shutting_down_.store(true, std::memory_order_relaxed);
+  if (loop_.joinable()) {
+    // Say GOODBYE; each peer answers by closing, and the loop closes our end
+    // when it sees that.
+    FrameHeader goodbye;
+    goodbye.type = FrameType::kGoodbye;
+    for (auto& peer : peers_) {
+      for (auto& connection : peer->connections) {
+        if (connection->sender->PostFrame(goodbye, {}).ok()) {
+          connection->sender->ShutdownWhenFlushed();
+        }
+      }
+    }
+    {
+      const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+      absl::MutexLock lock(&closed_mu_);
+      while (open_connections_ > 0) {
+        if (closed_cv_.WaitWithDeadline(&closed_mu_, deadline)) break;
+      }
+      if (open_connections_ > 0) {
+        STARLING_LOG(WARNING)
+            << PeerName(rank()) << " shut down with " << open_connections_
+            << " connection(s) not closed by their peer within "
+            << absl::FormatDuration(options_.shutdown_timeout);
+      }
+    }
+    stopping_.store(true, std::memory_order_relaxed);
+    Wake();
+    loop_.join();
+  }
+  inbox_.Shutdown();
+  const absl::Status why = absl::FailedPreconditionError(
+      absl::StrCat(PeerName(rank()), " shut its transport down"));
+  for (auto& peer : peers_) {
+    for (auto& connection : peer->connections) {
+      connection->sender->Fail(why);
+      connection->receiver->Abandon();
+      connection->Close();
+    }
+  }
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+}
+
+void TcpTransport::Wake() {
+  const uint64_t one = 1;
+  // A full counter (impossible in practice) still wakes the loop.
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void TcpTransport::Loop() {
+  constexpr int kMaxEvents = 64;
+  struct epoll_event events[kMaxEvents];
+  while (true) {
+    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, -1);
+    if (n < 0) {
+      STARLING_CHECK(errno == EINTR) << "epoll_wait: " << errno;
+      continue;
+    }
+    for (int i = 0; i < n; ++i) {
+      auto* connection = static_cast<TcpConnection*>(events[i].data.ptr);
+      if (connection == nullptr) {
+        uint64_t count;
+        (void)!read(wake_fd_, &count, sizeof(count));
+        if (stopping_.load(std::memory_order_relaxed)) return;
+        HandleWakeup();
+        continue;
+      }
+      if (connection->closed()) continue;
+      const uint32_t what = events[i].events;
+      if ((what & EPOLLOUT) &&
+          !connection->dead.load(std::memory_order_acquire)) {
+        absl::Status flushed = connection->sender->Flush();
+        if (!flushed.ok()) {
+          FailPeer(connection->peer(), flushed, -1, false);
+        }
+      }
+      if (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+        HandleReadable(connection, what);
+      }
+    }
+  }
+}
+
+void TcpTransport::HandleReadable(TcpConnection* connection, uint32_t events) {
+  const int peer = connection->peer();
+  if (connection->dead.load(std::memory_order_acquire)) {
+    connection->receiver->Abandon();
+    if (!connection->Drain()) CloseConnection(connection);
+    return;
+  }
+  if (connection->receiver->paused()) {
+    if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0) return;
+    // The peer hung up while we held its data back.
+    FailPeer(peer,
+             absl::UnavailableError(
+                 absl::StrCat(PeerName(peer), " closed the connection")),
+             -1, false);
+    connection->receiver->Abandon();
+    if (!connection->Drain()) CloseConnection(connection);
+    return;
+  }
+  FrameReceiver::Result result = connection->receiver->Receive(connection);
+  if (!result.error.ok()) {
+    FailPeer(peer, result.error, result.send_error ? connection->index() : -1,
+             result.orderly);
+    connection->receiver->Abandon();
+    if (!connection->Drain()) CloseConnection(connection);
+    return;
+  }
+  if (result.paused) connection->SetReading(false);
+}
+
+void TcpTransport::HandleWakeup() {
+  // A registration or deregistration happened, or a peer failed: resume
+  // paused connections, stop landing into leaving regions, and release
+  // the landings of dead connections.
+  for (auto& peer : peers_) {
+    for (auto& connection : peer->connections) {
+      if (connection->closed()) continue;
+      FrameReceiver* receiver = connection->receiver.get();
+      if (connection->dead.load(std::memory_order_acquire)) {
+        receiver->Abandon();
+        continue;
+      }
+      receiver->RecheckLanding();
+      if (!receiver->paused()) continue;
+      FrameReceiver::Result result = receiver->Resume();
+      if (!result.error.ok()) {
+        FailPeer(connection->peer(), result.error,
+                 result.send_error ? connection->index() : -1, false);
+        continue;
+      }
+      if (!result.paused) {
+        connection->SetReading(true);
+        HandleReadable(connection.get(), EPOLLIN);
+      }
+    }
+  }
+}
+
+void TcpTransport::CloseConnection(TcpConnection* connection) {
+  if (!connection->Close()) return;
+  absl::MutexLock lock(&closed_mu_);
+  --open_connections_;
+  closed_cv_.SignalAll();
+}
+
+void TcpTransport::FailPeer(int peer, const absl::Status& why,
+                            int error_connection, bool orderly) {
+  const bool first = inbox_.FailPeer(peer, why);
+  const absl::Status sticky = first ? why : inbox_.PeerStatus(peer);
+  if (first || error_connection >= 0) {
+    if (orderly || shutting_down_.load(std::memory_order_relaxed)) {
+      STARLING_LOG(INFO) << PeerName(rank()) << ": " << sticky;
+    } else {
+      STARLING_LOG(ERROR) << PeerName(rank()) << " lost " << PeerName(peer)
+                          << ": " << sticky;
+    }
+  }
+  for (auto& connection : peers_[peer]->connections) {
+    connection->sender->Fail(sticky, connection->index() == error_connection
+                                         ? std::string(sticky.message())
+                                         : std::string());
+    // Release: the loop's acquire load sees the failed sender.
+    connection->dead.store(true, std::memory_order_release);
+  }
+  Wake();
+}
+
+bool TcpTransport::ValidPeer(int peer) const {
+  return peer >= 0 && peer < size() && peer != rank();
+}
+
+absl::Status TcpTransport::RegisterRegion(RegionId id,
+                                          absl::Span<std::byte> memory) {
+  return inbox_.RegisterRegion(id, memory);
+}
+
+absl::Status TcpTransport::DeregisterRegion(RegionId id) {
+  return inbox_.DeregisterRegion(id);
+}
+
+void TcpTransport::Write(int peer, absl::Span<const std::byte> data,
+                         RegionId remote, uint64_t remote_offset_bytes,
+                         uint32_t imm, Completion* done) {
+  done->Add(1);
+  if (!ValidPeer(peer)) {
+    done->Finish(absl::InvalidArgumentError(
+        absl::StrCat("cannot write from rank ", rank(), " to rank ", peer,
+                     " in a group of ", size())));
+    return;
+  }
+  if (remote_offset_bytes + data.size() < remote_offset_bytes) {
+    done->Finish(absl::InvalidArgumentError(absl::StrCat(
+        "write of ", data.size(), " bytes at offset ", remote_offset_bytes,
+        " to ", PeerName(peer), " overflows")));
+    return;
+  }
+  Peer& target = *peers_[peer];
+  const uint32_t seq = target.next_seq.fetch_add(1, std::memory_order_relaxed);
+  const size_t connections = target.connections.size();
+  FrameHeader header;
+  header.type = FrameType::kWrite;
+  header.region = remote;
+  header.imm = imm;
+  header.seq = seq;
+  absl::Status status;
+  if (connections == 1 || data.size() < options_.stripe_min_bytes) {
+    header.part_count = 1;
+    header.offset = remote_offset_bytes;
+    header.length = data.size();
+    status = target.connections[seq % connections]->sender->PostWrite(
+        header, data.data(), done);
+  } else {
+    size_t part = (data.size() + connections - 1) / connections;
+    part =
+        (part + kStripeAlignBytes - 1) / kStripeAlignBytes * kStripeAlignBytes;
+    const size_t parts = (data.size() + part - 1) / part;
+    header.part_count = static_cast<uint8_t>(parts);
+    target.tracker.Begin(seq, done, parts);
+    for (size_t i = 0; i < parts; ++i) {
+      const size_t begin = i * part;
+      header.offset = remote_offset_bytes + begin;
+      header.length = std::min(part, data.size() - begin);
+      absl::Status posted =
+          target.connections[(seq + i) % connections]->sender->PostWrite(
+              header, data.data() + begin, done);
+      if (status.ok()) status = posted;
+    }
+  }
+  if (!status.ok()) FailPeer(peer, status, -1, false);
+}
+
+absl::StatusOr<WriteNotice> TcpTransport::WaitForWrite(const WriteMatch& match,
+                                                       absl::Time deadline) {
+  return inbox_.WaitForWrite(match, deadline);
+}
+
+absl::Status TcpTransport::SendControl(int peer, uint32_t tag,
+                                       absl::Span<const std::byte> message) {
+  if (!ValidPeer(peer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot send a control message from rank ", rank(),
+                     " to rank ", peer, " in a group of ", size()));
+  }
+  if (message.size() > options_.max_control_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control message of ", message.size(), " bytes to ", PeerName(peer),
+        " exceeds max_control_bytes ", options_.max_control_bytes));
+  }
+  STARLING_RETURN_IF_ERROR(inbox_.PeerStatus(peer));
+  FrameHeader header;
+  header.type = FrameType::kControl;
+  header.imm = tag;
+  header.length = message.size();
+  // Control messages of one peer share connection 0: that keeps them in
+  // order per tag.
+  absl::Status status = peers_[peer]->connections[0]->sender->PostFrame(
+      header, std::vector<std::byte>(message.begin(), message.end()));
+  if (!status.ok()) {
+    FailPeer(peer, status, -1, false);
+    return inbox_.PeerStatus(peer);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::byte>> TcpTransport::RecvControl(
+    int peer, uint32_t tag, absl::Time deadline) {
+  return inbox_.RecvControl(peer, tag, deadline);
+}
+
+absl::Status TcpTransport::PeerStatus(int peer) const {
+  return inbox_.PeerStatus(peer);
+}
+
+void TcpTransport::AbortPeer(int peer, const absl::Status& why) {
+  if (!ValidPeer(peer)) return;
+  FailPeer(peer, why.ok() ? absl::AbortedError("aborted") : why, -1, false);
+}
+
+}  // namespace tcp
+}  // namespace transport
+}  // namespace starling

@@ -1,0 +1,282 @@
+// Data-path tests of TcpTransport: real sockets on 127.0.0.1, every rank of
+// a group in this process (one thread per rank where they must act at once).
+#include "server/transport/tcp/tcp_transport.h"
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/base/status_matchers.h"
+#include "server/transport/tcp/tcp_test_util.h"
+
+namespace starling {
+namespace transport {
+namespace tcp {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+// Byte `i` of the pattern written by `rank`.
+std::byte Pattern(int rank, size_t i) {
+  return static_cast<std::byte>((i * 131 + rank * 17 + (i >> 11)) & 0xFF);
+}
+
+std::vector<std::byte> MakePattern(int rank, size_t n) {
+  std::vector<std::byte> data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = Pattern(rank, i);
+  return data;
+}
+
+class TcpGroupSizeTest : public ::testing::TestWithParam<int> {};
+
+// Every rank writes its pattern into slot `rank` of every other rank's
+// region; each rank then finds size-1 correct slots.
+TEST_P(TcpGroupSizeTest, AllToAllWritesLandIntact) {
+  const int n = GetParam();
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(n));
+  constexpr size_t kSlot = 10007;  // odd, so slots are unaligned
+  std::vector<std::vector<std::byte>> regions(
+      n, std::vector<std::byte>(kSlot * n));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(group[r]->rank(), r);
+    EXPECT_EQ(group[r]->size(), n);
+    ASSERT_OK(group[r]->RegisterRegion(7, absl::MakeSpan(regions[r])));
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const std::vector<std::byte> data = MakePattern(r, kSlot);
+      Completion done;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer != r) {
+          group[r]->Write(peer, data, 7, r * kSlot, /*imm=*/r, &done);
+        }
+      }
+      EXPECT_OK(done.Wait(Soon()));
+      for (int i = 0; i < n - 1; ++i) {
+        auto notice = group[r]->WaitForWrite(WriteMatch{7, {}, {}}, Soon());
+        ASSERT_OK(notice.status());
+        EXPECT_EQ(notice->region, 7u);
+        EXPECT_EQ(notice->offset_bytes, notice->peer * kSlot);
+        EXPECT_EQ(notice->length_bytes, kSlot);
+        EXPECT_EQ(notice->imm, static_cast<uint32_t>(notice->peer));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int r = 0; r < n; ++r) {
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == r) continue;
+      for (size_t i = 0; i < kSlot; ++i) {
+        ASSERT_EQ(regions[r][peer * kSlot + i], Pattern(peer, i))
+            << "rank " << r << " slot " << peer << " byte " << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupSizes, TcpGroupSizeTest,
+                         ::testing::Values(1, 2, 3, 4, 8));
+
+TEST(TcpTransport, ZeroOneAndUnalignedWrites) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+  std::vector<std::byte> region(4099, std::byte{0});
+  ASSERT_OK(group[1]->RegisterRegion(1, absl::MakeSpan(region)));
+  const std::vector<std::byte> data = MakePattern(0, 4099);
+  Completion done;
+  group[0]->Write(1, absl::MakeConstSpan(data.data(), 0), 1, 4099, 10, &done);
+  group[0]->Write(1, absl::MakeConstSpan(data.data(), 1), 1, 0, 11, &done);
+  group[0]->Write(1, absl::MakeConstSpan(data.data() + 1, 4097), 1, 1, 12,
+                  &done);
+  group[0]->Write(1, absl::MakeConstSpan(data.data() + 4098, 1), 1, 4098, 13,
+                  &done);
+  ASSERT_OK(done.Wait(Soon()));
+  // Landed in post order; pick them by imm.
+  ASSERT_OK_AND_ASSIGN(WriteNotice empty,
+                       group[1]->WaitForWrite(WriteMatch{1, 0, 10}, Soon()));
+  EXPECT_EQ(empty.offset_bytes, 4099u);
+  EXPECT_EQ(empty.length_bytes, 0u);
+  ASSERT_OK_AND_ASSIGN(WriteNotice last,
+                       group[1]->WaitForWrite(WriteMatch{1, 0, 13}, Soon()));
+  EXPECT_EQ(last.length_bytes, 1u);
+  ASSERT_OK_AND_ASSIGN(WriteNotice one,
+                       group[1]->WaitForWrite(WriteMatch{1, {}, {}}, Soon()));
+  EXPECT_EQ(one.imm, 11u);
+  EXPECT_EQ(region, data);
+}
+
+TEST(TcpTransport, StripesLargeWritesOverSeveralSockets) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2, [](TcpOptions& options) {
+                         options.sockets_per_peer = 4;
+                       }));
+  constexpr size_t kBytes = size_t{64} << 20;
+  std::vector<std::byte> region(kBytes + 3, std::byte{0});
+  ASSERT_OK(group[0]->RegisterRegion(2, absl::MakeSpan(region)));
+  const std::vector<std::byte> data = MakePattern(1, kBytes);
+  Completion done;
+  group[1]->Write(0, data, 2, 3, 99, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                       group[0]->WaitForWrite(WriteMatch{2, 1, 99}, Soon()));
+  EXPECT_EQ(notice.offset_bytes, 3u);
+  EXPECT_EQ(notice.length_bytes, kBytes);
+  EXPECT_EQ(std::memcmp(region.data() + 3, data.data(), kBytes), 0);
+}
+
+TEST(TcpTransport, StripedAndSmallWritesKeepPostOrder) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2, [](TcpOptions& options) {
+                         options.sockets_per_peer = 3;
+                         options.stripe_min_bytes = 64 * 1024;
+                       }));
+  constexpr int kWrites = 40;
+  constexpr size_t kBig = 300 * 1024;
+  std::vector<std::byte> region(kBig * kWrites);
+  ASSERT_OK(group[1]->RegisterRegion(3, absl::MakeSpan(region)));
+  const std::vector<std::byte> data = MakePattern(0, kBig);
+  Completion done;
+  for (int i = 0; i < kWrites; ++i) {
+    const size_t length = i % 2 == 0 ? kBig : 100;  // striped, then not
+    group[0]->Write(1, absl::MakeConstSpan(data.data(), length), 3, i * kBig,
+                    /*imm=*/5, &done);
+  }
+  ASSERT_OK(done.Wait(Soon()));
+  for (int i = 0; i < kWrites; ++i) {
+    ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                         group[1]->WaitForWrite(WriteMatch{3, 0, 5}, Soon()));
+    EXPECT_EQ(notice.offset_bytes, i * kBig) << i;
+  }
+}
+
+TEST(TcpTransport, EarlyWritesApplyAtRegistration) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+  const std::vector<std::byte> data = MakePattern(1, 5000);
+  Completion done;
+  group[1]->Write(0, data, 9, 100, 1, &done);
+  // Acknowledged once held, before any region exists.
+  ASSERT_OK(done.Wait(Soon()));
+  EXPECT_EQ(group[0]->early_bytes(), 5000u);
+  std::vector<std::byte> region(5100);
+  ASSERT_OK(group[0]->RegisterRegion(9, absl::MakeSpan(region)));
+  ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                       group[0]->WaitForWrite(WriteMatch{9, 1, 1}, Soon()));
+  EXPECT_EQ(notice.offset_bytes, 100u);
+  EXPECT_EQ(group[0]->early_bytes(), 0u);
+  EXPECT_EQ(std::memcmp(region.data() + 100, data.data(), data.size()), 0);
+}
+
+TEST(TcpTransport, EarlyWritesBeyondTheBoundWaitForRegistration) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2, [](TcpOptions& options) {
+                         options.max_early_bytes = 4096;
+                       }));
+  const std::vector<std::byte> data = MakePattern(1, 1 << 20);
+  Completion done;
+  group[1]->Write(0, data, 4, 0, 1, &done);
+  // Not acknowledged: rank 0 stopped reading until the region exists.
+  EXPECT_THAT(done.Wait(absl::Now() + absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  std::vector<std::byte> region(1 << 20);
+  ASSERT_OK(group[0]->RegisterRegion(4, absl::MakeSpan(region)));
+  ASSERT_OK(done.Wait(Soon()));
+  ASSERT_OK(group[0]->WaitForWrite(WriteMatch{4, 1, 1}, Soon()).status());
+  EXPECT_EQ(region, data);
+  EXPECT_LE(group[0]->early_bytes(), 4096u);
+}
+
+TEST(TcpTransport, ControlMessagesArriveInOrderPerTag) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(3));
+  for (int i = 0; i < 50; ++i) {
+    const std::string text = absl::StrCat("message ", i);
+    const auto bytes = absl::MakeConstSpan(
+        reinterpret_cast<const std::byte*>(text.data()), text.size());
+    ASSERT_OK(group[2]->SendControl(0, /*tag=*/i % 2, bytes));
+  }
+  ASSERT_OK(group[1]->SendControl(0, 0, {}));
+  for (int tag = 1; tag >= 0; --tag) {
+    for (int i = tag; i < 50; i += 2) {
+      ASSERT_OK_AND_ASSIGN(auto message, group[0]->RecvControl(2, tag, Soon()));
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(message.data()),
+                            message.size()),
+                absl::StrCat("message ", i));
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto empty, group[0]->RecvControl(1, 0, Soon()));
+  EXPECT_TRUE(empty.empty());
+}
+
+TEST(TcpTransport, ControlMessageSizeIsBounded) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2, [](TcpOptions& options) {
+                         options.max_control_bytes = 16;
+                       }));
+  EXPECT_EQ(group[0]->max_control_bytes(), 16u);
+  std::vector<std::byte> big(17);
+  EXPECT_THAT(group[0]->SendControl(1, 0, big),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("max_control_bytes")));
+}
+
+TEST(TcpTransport, RejectsBadArguments) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+  std::vector<std::byte> region(8);
+  ASSERT_OK(group[0]->RegisterRegion(1, absl::MakeSpan(region)));
+  EXPECT_THAT(group[0]->RegisterRegion(1, absl::MakeSpan(region)),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(group[0]->DeregisterRegion(2),
+              StatusIs(absl::StatusCode::kNotFound));
+  Completion done;
+  group[0]->Write(0, region, 1, 0, 0, &done);  // to itself
+  group[0]->Write(5, region, 1, 0, 0, &done);
+  EXPECT_THAT(done.Wait(Soon()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(group[0]->RecvControl(0, 0, Soon()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(group[0]->PeerStatus(3),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(group[0]->PeerStatus(1));
+  EXPECT_EQ(
+      group[0]->PeerName(1),
+      absl::StrCat("rank 1 (127.0.0.1:", group[1]->PeerName(1).substr(18)));
+}
+
+TEST(TcpTransport, WaitTimesOutNamingThePeer) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(3));
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(100);
+  EXPECT_THAT(group[0]->WaitForWrite(WriteMatch{0x2a, 2, {}}, deadline),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("no write to region 0x2a from " +
+                                 group[0]->PeerName(2) + " within")));
+  EXPECT_THAT(group[0]->WaitForWrite(WriteMatch{0x2a, {}, {}}, deadline),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr(group[0]->PeerName(1))));
+  EXPECT_THAT(group[0]->RecvControl(1, 4, deadline),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("tag 4 from " + group[0]->PeerName(1))));
+}
+
+TEST(TcpTransport, DeregisterDropsNoticesAndLaterWritesHold) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+  std::vector<std::byte> region(64);
+  ASSERT_OK(group[0]->RegisterRegion(5, absl::MakeSpan(region)));
+  const std::vector<std::byte> data = MakePattern(1, 64);
+  Completion done;
+  group[1]->Write(0, data, 5, 0, 0, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  ASSERT_OK(group[0]->DeregisterRegion(5));
+  group[1]->Write(0, data, 5, 0, 1, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  std::vector<std::byte> again(64);
+  ASSERT_OK(group[0]->RegisterRegion(5, absl::MakeSpan(again)));
+  ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                       group[0]->WaitForWrite(WriteMatch{5, 1, {}}, Soon()));
+  EXPECT_EQ(notice.imm, 1u);
+  EXPECT_EQ(again, data);
+}
+
+}  // namespace
+}  // namespace tcp
+}  // namespace transport
+}  // namespace starling
