@@ -1,0 +1,329 @@
+#include "server/collective/butterfly.h"
+
+#include <algorithm>
+
+#include "server/collective/shard_layout.h"
+
+namespace starling {
+namespace collective {
+namespace {
+
+// Shape of the butterfly on a group of `size` ranks.
+//
+// The P = 2^L "active" ranks exchange over L steps. Their unit of work is a
+// slot: slot s stands for ShardLayout block s plus, when s < extras, block
+// P + s (the block of s's extra rank). A range of slots [a, b) is therefore
+// at most two contiguous byte ranges of the data: blocks [a, b) and blocks
+// [P + a, P + min(b, extras)). Recursive halving leaves slot r, i.e. blocks r
+// and P + r, on active rank r.
+//
+// Scratch (reduce-scatter only) holds, at offset 0, the extra's whole vector
+// for folding (n bytes, if any rank folds), then one area per halving step so
+// that a partner that runs ahead never overwrites data still being reduced.
+// Area sizes are the largest half any rank keeps at that step, so every rank
+// computes the same offsets.
+class Geometry {
+ public:
+  Geometry(size_t count, size_t element_bytes, int size)
+      : size_(size),
+        active_(LargestPowerOfTwo(size)),
+        extras_(size - active_),
+        levels_(Log2(active_)),
+        element_bytes_(element_bytes),
+        layout_(count, size) {}
+
+  struct Ranges {
+    size_t offset1 = 0, length1 = 0;  // blocks [a, b)
+    size_t offset2 = 0, length2 = 0;  // blocks [P + a, P + min(b, extras))
+  };
+
+  Ranges Slots(int a, int b) const {
+    Ranges r;
+    r.offset1 = Bytes(a);
+    r.length1 = Bytes(b) - r.offset1;
+    if (a < extras_) {
+      r.offset2 = Bytes(active_ + a);
+      r.length2 = Bytes(active_ + std::min(b, extras_)) - r.offset2;
+    }
+    return r;
+  }
+
+  size_t FoldBytes() const {
+    return extras_ > 0 ? layout_.count() * element_bytes_ : 0;
+  }
+
+  // Largest kept half at halving step j (0-based) over all active ranks.
+  size_t MaxKeptBytes(int j) const {
+    const int span = active_ >> (j + 1);
+    size_t most = 0;
+    for (int a = 0; a < active_; a += span) {
+      const Ranges r = Slots(a, a + span);
+      most = std::max(most, r.length1 + r.length2);
+    }
+    return most;
+  }
+
+  size_t ScratchBytes() const {
+    size_t total = FoldBytes();
+    for (int j = 0; j < levels_; ++j) total += MaxKeptBytes(j);
+    return total;
+  }
+
+  int size() const { return size_; }
+  int active() const { return active_; }
+  int extras() const { return extras_; }
+  int levels() const { return levels_; }
+  const ShardLayout& layout() const { return layout_; }
+  size_t Bytes(int block) const {
+    return layout_.Begin(block) * element_bytes_;
+  }
+
+  // Write immediate steps: fold-in 0, halving 1..L, doubling L+1..2L,
+  // fold-out 2L+1, broadcast scatter 2L+2.
+  int HalvingStep(int j) const { return 1 + j; }
+  int DoublingStep(int j) const { return 1 + levels_ + j; }
+  int FoldOutStep() const { return 1 + 2 * levels_; }
+  int ScatterStep() const { return 2 + 2 * levels_; }
+
+ private:
+  static int LargestPowerOfTwo(int n) {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+  }
+  static int Log2(int p) {
+    int l = 0;
+    while ((1 << l) < p) ++l;
+    return l;
+  }
+
+  int size_;
+  int active_;
+  int extras_;
+  int levels_;
+  size_t element_bytes_;
+  ShardLayout layout_;
+};
+
+constexpr int kFoldInStep = 0;
+
+absl::Status WaitRanges(OpContext* ctx, int peer, const Geometry::Ranges& r,
+                        int step) {
+  auto ignore = [](const Chunk&) { return absl::OkStatus(); };
+  absl::Status s =
+      ctx->ReceiveChunks(peer, Region::kData, r.length1, step, 0, ignore);
+  if (!s.ok()) return s;
+  return ctx->ReceiveChunks(peer, Region::kData, r.length2, step,
+                            ctx->planner().NumChunks(r.length1), ignore);
+}
+
+void PostRanges(OpContext* ctx, int peer, const Geometry::Ranges& r, Region dst,
+                size_t dst_offset1, size_t dst_offset2, int step) {
+  const absl::Span<std::byte> data = ctx->data();
+  ctx->PostChunks(peer, data.subspan(r.offset1, r.length1), dst, dst_offset1,
+                  step, 0);
+  ctx->PostChunks(peer, data.subspan(r.offset2, r.length2), dst, dst_offset2,
+                  step, ctx->planner().NumChunks(r.length1));
+}
+
+// Extras hand their whole vector to their partner, which reduces it in.
+absl::Status FoldInReduce(OpContext* ctx, const Geometry& g) {
+  const int rank = ctx->rank();
+  const absl::Span<std::byte> data = ctx->data();
+  ctx->SetStep("fold-in", 1, 1);
+  if (rank >= g.active()) {
+    ctx->PostChunks(rank - g.active(), data, Region::kScratch, 0, kFoldInStep);
+    return absl::OkStatus();
+  }
+  if (rank >= g.extras()) return absl::OkStatus();
+  const absl::Span<std::byte> scratch = ctx->scratch();
+  return ctx->ReceiveChunks(
+      rank + g.active(), Region::kScratch, data.size(), kFoldInStep, 0,
+      [&](const Chunk& c) {
+        return ctx->ReduceInto(data.subspan(c.offset_bytes, c.length_bytes),
+                               scratch.subspan(c.offset_bytes, c.length_bytes));
+      });
+}
+
+// Extras hand their own block to their partner (all-gather).
+absl::Status FoldInBlock(OpContext* ctx, const Geometry& g) {
+  const int rank = ctx->rank();
+  ctx->SetStep("fold-in", 1, 1);
+  Geometry::Ranges block;
+  if (rank >= g.active()) {
+    block.offset1 = g.Bytes(rank);
+    block.length1 = g.Bytes(rank + 1) - block.offset1;
+    PostRanges(ctx, rank - g.active(), block, Region::kData, block.offset1, 0,
+               kFoldInStep);
+    return absl::OkStatus();
+  }
+  if (rank >= g.extras()) return absl::OkStatus();
+  const int extra = rank + g.active();
+  block.length1 = g.Bytes(extra + 1) - g.Bytes(extra);
+  return WaitRanges(ctx, extra, block, kFoldInStep);
+}
+
+// Partners hand their extra the whole result, or only its block.
+absl::Status FoldOut(OpContext* ctx, const Geometry& g, bool whole) {
+  const int rank = ctx->rank();
+  ctx->SetStep("fold-out", 1, 1);
+  Geometry::Ranges range;
+  const int extra = rank >= g.active() ? rank : rank + g.active();
+  if (whole) {
+    range.length1 = ctx->data().size();
+  } else {
+    range.offset1 = g.Bytes(extra);
+    range.length1 = g.Bytes(extra + 1) - range.offset1;
+  }
+  if (rank >= g.active()) {
+    range.offset1 = 0;  // the receiver's chunking is over the length only
+    return WaitRanges(ctx, rank - g.active(), range, g.FoldOutStep());
+  }
+  if (rank < g.extras()) {
+    PostRanges(ctx, extra, range, Region::kData, range.offset1, 0,
+               g.FoldOutStep());
+  }
+  return absl::OkStatus();
+}
+
+// Recursive halving among the active ranks; leaves slot `rank` reduced (and
+// averaged, for kAverage).
+absl::Status Halving(OpContext* ctx, const Geometry& g) {
+  const int rank = ctx->rank();
+  if (rank >= g.active()) return absl::OkStatus();
+  const absl::Span<std::byte> data = ctx->data();
+  const absl::Span<std::byte> scratch = ctx->scratch();
+  int lo = 0, hi = g.active();
+  size_t area = g.FoldBytes();
+  for (int j = 0; j < g.levels(); ++j) {
+    ctx->SetStep("reduce-scatter", j + 1, g.levels());
+    const int mask = g.active() >> (j + 1);
+    const int partner = rank ^ mask;
+    const int mid = lo + (hi - lo) / 2;
+    const bool upper = (rank & mask) != 0;
+    const Geometry::Ranges send = upper ? g.Slots(lo, mid) : g.Slots(mid, hi);
+    const Geometry::Ranges keep = upper ? g.Slots(mid, hi) : g.Slots(lo, mid);
+    PostRanges(ctx, partner, send, Region::kScratch, area, area + send.length1,
+               g.HalvingStep(j));
+    auto reduce_at = [&](size_t data_offset, size_t scratch_offset) {
+      return [&, data_offset, scratch_offset](const Chunk& c) {
+        return ctx->ReduceInto(
+            data.subspan(data_offset + c.offset_bytes, c.length_bytes),
+            scratch.subspan(scratch_offset + c.offset_bytes, c.length_bytes));
+      };
+    };
+    absl::Status s =
+        ctx->ReceiveChunks(partner, Region::kScratch, keep.length1,
+                           g.HalvingStep(j), 0, reduce_at(keep.offset1, area));
+    if (!s.ok()) return s;
+    s = ctx->ReceiveChunks(partner, Region::kScratch, keep.length2,
+                           g.HalvingStep(j),
+                           ctx->planner().NumChunks(keep.length1),
+                           reduce_at(keep.offset2, area + keep.length1));
+    if (!s.ok()) return s;
+    area += g.MaxKeptBytes(j);
+    if (upper) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const Geometry::Ranges mine = g.Slots(rank, rank + 1);
+  absl::Status s =
+      ctx->AverageIfNeeded(data.subspan(mine.offset1, mine.length1));
+  if (!s.ok()) return s;
+  return ctx->AverageIfNeeded(data.subspan(mine.offset2, mine.length2));
+}
+
+// Recursive doubling among the active ranks, from slot `rank` to all slots.
+absl::Status Doubling(OpContext* ctx, const Geometry& g) {
+  const int rank = ctx->rank();
+  if (rank >= g.active()) return absl::OkStatus();
+  int lo = rank, hi = rank + 1;
+  for (int j = 0; j < g.levels(); ++j) {
+    ctx->SetStep("all-gather", j + 1, g.levels());
+    const int mask = 1 << j;
+    const int partner = rank ^ mask;
+    const int span = hi - lo;
+    const Geometry::Ranges mine = g.Slots(lo, hi);
+    PostRanges(ctx, partner, mine, Region::kData, mine.offset1, mine.offset2,
+               g.DoublingStep(j));
+    const int their_lo = (rank & mask) ? lo - span : hi;
+    absl::Status s = WaitRanges(
+        ctx, partner, g.Slots(their_lo, their_lo + span), g.DoublingStep(j));
+    if (!s.ok()) return s;
+    lo = std::min(lo, their_lo);
+    hi = std::max(hi, their_lo + span);
+  }
+  return absl::OkStatus();
+}
+
+Geometry MakeGeometry(const OpContext& ctx) {
+  return Geometry(ctx.desc().count, ctx.element_bytes(), ctx.size());
+}
+
+absl::Status AllGatherWith(OpContext* ctx, const Geometry& g) {
+  absl::Status s = FoldInBlock(ctx, g);
+  if (!s.ok()) return s;
+  s = Doubling(ctx, g);
+  if (!s.ok()) return s;
+  return FoldOut(ctx, g, /*whole=*/true);
+}
+
+}  // namespace
+
+size_t ButterflyScratchBytes(OpKind kind, size_t count, size_t element_bytes,
+                             int size) {
+  if (kind != OpKind::kAllReduce && kind != OpKind::kReduceScatter) return 0;
+  return Geometry(count, element_bytes, size).ScratchBytes();
+}
+
+absl::Status ButterflyAllReduce(OpContext* ctx) {
+  const Geometry g = MakeGeometry(*ctx);
+  absl::Status s = FoldInReduce(ctx, g);
+  if (!s.ok()) return s;
+  s = Halving(ctx, g);
+  if (!s.ok()) return s;
+  s = Doubling(ctx, g);
+  if (!s.ok()) return s;
+  return FoldOut(ctx, g, /*whole=*/true);
+}
+
+absl::Status ButterflyReduceScatter(OpContext* ctx) {
+  const Geometry g = MakeGeometry(*ctx);
+  absl::Status s = FoldInReduce(ctx, g);
+  if (!s.ok()) return s;
+  s = Halving(ctx, g);
+  if (!s.ok()) return s;
+  return FoldOut(ctx, g, /*whole=*/false);
+}
+
+absl::Status ButterflyAllGather(OpContext* ctx) {
+  return AllGatherWith(ctx, MakeGeometry(*ctx));
+}
+
+absl::Status ButterflyBroadcast(OpContext* ctx) {
+  const Geometry g = MakeGeometry(*ctx);
+  const int rank = ctx->rank();
+  const int root = ctx->desc().root;
+  ctx->SetStep("scatter", 1, 1);
+  if (rank == root) {
+    for (int peer = 0; peer < ctx->size(); ++peer) {
+      if (peer == root) continue;
+      Geometry::Ranges block;
+      block.offset1 = g.Bytes(peer);
+      block.length1 = g.Bytes(peer + 1) - block.offset1;
+      PostRanges(ctx, peer, block, Region::kData, block.offset1, 0,
+                 g.ScatterStep());
+    }
+  } else {
+    Geometry::Ranges block;
+    block.length1 = g.Bytes(rank + 1) - g.Bytes(rank);
+    absl::Status s = WaitRanges(ctx, root, block, g.ScatterStep());
+    if (!s.ok()) return s;
+  }
+  return AllGatherWith(ctx, g);
+}
+
+}  // namespace collective
+}  // namespace starling

@@ -1,0 +1,71 @@
+// Runs the butterfly collectives over the loopback transport across the grid
+// of group sizes, lengths, dtypes and ops, against the fp64 reference (see
+// collective_test_util.h for the tolerance).
+#include "server/collective/butterfly.h"
+
+#include "gtest/gtest.h"
+#include "server/base/status_matchers.h"
+#include "server/collective/collective_test_util.h"
+
+namespace starling {
+namespace collective {
+namespace {
+
+constexpr Algorithm kAlgorithm = Algorithm::kButterfly;
+
+TEST(Butterfly, AllReduceMatchesReferenceOnEveryGridCase) {
+  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
+    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
+  }
+}
+
+TEST(Butterfly, ReduceScatterLeavesEachRankItsReducedBlock) {
+  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
+    ASSERT_OK(CheckCollective(OpKind::kReduceScatter, kAlgorithm, c));
+  }
+}
+
+TEST(Butterfly, AllGatherAssemblesEveryRanksBlock) {
+  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
+    if (c.op != ReduceOp::kSum) continue;
+    ASSERT_OK(CheckCollective(OpKind::kAllGather, kAlgorithm, c));
+  }
+}
+
+TEST(Butterfly, BroadcastCopiesTheRootsBuffer) {
+  for (const GridCase& c : SmallGrid(/*all_types=*/false)) {
+    ASSERT_OK(CheckCollective(OpKind::kBroadcast, kAlgorithm, c));
+  }
+}
+
+TEST(Butterfly, AllReducesAMillionAndThreeFloatsWithDefaultChunks) {
+  for (int size : {3, 4}) {
+    GridCase c{size, 1000003, DataType::kFloat32, ReduceOp::kSum,
+               ChunkPlanner::kDefaultChunkBytes};
+    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
+  }
+}
+
+TEST(Butterfly, FoldsRanksBeyondPowerOfTwo) {
+  // 5, 6, 7 ranks: 1-3 extras fold into ranks 0-2, with uneven blocks.
+  for (int size : {5, 6, 7, 13}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      GridCase c{size, 1009, DataType::kFloat64, op, 64};
+      ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
+      ASSERT_OK(CheckCollective(OpKind::kReduceScatter, kAlgorithm, c));
+      ASSERT_OK(CheckCollective(OpKind::kAllGather, kAlgorithm, c));
+    }
+  }
+}
+
+TEST(Butterfly, ScratchNeedsNoMoreThanFoldPlusVector) {
+  // Power of two: the halving areas sum to less than the vector.
+  EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 8), 4000u);
+  // With extras: the fold area (the vector) plus the halving areas.
+  EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 6), 2 * 4000u);
+  EXPECT_EQ(ButterflyScratchBytes(OpKind::kAllGather, 1000, 4, 6), 0u);
+}
+
+}  // namespace
+}  // namespace collective
+}  // namespace starling

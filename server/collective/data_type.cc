@@ -1,0 +1,164 @@
+#include "server/collective/data_type.h"
+
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace starling {
+namespace collective {
+namespace {
+
+uint32_t FloatBits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+float BitsToFloat(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
+size_t DataTypeBytes(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+    case DataType::kInt32:
+      return 4;
+    case DataType::kFloat64:
+    case DataType::kInt64:
+      return 8;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+  }
+  return 0;
+}
+
+absl::string_view DataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "float32" || lower == "fp32") return DataType::kFloat32;
+  if (lower == "float64" || lower == "fp64") return DataType::kFloat64;
+  if (lower == "float16" || lower == "fp16") return DataType::kFloat16;
+  if (lower == "bfloat16" || lower == "bf16") return DataType::kBFloat16;
+  if (lower == "int32") return DataType::kInt32;
+  if (lower == "int64") return DataType::kInt64;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown data type \"", name,
+                   "\" (want float32, float64, float16, bfloat16, int32 or "
+                   "int64)"));
+}
+
+absl::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAverage:
+      return "average";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "sum") return ReduceOp::kSum;
+  if (lower == "min") return ReduceOp::kMin;
+  if (lower == "max") return ReduceOp::kMax;
+  if (lower == "average" || lower == "avg") return ReduceOp::kAverage;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown reduce op \"", name, "\" (want sum, min, max or average)"));
+}
+
+bool IsFloatingPoint(DataType type) {
+  return type != DataType::kInt32 && type != DataType::kInt64;
+}
+
+float HalfToFloat(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1Fu;
+  const uint32_t mantissa = half & 0x3FFu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in float.
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return BitsToFloat(FloatBits(magnitude) | sign);
+  }
+  if (exponent == 0x1F) {
+    return BitsToFloat(sign | 0x7F800000u | (mantissa << 13));
+  }
+  return BitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+uint16_t FloatToHalf(float value) {
+  const uint32_t bits = FloatBits(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude >= 0x7F800000u) {  // Inf or NaN; NaN keeps its top payload.
+    if (magnitude == 0x7F800000u) return sign | 0x7C00u;
+    return sign | 0x7E00u | static_cast<uint16_t>((magnitude >> 13) & 0x3FFu);
+  }
+  // 65520 (0x477FF000) is halfway between 65504, the largest half, and the
+  // next binade; ties to even round it (and anything above) to infinity.
+  if (magnitude >= 0x477FF000u) return sign | 0x7C00u;
+  if (magnitude < 0x38800000u) {  // below 2^-14: half subnormal or zero
+    // 2^-25 (0x33000000) is the tie between 0 and the smallest subnormal.
+    if (magnitude <= 0x33000000u) return sign;
+    const uint32_t exponent = magnitude >> 23;
+    const uint32_t mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
+    // value = mantissa * 2^(exponent-150); in units of 2^-24 that is
+    // mantissa >> (126 - exponent).
+    const uint32_t shift = 126 - exponent;
+    uint32_t units = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (units & 1u))) ++units;
+    return sign | static_cast<uint16_t>(units);
+  }
+  // Normal: rebias the exponent (127 -> 15) and drop 13 mantissa bits. A
+  // carry out of the mantissa correctly bumps the exponent.
+  uint32_t half = (magnitude - 0x38000000u) >> 13;
+  const uint32_t rest = magnitude & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
+  return sign | static_cast<uint16_t>(half);
+}
+
+float BFloat16ToFloat(uint16_t bf16) {
+  return BitsToFloat(static_cast<uint32_t>(bf16) << 16);
+}
+
+uint16_t FloatToBFloat16(float value) {
+  const uint32_t bits = FloatBits(value);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {  // NaN: keep sign, make quiet
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  }
+  // Round to nearest even; overflow carries into infinity as it should.
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+}  // namespace collective
+}  // namespace starling

@@ -1,0 +1,213 @@
+#include "server/collective/op_context.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/base/logging.h"
+#include "server/base/status_macros.h"
+#include "server/collective/reduce_kernels.h"
+
+namespace starling {
+namespace collective {
+
+transport::RegionId OpRegionId(uint64_t seq, Region region) {
+  return (uint64_t{1} << 63) | ((seq & ((uint64_t{1} << 60) - 1)) << 2) |
+         static_cast<uint64_t>(region);
+}
+
+uint32_t OpControlTag(uint64_t seq) {
+  return 0x80000000u | static_cast<uint32_t>(seq & 0x7FFFFFFFu);
+}
+
+OpContext::OpContext(
+    transport::Transport* transport, const OpDescriptor& desc,
+    absl::Duration timeout, absl::Span<std::byte> data,
+    absl::Span<std::byte> scratch, size_t chunk_bytes,
+    std::vector<std::unique_ptr<transport::Completion>>* completions)
+    : transport_(transport),
+      desc_(desc),
+      rank_(transport->rank()),
+      size_(transport->size()),
+      timeout_(timeout),
+      deadline_(absl::Now() + timeout),
+      data_(data),
+      scratch_(scratch),
+      element_bytes_(DataTypeBytes(desc.dtype)),
+      planner_(element_bytes_, chunk_bytes),
+      completions_(completions),
+      wrote_to_(size_, false) {}
+
+void OpContext::SetStep(absl::string_view phase, int step, int steps) {
+  phase_ = std::string(phase);
+  step_ = step;
+  steps_ = steps;
+}
+
+std::string OpContext::Where() const {
+  std::string step;
+  if (steps_ > 0) step = absl::StrCat(" step ", step_, " of ", steps_);
+  return absl::StrCat(OpKindName(desc_.kind), " op ", desc_.seq, " (",
+                      AlgorithmName(desc_.algorithm), ", ", phase_, step, ")");
+}
+
+absl::Status OpContext::Start() {
+  if (!data_.empty()) {
+    absl::Status s =
+        transport_->RegisterRegion(OpRegionId(desc_.seq, Region::kData), data_);
+    if (!s.ok()) return Annotate(s, Where() + ": registering the data buffer");
+    data_registered_ = true;
+  }
+  if (!scratch_.empty()) {
+    absl::Status s = transport_->RegisterRegion(
+        OpRegionId(desc_.seq, Region::kScratch), scratch_);
+    if (!s.ok()) return Annotate(s, Where() + ": registering scratch");
+    scratch_registered_ = true;
+  }
+  const auto wire = desc_.Encode();
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    absl::Status s = transport_->SendControl(peer, OpControlTag(desc_.seq),
+                                             absl::MakeConstSpan(wire));
+    if (!s.ok()) return PeerError(peer, s, "sending the op descriptor");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OpContext::CheckPeers() {
+  if (peers_checked_) return peers_status_;
+  peers_checked_ = true;
+  const std::string saved_phase = phase_;
+  const int saved_step = step_, saved_steps = steps_;
+  SetStep("handshake", 0, 0);
+  for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
+    if (peer == rank_) continue;
+    absl::StatusOr<std::vector<std::byte>> wire =
+        transport_->RecvControl(peer, OpControlTag(desc_.seq), deadline_);
+    if (!wire.ok()) {
+      peers_status_ = PeerError(peer, wire.status(), "no op descriptor");
+      break;
+    }
+    absl::StatusOr<OpDescriptor> theirs = OpDescriptor::Decode(*wire);
+    if (!theirs.ok()) {
+      peers_status_ = absl::InvalidArgumentError(
+          absl::StrCat(Where(), ": ", transport_->PeerName(peer), " sent ",
+                       theirs.status().message()));
+    } else if (!theirs->Matches(desc_)) {
+      peers_status_ = absl::InvalidArgumentError(absl::StrCat(
+          OpKindName(desc_.kind), " op ", desc_.seq,
+          ": mismatched collective calls: rank ", rank_, " called ",
+          desc_.ToString(), " but ", transport_->PeerName(peer), " called ",
+          theirs->ToString(), " as op ", theirs->seq));
+    }
+  }
+  SetStep(saved_phase, saved_step, saved_steps);
+  return peers_status_;
+}
+
+void OpContext::PostChunks(int peer, absl::Span<const std::byte> src,
+                           Region dst, size_t dst_offset, int step,
+                           size_t first_chunk) {
+  const size_t chunks = planner_.NumChunks(src.size());
+  for (size_t k = 0; k < chunks; ++k) {
+    const Chunk chunk = planner_.Get(src.size(), k);
+    PostChunk(peer, src.subspan(chunk.offset_bytes, chunk.length_bytes), dst,
+              dst_offset + chunk.offset_bytes, step, first_chunk + k);
+  }
+}
+
+void OpContext::PostChunk(int peer, absl::Span<const std::byte> src, Region dst,
+                          size_t dst_offset, int step, size_t chunk) {
+  if (src.empty()) return;
+  wrote_to_[peer] = true;
+  transport_->Write(peer, src, OpRegionId(desc_.seq, dst), dst_offset,
+                    StepImm(step, chunk), (*completions_)[peer].get());
+}
+
+absl::Status OpContext::WaitChunk(int peer, Region region, int step,
+                                  size_t chunk) {
+  if (absl::Status s = CheckPeers(); !s.ok()) return s;
+  transport::WriteMatch match;
+  match.region = OpRegionId(desc_.seq, region);
+  match.peer = peer;
+  match.imm = StepImm(step, chunk);
+  absl::StatusOr<transport::WriteNotice> notice =
+      transport_->WaitForWrite(match, deadline_);
+  if (!notice.ok()) return PeerError(peer, notice.status(), "no data");
+  return absl::OkStatus();
+}
+
+absl::Status OpContext::PeerError(int peer, const absl::Status& status,
+                                  absl::string_view waiting_for) {
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    absl::Status timeout = absl::DeadlineExceededError(absl::StrCat(
+        Where(), ": ", waiting_for, " from ", transport_->PeerName(peer),
+        " within ", absl::FormatDuration(timeout_)));
+    // Closing the peer finishes our writes to it, so the caller's buffer is
+    // free once we return.
+    transport_->AbortPeer(peer, timeout);
+    return timeout;
+  }
+  return absl::Status(
+      status.code(),
+      absl::StrCat(Where(), ": ", waiting_for, " from ",
+                   transport_->PeerName(peer), ": ", status.message()));
+}
+
+absl::Status OpContext::ReduceInto(absl::Span<std::byte> inout,
+                                   absl::Span<const std::byte> in) const {
+  absl::Status s = Reduce(desc_.dtype, desc_.op, inout, in);
+  if (!s.ok()) return Annotate(s, Where());
+  return s;
+}
+
+absl::Status OpContext::AverageIfNeeded(absl::Span<std::byte> data) const {
+  if (desc_.op != ReduceOp::kAverage) return absl::OkStatus();
+  absl::Status s = FinishAverage(desc_.dtype, data, size_);
+  if (!s.ok()) return Annotate(s, Where());
+  return s;
+}
+
+absl::Status OpContext::Finish(absl::Status status) {
+  // Every peer's descriptor is checked even by ranks that only sent (a
+  // broadcast root), so that a mismatch is reported on every rank.
+  if (status.ok()) status = CheckPeers();
+  // A failed op waits only until the deadline, then aborts the peer so its
+  // pending writes finish before we return.
+  for (int peer = 0; peer < size_; ++peer) {
+    if (!wrote_to_[peer]) continue;
+    std::unique_ptr<transport::Completion>& done = (*completions_)[peer];
+    absl::Status written = done->Wait(
+        deadline_, absl::StrCat("writes to ", transport_->PeerName(peer)));
+    if (written.code() == absl::StatusCode::kDeadlineExceeded &&
+        done->pending() > 0) {
+      written = absl::DeadlineExceededError(absl::StrCat(
+          Where(), ": writes to ", transport_->PeerName(peer),
+          " not finished within ", absl::FormatDuration(timeout_)));
+      transport_->AbortPeer(peer, written);
+      // AbortPeer finished the writes; this returns at once.
+      done->Wait(absl::InfiniteFuture()).IgnoreError();
+    }
+    if (!written.ok()) {
+      if (status.ok()) {
+        status = Annotate(written, absl::StrCat(Where(), ": writing to ",
+                                                transport_->PeerName(peer)));
+      }
+      // A Completion keeps its first error forever: start afresh.
+      done = std::make_unique<transport::Completion>();
+    }
+  }
+  if (data_registered_) {
+    // NotFound cannot happen (we registered it); nothing to do either way.
+    transport_->DeregisterRegion(OpRegionId(desc_.seq, Region::kData))
+        .IgnoreError();
+  }
+  if (scratch_registered_) {
+    transport_->DeregisterRegion(OpRegionId(desc_.seq, Region::kScratch))
+        .IgnoreError();
+  }
+  return status;
+}
+
+}  // namespace collective
+}  // namespace starling

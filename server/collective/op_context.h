@@ -1,0 +1,166 @@
+// OpContext: the state of one running collective op on one rank, and the
+// primitives every algorithm is written with.
+//
+// Terms used by the algorithm files:
+//   region  - the op's two registered buffers on each rank: kData (the
+//             caller's buffer, in place) and kScratch (the Communicator's
+//             reusable receive buffer). Their RegionIds derive from the op
+//             sequence number, so a late write of op k can never land in
+//             op k+1: it finds no registration and is held, then dropped.
+//   step    - one exchange of an algorithm, numbered per op; a write's
+//             immediate value is (step << 16) | chunk.
+//   chunk   - a ChunkPlanner piece of a step's byte range. All chunks of a
+//             step are posted at once; the receiver consumes (reduces) chunk
+//             k as soon as it lands while later chunks are still in flight.
+//
+// Start() registers the regions and sends this op's descriptor to every
+// peer; the first wait (or Finish()) checks every peer's descriptor, so a
+// mismatched call fails everywhere with InvalidArgument, concurrently with
+// the first step's data. Every wait runs against the op deadline; a peer
+// silent past it is named in a DeadlineExceeded error and aborted
+// (Transport::AbortPeer) so that no posted write still references the
+// caller's buffer when the op returns. Finish() waits for this op's writes,
+// deregisters and returns the op's final status.
+//
+// Thread-compatible: used by the one thread running the op.
+#ifndef STARLING_SERVER_COLLECTIVE_OP_CONTEXT_H_
+#define STARLING_SERVER_COLLECTIVE_OP_CONTEXT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "server/collective/chunk_planner.h"
+#include "server/collective/op_descriptor.h"
+#include "server/transport/completion.h"
+#include "server/transport/transport.h"
+
+namespace starling {
+namespace collective {
+
+enum class Region : uint8_t { kData = 1, kScratch = 2 };
+
+// RegionIds and control tags of op `seq`. Collective regions have the top bit
+// of the id set and collective control tags the top bit of the tag, so other
+// users of the same transport can use ids and tags below 2^63 and 2^31.
+transport::RegionId OpRegionId(uint64_t seq, Region region);
+uint32_t OpControlTag(uint64_t seq);
+
+// A write's immediate value for chunk `chunk` of step `step`.
+// REQUIRES: step < 2^16, chunk < 2^16.
+inline uint32_t StepImm(int step, size_t chunk) {
+  return (static_cast<uint32_t>(step) << 16) | static_cast<uint32_t>(chunk);
+}
+
+class OpContext {
+ public:
+  // `transport` and `completions` (one per rank, owned by the Communicator,
+  // reused across ops) are borrowed for the op's life; `data` and `scratch`
+  // must stay valid until Finish() returns.
+  OpContext(transport::Transport* transport, const OpDescriptor& desc,
+            absl::Duration timeout, absl::Span<std::byte> data,
+            absl::Span<std::byte> scratch, size_t chunk_bytes,
+            std::vector<std::unique_ptr<transport::Completion>>* completions);
+  OpContext(const OpContext&) = delete;
+  OpContext& operator=(const OpContext&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const OpDescriptor& desc() const { return desc_; }
+  size_t element_bytes() const { return element_bytes_; }
+  absl::Span<std::byte> data() const { return data_; }
+  absl::Span<std::byte> scratch() const { return scratch_; }
+  const ChunkPlanner& planner() const { return planner_; }
+
+  // Names the current step in error messages: "reduce-scatter step 2 of 3".
+  void SetStep(absl::string_view phase, int step, int steps);
+
+  // Registers the regions and sends this op's descriptor to every peer.
+  absl::Status Start();
+
+  // Posts all chunks of `src` to `peer`'s region `dst` at `dst_offset`;
+  // chunk k carries StepImm(step, first_chunk + k).
+  void PostChunks(int peer, absl::Span<const std::byte> src, Region dst,
+                  size_t dst_offset, int step, size_t first_chunk = 0);
+  // Posts one already-cut chunk.
+  void PostChunk(int peer, absl::Span<const std::byte> src, Region dst,
+                 size_t dst_offset, int step, size_t chunk);
+
+  // Waits until chunk `chunk` of step `step` from `peer` has landed in this
+  // rank's region `region`. Checks the peers' descriptors first if not yet
+  // done. Errors carry the op, step and peer.
+  absl::Status WaitChunk(int peer, Region region, int step, size_t chunk);
+
+  // Waits for every chunk of a `range_bytes` range of step `step` from
+  // `peer`, calling on_chunk(Chunk) -> absl::Status after each lands.
+  template <typename OnChunk>
+  absl::Status ReceiveChunks(int peer, Region region, size_t range_bytes,
+                             int step, size_t first_chunk, OnChunk on_chunk);
+
+  // inout = op(inout, in) with this op's dtype and reduce op.
+  absl::Status ReduceInto(absl::Span<std::byte> inout,
+                          absl::Span<const std::byte> in) const;
+  // Divides by the group size if the op is kAverage; no-op otherwise.
+  absl::Status AverageIfNeeded(absl::Span<std::byte> data) const;
+
+  // Receives and checks every peer's descriptor (done once per op).
+  absl::Status CheckPeers();
+
+  // Ends the op: waits for this op's writes (aborting peers whose writes are
+  // still pending at the deadline), deregisters the regions and returns
+  // `status`, or the first write error if `status` is ok.
+  absl::Status Finish(absl::Status status);
+
+  // "allreduce op 12 (butterfly, reduce-scatter step 2 of 3)".
+  std::string Where() const;
+
+ private:
+  absl::Status PeerError(int peer, const absl::Status& status,
+                         absl::string_view waiting_for);
+
+  transport::Transport* const transport_;
+  const OpDescriptor desc_;
+  const int rank_;
+  const int size_;
+  const absl::Duration timeout_;
+  const absl::Time deadline_;
+  const absl::Span<std::byte> data_;
+  const absl::Span<std::byte> scratch_;
+  const size_t element_bytes_;
+  const ChunkPlanner planner_;
+  std::vector<std::unique_ptr<transport::Completion>>* const completions_;
+
+  std::vector<bool> wrote_to_;  // peers this op posted writes to
+  bool data_registered_ = false;
+  bool scratch_registered_ = false;
+  bool peers_checked_ = false;
+  absl::Status peers_status_;
+  std::string phase_ = "start";
+  int step_ = 0;
+  int steps_ = 0;
+};
+
+template <typename OnChunk>
+absl::Status OpContext::ReceiveChunks(int peer, Region region,
+                                      size_t range_bytes, int step,
+                                      size_t first_chunk, OnChunk on_chunk) {
+  const size_t chunks = planner_.NumChunks(range_bytes);
+  for (size_t k = 0; k < chunks; ++k) {
+    absl::Status status = WaitChunk(peer, region, step, first_chunk + k);
+    if (!status.ok()) return status;
+    status = on_chunk(planner_.Get(range_bytes, k));
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace collective
+}  // namespace starling
+
+#endif  // STARLING_SERVER_COLLECTIVE_OP_CONTEXT_H_

@@ -1,0 +1,107 @@
+#include "server/collective/reduce_broadcast.h"
+
+#include "server/collective/shard_layout.h"
+
+namespace starling {
+namespace collective {
+namespace {
+
+// Write immediate steps.
+constexpr int kToRootStep = 0;
+constexpr int kFromRootStep = 1;
+
+// The root posts everything to every rank; the others wait for it.
+absl::Status Distribute(OpContext* ctx, int root) {
+  const absl::Span<std::byte> data = ctx->data();
+  ctx->SetStep("broadcast", 1, 1);
+  if (ctx->rank() == root) {
+    for (int peer = 0; peer < ctx->size(); ++peer) {
+      if (peer != root) {
+        ctx->PostChunks(peer, data, Region::kData, 0, kFromRootStep);
+      }
+    }
+    return absl::OkStatus();
+  }
+  const size_t chunks = ctx->planner().NumChunks(data.size());
+  for (size_t k = 0; k < chunks; ++k) {
+    absl::Status s = ctx->WaitChunk(root, Region::kData, kFromRootStep, k);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t ReduceBroadcastScratchBytes(OpKind kind, size_t count,
+                                   size_t element_bytes, int size, int rank) {
+  if (rank != 0) return 0;
+  if (kind != OpKind::kAllReduce && kind != OpKind::kReduceScatter) return 0;
+  return static_cast<size_t>(size - 1) * count * element_bytes;
+}
+
+absl::Status ReduceBroadcastAllReduce(OpContext* ctx) {
+  const absl::Span<std::byte> data = ctx->data();
+  const size_t n = data.size();
+  const int rank = ctx->rank();
+  if (rank != 0) {
+    ctx->SetStep("reduce", 1, 1);
+    ctx->PostChunks(0, data, Region::kScratch, (rank - 1) * n, kToRootStep);
+    return Distribute(ctx, 0);
+  }
+  const absl::Span<std::byte> scratch = ctx->scratch();
+  const ChunkPlanner& planner = ctx->planner();
+  const size_t chunks = planner.NumChunks(n);
+  ctx->SetStep("reduce", 1, 1);
+  for (size_t k = 0; k < chunks; ++k) {
+    const Chunk c = planner.Get(n, k);
+    const absl::Span<std::byte> piece =
+        data.subspan(c.offset_bytes, c.length_bytes);
+    for (int peer = 1; peer < ctx->size(); ++peer) {
+      absl::Status s = ctx->WaitChunk(peer, Region::kScratch, kToRootStep, k);
+      if (!s.ok()) return s;
+      s = ctx->ReduceInto(
+          piece,
+          scratch.subspan((peer - 1) * n + c.offset_bytes, c.length_bytes));
+      if (!s.ok()) return s;
+    }
+    absl::Status s = ctx->AverageIfNeeded(piece);
+    if (!s.ok()) return s;
+    for (int peer = 1; peer < ctx->size(); ++peer) {
+      ctx->PostChunk(peer, piece, Region::kData, c.offset_bytes, kFromRootStep,
+                     k);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReduceBroadcastReduceScatter(OpContext* ctx) {
+  return ReduceBroadcastAllReduce(ctx);
+}
+
+absl::Status ReduceBroadcastAllGather(OpContext* ctx) {
+  const ShardLayout layout(ctx->desc().count, ctx->size());
+  const size_t e = ctx->element_bytes();
+  const int rank = ctx->rank();
+  ctx->SetStep("gather", 1, 1);
+  if (rank != 0) {
+    ctx->PostChunks(
+        0, ctx->data().subspan(layout.Begin(rank) * e, layout.Size(rank) * e),
+        Region::kData, layout.Begin(rank) * e, kToRootStep);
+  } else {
+    for (int peer = 1; peer < ctx->size(); ++peer) {
+      const size_t chunks = ctx->planner().NumChunks(layout.Size(peer) * e);
+      for (size_t k = 0; k < chunks; ++k) {
+        absl::Status s = ctx->WaitChunk(peer, Region::kData, kToRootStep, k);
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  return Distribute(ctx, 0);
+}
+
+absl::Status ReduceBroadcastBroadcast(OpContext* ctx) {
+  return Distribute(ctx, ctx->desc().root);
+}
+
+}  // namespace collective
+}  // namespace starling

@@ -1,0 +1,49 @@
+#include "server/collective/selector.h"
+
+#include "gtest/gtest.h"
+
+namespace starling {
+namespace collective {
+namespace {
+
+TEST(Selector, SmallAllReduceUsesTheTree) {
+  const SelectorOptions options;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1024, 8),
+            Algorithm::kTree);
+}
+
+TEST(Selector, LargePowerOfTwoGroupsUseTheButterfly) {
+  const SelectorOptions options;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64 << 20, 8),
+            Algorithm::kButterfly);
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kReduceScatter, 100, 4),
+            Algorithm::kButterfly);
+}
+
+TEST(Selector, LargeNonPowerOfTwoGroupsUseTheRing) {
+  const SelectorOptions options;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64 << 20, 6),
+            Algorithm::kRing);
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64 << 10, 6),
+            Algorithm::kButterfly);
+}
+
+TEST(Selector, ForcedAlgorithmWins) {
+  const SelectorOptions options;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1, 8,
+                            Algorithm::kReduceBroadcast),
+            Algorithm::kReduceBroadcast);
+}
+
+TEST(Selector, ThresholdsComeFromOptions) {
+  SelectorOptions options;
+  options.tree_max_bytes = 0;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1, 8),
+            Algorithm::kButterfly);
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kBroadcast, 1, 8),
+            Algorithm::kButterfly);
+}
+
+}  // namespace
+}  // namespace collective
+}  // namespace starling
