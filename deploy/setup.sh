@@ -19,6 +19,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # Format check; network namespaces for multi-host tests.
   clang-format iproute2 procps
+  prometheus  # promtool: `promtool check metrics` in the metrics tests
 )
 BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
 

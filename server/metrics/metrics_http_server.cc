@@ -1,0 +1,85 @@
+#include "server/metrics/metrics_http_server.h"
+
+#include <sys/socket.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "httplib.h"
+#include "server/metrics/text_format.h"
+
+namespace starling {
+namespace metrics {
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const MetricsHttpServerOptions& options, const MetricsRegistry* registry) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics port ", options.port, " is outside 0..65535"));
+  }
+  auto server = std::make_unique<httplib::Server>();
+  // cpp-httplib's default socket options add SO_REUSEPORT, which lets a
+  // second process bind the same port silently and share its scrapes. Keep
+  // only SO_REUSEADDR (restart while old connections sit in TIME_WAIT).
+  server->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  server->Get("/metrics",
+              [registry](const httplib::Request&, httplib::Response& response) {
+                response.set_content(EncodeTextFormat(registry->Collect()),
+                                     kTextFormatContentType);
+              });
+  server->Get("/", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content("Starling metrics: see /metrics\n", "text/plain");
+  });
+  int port = options.port;
+  bool bound;
+  if (port == 0) {
+    port = server->bind_to_any_port(options.host);
+    bound = port > 0;
+  } else {
+    bound = server->bind_to_port(options.host, port);
+  }
+  if (!bound) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve /metrics on ", options.host, ":", options.port,
+        ": bind failed (port already in use, or address not on this host)"));
+  }
+  std::unique_ptr<MetricsHttpServer> self(
+      new MetricsHttpServer(options.host, port, std::move(server)));
+  MetricsHttpServer* raw = self.get();
+  self->listener_ = std::thread([raw] {
+    raw->server_->listen_after_bind();
+    raw->listener_done_.Notify();
+  });
+  return self;
+}
+
+MetricsHttpServer::MetricsHttpServer(std::string host, int port,
+                                     std::unique_ptr<httplib::Server> server)
+    : host_(std::move(host)), port_(port), server_(std::move(server)) {}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+std::string MetricsHttpServer::address() const {
+  return absl::StrCat(host_, ":", port_);
+}
+
+void MetricsHttpServer::Stop() {
+  absl::MutexLock lock(&stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  // httplib's stop() only acts once the listener loop has marked itself
+  // running; a Stop() that races the thread's start would be lost, so it is
+  // repeated until the loop has returned.
+  do {
+    server_->stop();
+  } while (
+      !listener_done_.WaitForNotificationWithTimeout(absl::Milliseconds(10)));
+  if (listener_.joinable()) listener_.join();
+}
+
+}  // namespace metrics
+}  // namespace starling
