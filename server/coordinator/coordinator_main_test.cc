@@ -1,0 +1,65 @@
+// Runs the starling-coordinator binary: start-up failures are one line and
+// exit 1 (or 2 for usage), --help documents the flags.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/test_binaries.h"
+
+namespace starling {
+namespace coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Coordinator() {
+  return RunfilePath("server/coordinator/starling-coordinator");
+}
+
+TEST(CoordinatorMain, ListenPortInUseIsOneLineAndExitOne) {
+  OccupiedPort taken;
+  const RunResult result = RunBinary(
+      {Coordinator(), absl::StrCat("--listen=127.0.0.1:", taken.port()),
+       "--job_id=t", "--expected_nodes=1", "--metrics_port=0"},
+      20);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(
+      result.output,
+      absl::StrCat("starling-coordinator: cannot listen on 127.0.0.1:",
+                   taken.port(), ": Address already in use (--listen)\n"));
+}
+
+TEST(CoordinatorMain, MetricsPortInUseIsOneLineAndExitOne) {
+  OccupiedPort taken;
+  const RunResult result = RunBinary(
+      {Coordinator(), "--listen=127.0.0.1:0", "--job_id=t",
+       "--expected_nodes=1", absl::StrCat("--metrics_port=", taken.port())},
+      20);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(CountLines(result.output), 1) << result.output;
+  EXPECT_THAT(result.output, HasSubstr(absl::StrCat("127.0.0.1:", taken.port(),
+                                                    ": Address already in use "
+                                                    "(--metrics_port)")));
+}
+
+TEST(CoordinatorMain, MissingRequiredFlagIsAUsageError) {
+  const RunResult result = RunBinary(
+      {Coordinator(), "--listen=127.0.0.1:0", "--expected_nodes=1"}, 20);
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_EQ(result.output, "starling-coordinator: --job_id is required\n");
+}
+
+TEST(CoordinatorMain, HelpDescribesTheFlags) {
+  const RunResult result = RunBinary({Coordinator(), "--help"}, 20);
+  for (const char* flag : {"--listen", "--job_id", "--expected_nodes",
+                           "--heartbeat_timeout", "--iterations_per_schedule",
+                           "--epochs", "--metrics_port", "--log_level"}) {
+    EXPECT_THAT(result.output, HasSubstr(flag));
+  }
+  EXPECT_THAT(result.output, HasSubstr("coordinator of one Starling"));
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace starling

@@ -1,0 +1,72 @@
+// CoordinatorOptions: everything that configures one job's coordinator.
+// main.cc fills it from flags; tests fill it directly. Plain data.
+#ifndef STARLING_SERVER_COORDINATOR_COORDINATOR_OPTIONS_H_
+#define STARLING_SERVER_COORDINATOR_COORDINATOR_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/common.pb.h"
+#include "proto/coordinator.pb.h"
+
+namespace starling {
+namespace coordinator {
+
+// The Starling version this build speaks. A node whose Join carries another
+// version is refused. TODO(#coordinator-v1): move to server/base once the
+// node daemon needs it too.
+inline constexpr char kStarlingVersion[] = "0.1.0";
+
+struct CoordinatorOptions {
+  // Required. Every request must name this job.
+  std::string job_id;
+  // The version nodes must run (default: this build's).
+  std::string version = kStarlingVersion;
+  // Required, >= 1: the group forms when this many nodes have joined.
+  int expected_nodes = 0;
+  // A member silent for longer than this is marked LOST.
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // Longest a Join is held waiting for the group, whatever its deadline.
+  absl::Duration max_join_wait = absl::Minutes(10);
+
+  // --- Sent to every node in JoinResponse.config. ---
+  proto::JobConfig::Mode mode = proto::JobConfig::MODE_SYNC_SGD;
+  // K: iterations per GetSchedule answer, >= 1.
+  int iterations_per_schedule = 16;
+  // One of OptimizerNames().
+  std::string optimizer = "sgd";
+  double learning_rate = 0.01;
+  absl::Duration collective_timeout = absl::Seconds(30);
+  // Elements of the flat parameter vector. 0 with `tensors` given: their
+  // sum. Given together with tensors, it must equal their sum.
+  uint64_t parameter_count = 0;
+  std::vector<proto::TensorSpec> tensors;
+  // Element type of the parameters.
+  proto::DataType dtype = proto::DATA_TYPE_FLOAT32;
+  // Data partitions per epoch (>= 1) and epochs to train (>= 1).
+  uint64_t partitions_per_epoch = 1024;
+  uint64_t epochs = 1;
+};
+
+// Checks `options` and fills derived fields (parameter_count from tensors).
+// InvalidArgument naming the bad field otherwise.
+absl::Status ValidateAndComplete(CoordinatorOptions* options);
+
+// The optimizers a job may name and how many per-element state slots each
+// keeps beside the parameters (momentum 1, Adam 2, ...): optimizer state
+// bytes of a shard = slots x shard bytes.
+std::vector<std::string> OptimizerNames();
+// REQUIRES: `optimizer` is one of OptimizerNames().
+int OptimizerStateSlots(absl::string_view optimizer);
+
+// Bytes per element of `dtype`; 0 for DATA_TYPE_UNSPECIFIED.
+int BytesPerElement(proto::DataType dtype);
+
+}  // namespace coordinator
+}  // namespace starling
+
+#endif  // STARLING_SERVER_COORDINATOR_COORDINATOR_OPTIONS_H_

@@ -1,0 +1,75 @@
+#include "server/coordinator/listen_address.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace starling {
+namespace coordinator {
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address '", address, "' is not host:port (e.g. 0.0.0.0:29400)"));
+  }
+  HostPort out;
+  absl::string_view host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  out.host = std::string(host);
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &out.port) || out.port < 0 ||
+      out.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address '", address, "' has no port in 0..65535 after the last ':'"));
+  }
+  return out;
+}
+
+absl::Status CheckCanListen(const HostPort& address) {
+  const std::string where = absl::StrCat(address.host, ":", address.port);
+  addrinfo hints;
+  std::memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* results = nullptr;
+  const std::string port = absl::StrCat(address.port);
+  const int rc =
+      ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &results);
+  if (rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot listen on ", where, ": ", ::gai_strerror(rc)));
+  }
+  int error = 0;
+  for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+                            ai->ai_protocol);
+    if (fd < 0) {
+      error = errno;
+      continue;
+    }
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    const bool bound = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    error = bound ? 0 : errno;
+    ::close(fd);
+    if (bound) break;
+  }
+  ::freeaddrinfo(results);
+  if (error != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", where, ": ", std::strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace coordinator
+}  // namespace starling

@@ -1,0 +1,274 @@
+// starling-coordinator: one job's coordinator (DESIGN.md "The three
+// processes"). Forms the group, detects failures, hands out schedules and
+// serves /metrics. See --help.
+//
+// Threads: main (waits for SIGINT/SIGTERM), gRPC's pool (one thread per
+// waiting Join), the failure detector (calls DetectFailures() a few times
+// per heartbeat timeout), and the /metrics server's.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "server/base/clock.h"
+#include "server/base/logging.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_options.h"
+#include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/listen_address.h"
+#include "server/metrics/metrics_http_server.h"
+#include "server/metrics/metrics_registry.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:29400",
+          "host:port of the coordinator's gRPC service");
+ABSL_FLAG(std::string, job_id, "",
+          "job name; every node must give the same "
+          "(required)");
+ABSL_FLAG(int, expected_nodes, 0,
+          "nodes the group forms with; Joins wait until this many arrived "
+          "(required)");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
+          "a node silent for longer is marked LOST");
+ABSL_FLAG(absl::Duration, max_join_wait, absl::Minutes(10),
+          "longest a Join is held waiting for the group to form");
+ABSL_FLAG(int, iterations_per_schedule, 16,
+          "K: iterations handed out per GetSchedule call");
+ABSL_FLAG(uint64_t, epochs, 1, "epochs to train");
+ABSL_FLAG(uint64_t, partitions_per_epoch, 1024,
+          "data partitions per epoch; each is read once per epoch");
+ABSL_FLAG(uint64_t, parameter_count, 0,
+          "elements of the model's flat parameter vector (split into shards)");
+ABSL_FLAG(std::string, mode, "sync_sgd",
+          "training mode: sync_sgd, async_sgd, parameter_server, sync_easgd, "
+          "async_easgd, async_measgd, hogwild_easgd");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "optimizer applied to the shards: none, sgd, momentum, adam, easgd");
+ABSL_FLAG(double, learning_rate, 0.01, "learning rate");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(30),
+          "timeout of one collective on the nodes");
+ABSL_FLAG(int, metrics_port, 29401,
+          "port of the Prometheus /metrics endpoint, on --listen's host; 0 "
+          "turns it off");
+ABSL_FLAG(std::string, log_level, "info",
+          "lowest severity logged: debug, info, warning, error");
+
+namespace starling {
+namespace coordinator {
+namespace {
+
+constexpr char kProgram[] = "starling-coordinator";
+
+struct ModeName {
+  const char* name;
+  proto::JobConfig::Mode mode;
+};
+constexpr ModeName kModes[] = {
+    {"sync_sgd", proto::JobConfig::MODE_SYNC_SGD},
+    {"async_sgd", proto::JobConfig::MODE_ASYNC_SGD},
+    {"parameter_server", proto::JobConfig::MODE_PARAMETER_SERVER},
+    {"sync_easgd", proto::JobConfig::MODE_SYNC_EASGD},
+    {"async_easgd", proto::JobConfig::MODE_ASYNC_EASGD},
+    {"async_measgd", proto::JobConfig::MODE_ASYNC_MEASGD},
+    {"hogwild_easgd", proto::JobConfig::MODE_HOGWILD_EASGD},
+};
+
+// One line on stderr, then the exit code: the whole of a failed start.
+int Fail(int code, absl::string_view message) {
+  std::fprintf(stderr, "%s: %s\n", kProgram, std::string(message).c_str());
+  return code;
+}
+
+absl::Status OptionsFromFlags(CoordinatorOptions* options) {
+  options->job_id = absl::GetFlag(FLAGS_job_id);
+  if (options->job_id.empty()) {
+    return absl::InvalidArgumentError("--job_id is required");
+  }
+  options->expected_nodes = absl::GetFlag(FLAGS_expected_nodes);
+  if (options->expected_nodes < 1) {
+    return absl::InvalidArgumentError("--expected_nodes must be >= 1");
+  }
+  options->heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options->max_join_wait = absl::GetFlag(FLAGS_max_join_wait);
+  options->iterations_per_schedule =
+      absl::GetFlag(FLAGS_iterations_per_schedule);
+  options->epochs = absl::GetFlag(FLAGS_epochs);
+  options->partitions_per_epoch = absl::GetFlag(FLAGS_partitions_per_epoch);
+  options->parameter_count = absl::GetFlag(FLAGS_parameter_count);
+  options->optimizer = absl::GetFlag(FLAGS_optimizer);
+  options->learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options->collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  options->mode = proto::JobConfig::MODE_UNSPECIFIED;
+  std::vector<std::string> names;
+  for (const ModeName& m : kModes) {
+    names.push_back(m.name);
+    if (mode == m.name) options->mode = m.mode;
+  }
+  if (options->mode == proto::JobConfig::MODE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode=", mode, " is not one of ", absl::StrJoin(names, ", ")));
+  }
+  return ValidateAndComplete(options);
+}
+
+// Calls DetectFailures() several times per heartbeat timeout until `stop`.
+void RunFailureDetector(Coordinator* coordinator, absl::Duration timeout,
+                        absl::Notification* stop) {
+  const absl::Duration period = std::max(timeout / 4, absl::Milliseconds(100));
+  while (!stop->WaitForNotificationWithTimeout(period)) {
+    coordinator->DetectFailures();
+  }
+}
+
+int Main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "server/coordinator/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  usage_config.version_string = [] {
+    return absl::StrCat(kProgram, " ", kStarlingVersion, "\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::SetProgramUsageMessage(absl::StrCat(
+      "the coordinator of one Starling training job.\n\n"
+      "  ",
+      kProgram,
+      " --job_id=NAME --expected_nodes=N [--listen=0.0.0.0:29400] "
+      "[--metrics_port=29401] ...\n\n"
+      "Forms the group once N node daemons joined (ranks by hostname, then "
+      "address), marks nodes LOST after --heartbeat_timeout without a "
+      "heartbeat, hands out K iterations per schedule request, and serves "
+      "Prometheus metrics at http://HOST:METRICS_PORT/metrics."));
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    return Fail(2, absl::StrCat("unexpected argument '", positional[1],
+                                "' (try --help)"));
+  }
+
+  LogSeverity severity;
+  absl::Status status =
+      ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity);
+  if (!status.ok())
+    return Fail(2, absl::StrCat("--log_level: ", status.message()));
+  SetMinLogSeverity(severity);
+
+  CoordinatorOptions options;
+  status = OptionsFromFlags(&options);
+  if (!status.ok()) return Fail(2, status.message());
+
+  // Bind problems are found before anything starts, so they make exactly
+  // one line.
+  absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen));
+  if (!listen.ok())
+    return Fail(2, absl::StrCat("--listen: ", listen.status().message()));
+  status = CheckCanListen(*listen);
+  if (!status.ok())
+    return Fail(1, absl::StrCat(status.message(), " (--listen)"));
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < 0 || metrics_port > 65535) {
+    return Fail(2, absl::StrCat("--metrics_port=", metrics_port,
+                                " is outside 0..65535"));
+  }
+  if (metrics_port > 0) {
+    status = CheckCanListen({listen->host, metrics_port});
+    if (!status.ok()) {
+      return Fail(1, absl::StrCat(status.message(), " (--metrics_port)"));
+    }
+  }
+
+  // SIGINT/SIGTERM are taken by sigwait() below; block them before any
+  // thread starts so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  RealClock clock;
+  metrics::MetricsRegistry registry;
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(options, &clock, &registry);
+  if (!coordinator.ok()) return Fail(2, coordinator.status().message());
+
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_server;
+  if (metrics_port > 0) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started =
+        metrics::MetricsHttpServer::Start(
+            {.host = listen->host, .port = metrics_port}, &registry);
+    if (!started.ok()) {
+      return Fail(
+          1, absl::StrCat(started.status().message(), " (--metrics_port)"));
+    }
+    metrics_server = *std::move(started);
+  }
+
+  CoordinatorService service(coordinator->get());
+  grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
+  // share the port silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int bound_port = 0;
+  const std::string address = absl::GetFlag(FLAGS_listen);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    return Fail(1,
+                absl::StrCat("cannot serve gRPC on ", address, " (--listen)"));
+  }
+
+  STARLING_LOG(INFO) << kProgram << " " << kStarlingVersion << ": job '"
+                     << options.job_id << "' on " << address << ", waiting for "
+                     << options.expected_nodes << " nodes; heartbeat timeout "
+                     << absl::FormatDuration(options.heartbeat_timeout) << ", "
+                     << options.iterations_per_schedule
+                     << " iterations per schedule, " << options.epochs
+                     << " epoch(s)";
+  if (metrics_server != nullptr) {
+    STARLING_LOG(INFO) << "metrics at http://" << metrics_server->address()
+                       << "/metrics";
+  }
+
+  absl::Notification stop_detector;
+  std::thread detector(RunFailureDetector, coordinator->get(),
+                       options.heartbeat_timeout, &stop_detector);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  STARLING_LOG(INFO) << "received signal " << signal_number
+                     << ", shutting down";
+  (*coordinator)->Shutdown();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  stop_detector.Notify();
+  detector.join();
+  if (metrics_server != nullptr) metrics_server->Stop();
+  STARLING_LOG(INFO) << "stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace starling
+
+int main(int argc, char** argv) {
+  return starling::coordinator::Main(argc, argv);
+}
