@@ -154,6 +154,14 @@ absl::StatusOr<CaseOutcome> RunCase(Communicator* comm, const BenchConfig& c,
   r.link_bytes_per_s = c.link_bytes_per_s;
   r.checked = c.check;
   r.ok = wrong_total[0] == 0;
+  if (c.print_iterations && rank == 0) {
+    std::string line =
+        absl::StrCat("# ", r.algorithm, " ", elements,
+                     " elements, slowest rank per iteration (us):");
+    for (double t : slowest)
+      absl::StrAppend(&line, " ", static_cast<int64_t>(t * 1e6));
+    std::printf("%s\n", line.c_str());
+  }
   return out;
 }
 
@@ -215,6 +223,8 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   topts.rank = rank;
   topts.peers = peers;
   topts.sockets_per_peer = config.sockets_per_peer;
+  topts.socket_send_buffer_bytes = config.socket_buffer_bytes;
+  topts.socket_recv_buffer_bytes = config.socket_buffer_bytes;
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp,
                             transport::tcp::TcpTransport::Create(topts));
   collective::CommunicatorOptions copts;

@@ -37,7 +37,9 @@ struct BenchConfig {
   double link_bytes_per_s = 0;
   int root = 0;
   int sockets_per_peer = 1;
-  int64_t chunk_bytes = 0;  // 0: the communicator's default
+  int64_t chunk_bytes = 0;        // 0: the communicator's default
+  int socket_buffer_bytes = 0;    // SO_SNDBUF/SO_RCVBUF; 0: kernel autotuning
+  bool print_iterations = false;  // rank 0 prints every iteration's time
 };
 
 // "auto", "butterfly", "ring", "tree", "reduce_bcast" (or

@@ -67,6 +67,11 @@ ABSL_FLAG(double, link_gbps, 0,
 ABSL_FLAG(int, root, 0, "root rank for broadcast");
 ABSL_FLAG(int, sockets_per_peer, 1, "TCP sockets per peer (striping)");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "pipelining chunk size; 0 = default");
+ABSL_FLAG(int, socket_buffer_bytes, 0,
+          "SO_SNDBUF and SO_RCVBUF of the TCP sockets; 0 leaves them to the "
+          "kernel's autotuning");
+ABSL_FLAG(bool, print_iterations, false,
+          "rank 0 prints the slowest rank's time of every timed iteration");
 ABSL_FLAG(std::string, log_level, "warning", "debug, info, warning or error");
 
 namespace starling {
@@ -108,6 +113,8 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.root = absl::GetFlag(FLAGS_root);
   c.sockets_per_peer = absl::GetFlag(FLAGS_sockets_per_peer);
   c.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  c.print_iterations = absl::GetFlag(FLAGS_print_iterations);
+  c.socket_buffer_bytes = absl::GetFlag(FLAGS_socket_buffer_bytes);
   if (c.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout_s must be positive");
   }
