@@ -23,6 +23,9 @@ constexpr size_t kSeqAt = 36;
 constexpr size_t kReservedAt = 40;
 constexpr size_t kCrcAt = 44;
 
+// Type 4 was ACK in protocol version 1.
+constexpr uint8_t kRetiredAckType = 4;
+
 }  // namespace
 
 const char* FrameTypeName(FrameType type) {
@@ -33,8 +36,6 @@ const char* FrameTypeName(FrameType type) {
       return "WRITE";
     case FrameType::kControl:
       return "CONTROL";
-    case FrameType::kAck:
-      return "ACK";
     case FrameType::kGoodbye:
       return "GOODBYE";
     case FrameType::kError:
@@ -110,9 +111,11 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes) {
   h.seq = GetLittleEndian32(p + kSeqAt);
   const uint8_t type = p[kTypeAt];
   if (type < static_cast<uint8_t>(FrameType::kHello) ||
-      type > static_cast<uint8_t>(FrameType::kError)) {
-    return absl::DataLossError(
-        absl::StrCat("frame header has unknown type ", type));
+      type > static_cast<uint8_t>(FrameType::kError) ||
+      type == kRetiredAckType) {
+    return absl::DataLossError(absl::StrCat(
+        "frame header has unknown type ", type,
+        type == kRetiredAckType ? " (ACK, retired in version 2)" : ""));
   }
   h.type = static_cast<FrameType>(type);
   const char* name = FrameTypeName(h.type);
@@ -133,7 +136,6 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes) {
                                                 kHelloBodyBytes));
       }
       break;
-    case FrameType::kAck:
     case FrameType::kGoodbye:
       if (h.length != 0) {
         return absl::DataLossError(absl::StrCat(

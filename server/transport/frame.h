@@ -14,7 +14,9 @@ namespace starling {
 namespace transport {
 
 inline constexpr uint32_t kFrameMagic = 0x474C5453;  // "STLG"
-inline constexpr uint8_t kProtocolVersion = 1;
+// Version 2 retired ACK frames: a write completes when the sender's kernel
+// has taken it (frame_format.md).
+inline constexpr uint8_t kProtocolVersion = 2;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kMaxErrorMessageBytes = 1024;
 inline constexpr size_t kHelloBodyBytes = 24;
@@ -23,7 +25,7 @@ enum class FrameType : uint8_t {
   kHello = 1,
   kWrite = 2,
   kControl = 3,
-  kAck = 4,
+  // 4 was ACK in version 1; it is rejected as unknown.
   kGoodbye = 5,
   kError = 6,
 };
@@ -50,7 +52,7 @@ void EncodeFrameHeader(const FrameHeader& header,
 // Decodes and checks a header. DataLoss naming the field for: fewer than
 // kFrameHeaderBytes bytes, bad magic, checksum mismatch, unknown type,
 // nonzero flags or reserved word, and lengths or part counts the type
-// forbids (HELLO not kHelloBodyBytes, ACK/GOODBYE with payload, ERROR above
+// forbids (HELLO not kHelloBodyBytes, GOODBYE with payload, ERROR above
 // kMaxErrorMessageBytes, WRITE with part_count 0). The version is returned,
 // not checked: the handshake reports a mismatch with both versions.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes);

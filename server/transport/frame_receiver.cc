@@ -11,7 +11,7 @@ namespace starling {
 namespace transport {
 namespace {
 
-// Staging buffer size. Small frames (headers, control messages, ACKs, small
+// Staging buffer size. Small frames (headers, control messages, small
 // writes) are read many at a time through it.
 constexpr size_t kStagingBytes = 64 * 1024;
 
@@ -26,11 +26,10 @@ constexpr int kMaxReadsPerCall = 16;
 }  // namespace
 
 FrameReceiver::FrameReceiver(int peer, const RankNamer& name, Inbox* inbox,
-                             FrameSender* sender, size_t max_control_bytes)
+                             size_t max_control_bytes)
     : peer_(peer),
       name_(name),
       inbox_(inbox),
-      sender_(sender),
       max_control_bytes_(max_control_bytes),
       staging_(new uint8_t[kStagingBytes]) {}
 
@@ -123,20 +122,9 @@ FrameReceiver::Result FrameReceiver::Receive(ByteSource* source) {
     end_ += *got;
     if (*got < iov.iov_len) drained = true;
   }
-  absl::Status acked = SendAcks();
-  if (!acked.ok()) return Fail(std::move(acked), false);
   result = Result();
   result.drained = drained;
   return result;
-}
-
-absl::Status FrameReceiver::SendAcks() {
-  if (acks_owed_ == 0) return absl::OkStatus();
-  FrameHeader ack;
-  ack.type = FrameType::kAck;
-  ack.offset = acks_owed_;
-  acks_owed_ = 0;
-  return sender_->PostFrame(ack, {});
 }
 
 FrameReceiver::Result FrameReceiver::BeginFrame(const FrameHeader& header) {
@@ -166,15 +154,6 @@ FrameReceiver::Result FrameReceiver::BeginFrame(const FrameHeader& header) {
     case FrameType::kError:
       kind_ = Kind::kError;
       break;
-    case FrameType::kAck: {
-      absl::Status acked = sender_->Acked(header.offset);
-      if (!acked.ok()) {
-        return Fail(absl::DataLossError(absl::StrCat(
-                        "bad ACK from ", name_(peer_), ": ", acked.message())),
-                    true);
-      }
-      return Result();
-    }
     case FrameType::kGoodbye: {
       Result result;
       result.error = absl::UnavailableError(
@@ -223,7 +202,6 @@ FrameReceiver::Result FrameReceiver::FinishFrame() {
   dst_ = nullptr;
   switch (kind_) {
     case Kind::kWrite: {
-      ++acks_owed_;
       absl::Status status = inbox_->EndWrite(peer_, &landing_);
       if (!status.ok()) return Fail(std::move(status), true);
       break;

@@ -1,8 +1,9 @@
 // FrameReceiver: the receiving half of one stream connection. It reads
 // frames from a ByteSource, lands WRITE payloads straight in the registered
 // region (no intermediate copy for large payloads; small frames are batched
-// through a staging buffer), hands everything else to the Inbox or the
-// connection's FrameSender, and acknowledges consumed writes.
+// through a staging buffer) and hands everything else to the Inbox. Writes
+// are not acknowledged (frame_format.md): a rejected one ends the connection
+// with an ERROR frame, which the transport sends.
 //
 // Confined to the transport's I/O thread.
 #ifndef STARLING_SERVER_TRANSPORT_FRAME_RECEIVER_H_
@@ -18,7 +19,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/transport/frame.h"
-#include "server/transport/frame_sender.h"
 #include "server/transport/inbox.h"
 
 namespace starling {
@@ -49,9 +49,9 @@ class FrameReceiver {
     bool paused = false;
   };
 
-  // `inbox` and `sender` must outlive the receiver.
+  // `inbox` must outlive the receiver.
   FrameReceiver(int peer, const RankNamer& name, Inbox* inbox,
-                FrameSender* sender, size_t max_control_bytes);
+                size_t max_control_bytes);
   FrameReceiver(const FrameReceiver&) = delete;
   FrameReceiver& operator=(const FrameReceiver&) = delete;
   ~FrameReceiver();
@@ -77,13 +77,11 @@ class FrameReceiver {
   Result BeginFrame(const FrameHeader& header);
   Result StartWrite();
   Result FinishFrame();
-  absl::Status SendAcks();
   Result Fail(absl::Status error, bool send_error) const;
 
   const int peer_;
   const RankNamer name_;
   Inbox* const inbox_;
-  FrameSender* const sender_;
   const size_t max_control_bytes_;
 
   // Staging buffer: unread bytes are [start_, end_).
@@ -99,7 +97,6 @@ class FrameReceiver {
   std::byte* dst_ = nullptr;        // nullptr: discard
   uint64_t remaining_ = 0;          // payload bytes still to come
   bool paused_ = false;
-  uint64_t acks_owed_ = 0;
 };
 
 }  // namespace transport

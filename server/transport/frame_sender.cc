@@ -45,12 +45,11 @@ FrameSender::FrameSender(ByteChannel* channel, WriteTracker* tracker)
 
 FrameSender::~FrameSender() {
   absl::MutexLock lock(&mu_);
-  STARLING_CHECK(queue_.empty() && unacked_.empty())
-      << "frame sender destroyed with " << queue_.size() << " queued and "
-      << unacked_.size() << " unacknowledged frames";
+  STARLING_CHECK(queue_.empty())
+      << "frame sender destroyed with " << queue_.size() << " queued frames";
 }
 
-void FrameSender::Complete(const Unacked& write, const absl::Status& status) {
+void FrameSender::Complete(const Finished& write, const absl::Status& status) {
   if (write.part_count > 1) {
     tracker_->PartDone(write.seq, status);
   } else {
@@ -58,13 +57,24 @@ void FrameSender::Complete(const Unacked& write, const absl::Status& status) {
   }
 }
 
+void FrameSender::CompleteAll(const FinishedList& writes,
+                              const absl::Status& status) {
+  for (const Finished& write : writes) Complete(write, status);
+}
+
 absl::Status FrameSender::PostWrite(const FrameHeader& header,
                                     const std::byte* payload,
                                     Completion* done) {
-  absl::Status result;
+  FinishedList sent;
+  absl::Status channel_error;
+  bool failed = false;
+  absl::Status fail_status;
   {
     absl::MutexLock lock(&mu_);
-    if (!failed_) {
+    if (failed_) {
+      failed = true;
+      fail_status = fail_status_;
+    } else {
       Item item;
       EncodeFrameHeader(header, item.header);
       item.payload = payload;
@@ -72,42 +82,59 @@ absl::Status FrameSender::PostWrite(const FrameHeader& header,
       item.done = done;
       item.seq = header.seq;
       item.part_count = header.part_count;
-      return Enqueue(std::move(item));
+      channel_error = Enqueue(std::move(item), &sent);
     }
-    result = fail_status_;
   }
-  Complete(Unacked{done, header.seq, header.part_count}, result);
-  return absl::OkStatus();
+  if (failed) {
+    Complete(Finished{done, header.seq, header.part_count}, fail_status);
+    return absl::OkStatus();
+  }
+  // Frames the channel took whole stay sent even if it failed afterwards;
+  // the caller fails the rest through Fail().
+  CompleteAll(sent, absl::OkStatus());
+  return channel_error;
 }
 
 absl::Status FrameSender::PostFrame(const FrameHeader& header,
                                     std::vector<std::byte> payload) {
-  absl::MutexLock lock(&mu_);
-  if (failed_) return fail_status_;
-  Item item;
-  EncodeFrameHeader(header, item.header);
-  item.owned = std::move(payload);
-  item.payload = item.owned.data();
-  item.payload_bytes = item.owned.size();
-  return Enqueue(std::move(item));
+  FinishedList sent;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_) return fail_status_;
+    Item item;
+    EncodeFrameHeader(header, item.header);
+    item.owned = std::move(payload);
+    item.payload = item.owned.data();
+    item.payload_bytes = item.owned.size();
+    status = Enqueue(std::move(item), &sent);
+  }
+  CompleteAll(sent, absl::OkStatus());
+  return status;
 }
 
-absl::Status FrameSender::Enqueue(Item item) {
+absl::Status FrameSender::Enqueue(Item item, FinishedList* sent) {
   const bool was_empty = queue_.empty();
   queue_.push_back(std::move(item));
   // With frames already queued the channel is full (or the I/O thread is
   // about to flush): a send now would only return EAGAIN.
   if (!was_empty) return absl::OkStatus();
-  return FlushLocked();
+  return FlushLocked(sent);
 }
 
 absl::Status FrameSender::Flush() {
-  absl::MutexLock lock(&mu_);
-  if (failed_) return absl::OkStatus();
-  return FlushLocked();
+  FinishedList sent;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_) return absl::OkStatus();
+    status = FlushLocked(&sent);
+  }
+  CompleteAll(sent, absl::OkStatus());
+  return status;
 }
 
-absl::Status FrameSender::FlushLocked() {
+absl::Status FrameSender::FlushLocked(FinishedList* sent) {
   while (!queue_.empty()) {
     struct iovec iov[kMaxIovecs];
     int count = 0;
@@ -139,7 +166,7 @@ absl::Status FrameSender::FlushLocked() {
       if (bytes < total) break;
       bytes -= total;
       if (head.done != nullptr) {
-        unacked_.push_back(Unacked{head.done, head.seq, head.part_count});
+        sent->push_back(Finished{head.done, head.seq, head.part_count});
       }
       queue_.pop_front();
     }
@@ -160,26 +187,9 @@ absl::Status FrameSender::FlushLocked() {
   return absl::OkStatus();
 }
 
-absl::Status FrameSender::Acked(uint64_t count) {
-  // Completions are finished outside the lock; a small batch is typical.
-  std::vector<Unacked> done;
-  {
-    absl::MutexLock lock(&mu_);
-    if (count > unacked_.size()) {
-      return absl::DataLossError(
-          absl::StrCat("ACK for ", count, " writes but only ", unacked_.size(),
-                       " are unacknowledged"));
-    }
-    done.assign(unacked_.begin(), unacked_.begin() + count);
-    unacked_.erase(unacked_.begin(), unacked_.begin() + count);
-  }
-  for (const Unacked& write : done) Complete(write, absl::OkStatus());
-  return absl::OkStatus();
-}
-
 void FrameSender::Fail(const absl::Status& why,
                        const std::string& error_message) {
-  std::vector<Unacked> failed;
+  FinishedList failed;
   {
     absl::MutexLock lock(&mu_);
     if (failed_) return;
@@ -203,16 +213,14 @@ void FrameSender::Fail(const absl::Status& why,
     }
     for (const Item& item : queue_) {
       if (item.done != nullptr) {
-        failed.push_back(Unacked{item.done, item.seq, item.part_count});
+        failed.push_back(Finished{item.done, item.seq, item.part_count});
       }
     }
     queue_.clear();
     head_sent_bytes_ = 0;
-    failed.insert(failed.end(), unacked_.begin(), unacked_.end());
-    unacked_.clear();
     channel_->Shutdown(graceful);
   }
-  for (const Unacked& write : failed) Complete(write, why);
+  CompleteAll(failed, why);
 }
 
 void FrameSender::ShutdownWhenFlushed() {
@@ -224,7 +232,7 @@ void FrameSender::ShutdownWhenFlushed() {
 
 bool FrameSender::Idle() const {
   absl::MutexLock lock(&mu_);
-  return queue_.empty() && unacked_.empty();
+  return queue_.empty();
 }
 
 bool FrameSender::failed() const {

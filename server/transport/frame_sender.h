@@ -1,12 +1,18 @@
 // FrameSender: the sending half of one stream connection (a TCP socket, a
 // shared-memory ring). It queues frames, gathers header and payload into the
-// channel without copying the payload, and completes each WRITE frame when
-// the receiver's ACK for it arrives (frame_format.md). ByteChannel is what a
-// connection must offer it; WriteTracker completes writes split into parts.
+// channel without copying the payload, and completes each WRITE frame as
+// soon as the channel has taken all of its bytes (the kernel's socket buffer
+// or the peer's ring holds them, so the payload may be reused;
+// frame_format.md). A write the receiver then rejects fails the connection
+// with an ERROR frame, which becomes the writer's sticky status for that
+// peer. ByteChannel is what a connection must offer it; WriteTracker
+// completes writes split into parts.
 //
-// Thread-safe: application threads post, the transport's I/O thread flushes
-// and acknowledges. Completions are finished with no lock held, on whichever
-// of those threads saw the ACK or the failure.
+// Thread-safe: application threads post (and send at once when nothing is
+// queued, so a small write usually never leaves the caller's thread), the
+// transport's I/O thread flushes the rest. Completions are finished with no
+// lock held, on whichever of those threads handed the last byte over or saw
+// the failure.
 #ifndef STARLING_SERVER_TRANSPORT_FRAME_SENDER_H_
 #define STARLING_SERVER_TRANSPORT_FRAME_SENDER_H_
 
@@ -19,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -73,40 +80,39 @@ class FrameSender {
   FrameSender(ByteChannel* channel, WriteTracker* tracker);
   FrameSender(const FrameSender&) = delete;
   FrameSender& operator=(const FrameSender&) = delete;
-  // REQUIRES: Fail() was called, so no completion is left pending.
+  // REQUIRES: nothing is queued (Fail() was called or the queue drained), so
+  // no completion is left pending.
   ~FrameSender();
 
   // Queues WRITE frame `header` with `header.length` bytes at `payload`
   // (borrowed until `done` is finished) and sends what the channel takes
-  // now. `done` is finished when the part is acknowledged (through the
-  // tracker if header.part_count > 1), or with the sticky error. Returns a
-  // channel error that the caller must turn into a peer failure.
+  // now, on the calling thread, if nothing is queued before it. `done` is
+  // finished (through the tracker if header.part_count > 1) once the channel
+  // has taken the whole frame, possibly before PostWrite() returns, or with
+  // the sticky error. Returns a channel error that the caller must turn into
+  // a peer failure.
   absl::Status PostWrite(const FrameHeader& header, const std::byte* payload,
                          Completion* done);
 
-  // Queues a frame whose payload the sender owns (CONTROL, ACK, GOODBYE,
-  // ERROR). Returns the sticky error if the sender failed, or a channel
-  // error as PostWrite() does.
+  // Queues a frame whose payload the sender owns (CONTROL, GOODBYE). Returns
+  // the sticky error if the sender failed, or a channel error as PostWrite()
+  // does.
   absl::Status PostFrame(const FrameHeader& header,
                          std::vector<std::byte> payload);
 
   // Sends what the channel takes; for the I/O thread when writable.
   absl::Status Flush();
 
-  // The receiver consumed `count` more WRITE frames: completes them. DataLoss
-  // if more than are outstanding.
-  absl::Status Acked(uint64_t count);
-
-  // Fails everything queued or unacknowledged with `why` (and every later
-  // post), best-effort sends an ERROR frame carrying `error_message` first
-  // if not empty, and shuts the channel down. Idempotent.
+  // Fails every write not yet fully taken by the channel with `why` (and every
+  // later post), best-effort sends an ERROR frame carrying `error_message`
+  // first if not empty, and shuts the channel down. Idempotent.
   void Fail(const absl::Status& why, const std::string& error_message = "");
 
   // After the queue drains, shut the channel's outgoing direction down
   // gracefully (used after GOODBYE).
   void ShutdownWhenFlushed();
 
-  // True when nothing is queued and nothing awaits an ACK.
+  // True when nothing is queued.
   bool Idle() const;
   bool failed() const;
 
@@ -120,15 +126,22 @@ class FrameSender {
     uint32_t seq = 0;
     uint8_t part_count = 0;
   };
-  struct Unacked {
+  // A WRITE frame whose completion is due.
+  struct Finished {
     Completion* done = nullptr;
     uint32_t seq = 0;
     uint8_t part_count = 0;
   };
+  using FinishedList = absl::InlinedVector<Finished, 8>;
 
-  absl::Status Enqueue(Item item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Complete(const Unacked& write, const absl::Status& status);
+  // Both append the WRITE frames the channel took whole to `sent`, to be
+  // completed once the lock is released.
+  absl::Status Enqueue(Item item, FinishedList* sent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FlushLocked(FinishedList* sent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Complete(const Finished& write, const absl::Status& status);
+  void CompleteAll(const FinishedList& writes, const absl::Status& status);
 
   ByteChannel* const channel_;
   WriteTracker* const tracker_;
@@ -136,7 +149,6 @@ class FrameSender {
   mutable absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   size_t head_sent_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of queue_.front()
-  std::deque<Unacked> unacked_ ABSL_GUARDED_BY(mu_);
   bool want_writable_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_when_flushed_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;

@@ -82,11 +82,11 @@ TEST(Frame, NamesWhatIsWrong) {
 TEST(Frame, RejectsLengthsTheTypeForbids) {
   uint8_t bytes[kFrameHeaderBytes];
   FrameHeader h;
-  h.type = FrameType::kAck;
+  h.type = FrameType::kGoodbye;
   h.length = 1;
   EncodeFrameHeader(h, bytes);
   EXPECT_THAT(DecodeFrameHeader(bytes),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("ACK")));
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("GOODBYE")));
   h.type = FrameType::kHello;
   h.length = 5;
   EncodeFrameHeader(h, bytes);
@@ -120,6 +120,16 @@ TEST(Frame, UnknownTypeIsDataLoss) {
   EncodeFrameHeader(h, bytes);
   EXPECT_THAT(DecodeFrameHeader(bytes),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("type 42")));
+}
+
+TEST(Frame, RetiredAckTypeIsDataLoss) {
+  uint8_t bytes[kFrameHeaderBytes];
+  FrameHeader h;
+  h.type = static_cast<FrameType>(4);
+  EncodeFrameHeader(h, bytes);
+  EXPECT_THAT(DecodeFrameHeader(bytes),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("type 4 (ACK, retired in version 2)")));
 }
 
 }  // namespace

@@ -55,13 +55,17 @@ TEST(Handshake, AcceptsTheExpectedPeer) {
 
 TEST(Handshake, VersionMismatchNamesBothVersionsAndRanks) {
   Hello remote = MakeHello(3, 1);
-  remote.version = 2;
+  remote.version = kProtocolVersion + 1;
   EXPECT_THAT(
       CheckHello(MakeHello(1, 3), remote, -1, Name),
-      StatusIs(absl::StatusCode::kFailedPrecondition,
-               AllOf(HasSubstr("protocol version mismatch"),
-                     HasSubstr("rank 3 (127.0.0.1:7003) speaks version 2"),
-                     HasSubstr("rank 1 (127.0.0.1:7001) speaks version 1"))));
+      StatusIs(
+          absl::StatusCode::kFailedPrecondition,
+          AllOf(
+              HasSubstr("protocol version mismatch"),
+              HasSubstr(absl::StrCat("rank 3 (127.0.0.1:7003) speaks version ",
+                                     kProtocolVersion + 1)),
+              HasSubstr(absl::StrCat("rank 1 (127.0.0.1:7001) speaks version ",
+                                     kProtocolVersion)))));
 }
 
 TEST(Handshake, RefusesUnknownRankAndWrongGroupSize) {

@@ -1,5 +1,6 @@
 #include "server/transport/inbox.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -83,7 +84,7 @@ absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
     for (const auto& f : failed) {
       if (peers_[f.first].status.ok()) peers_[f.first].status = f.second;
     }
-    changed_.SignalAll();
+    Changed();
   }
   for (const auto& f : failed) {
     STARLING_LOG(ERROR) << f.second;
@@ -142,7 +143,7 @@ absl::Status Inbox::BeginWrite(int peer, const FrameHeader& header,
       absl::Status status =
           RangeError(peer, *region, header.offset, header.length);
       if (peers_[peer].status.ok()) peers_[peer].status = status;
-      changed_.SignalAll();
+      Changed();
       return status;
     }
     ++region->pins;
@@ -174,7 +175,7 @@ bool Inbox::LandingValid(const Landing& landing) {
 
 void Inbox::Unpin(Region* region) {
   if (--region->pins == 0 && region->leaving.load(std::memory_order_relaxed)) {
-    changed_.SignalAll();
+    Changed();
   }
 }
 
@@ -213,7 +214,7 @@ absl::Status Inbox::EndWrite(int peer, Landing* landing) {
       DropPiece(landing->header.region, landing->piece);
       if (!status.ok()) {
         if (peers_[peer].status.ok()) peers_[peer].status = status;
-        changed_.SignalAll();
+        Changed();
         landing->discarded = true;
         result = status;
       }
@@ -279,7 +280,7 @@ void Inbox::Publish(int peer, const PendingWrite& write) {
   notice.imm = write.imm;
   if (regions_.contains(write.region)) {
     notices_[write.region].push_back(notice);
-    changed_.SignalAll();
+    Changed();
   } else {
     deferred_notices_[write.region].push_back(notice);
   }
@@ -289,21 +290,21 @@ void Inbox::DeliverControl(int peer, uint32_t tag,
                            std::vector<std::byte> message) {
   absl::MutexLock lock(&mu_);
   control_[ControlKey(peer, tag)].push_back(std::move(message));
-  changed_.SignalAll();
+  Changed();
 }
 
 bool Inbox::FailPeer(int peer, const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   if (!peers_[peer].status.ok()) return false;
   peers_[peer].status = why;
-  changed_.SignalAll();
+  Changed();
   return true;
 }
 
 void Inbox::Shutdown() {
   absl::MutexLock lock(&mu_);
   shut_down_ = true;
-  changed_.SignalAll();
+  Changed();
 }
 
 absl::Status Inbox::PeerStatus(int peer) const {
@@ -318,6 +319,22 @@ absl::Status Inbox::PeerStatus(int peer) const {
 size_t Inbox::early_bytes() const {
   absl::MutexLock lock(&mu_);
   return early_bytes_;
+}
+
+void Inbox::Changed() {
+  epoch_.fetch_add(1, std::memory_order_release);
+  changed_.SignalAll();
+}
+
+bool Inbox::SpinForChange(uint64_t seen, absl::Time until) const {
+  for (int i = 1;; ++i) {
+    if (epoch_.load(std::memory_order_acquire) != seen) return true;
+    // Reading the clock costs more than a poll; look at it now and then.
+    if (i % 64 == 0 && absl::Now() >= until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
 }
 
 absl::Status Inbox::WaitError(int peer) const {
@@ -342,8 +359,16 @@ absl::StatusOr<WriteNotice> Inbox::WaitForWrite(const WriteMatch& match,
   }
   const absl::Time start = absl::Now();
   bool timed_out = false;
-  absl::MutexLock lock(&mu_);
+  // One bounded spin per call, before the first sleep: a write that lands
+  // within it is returned without a futex wake-up.
+  bool may_spin = options_.wait_spin > absl::ZeroDuration();
+  uint64_t seen = 0;
+  mu_.Lock();
   while (true) {
+    if (may_spin) {
+      // Re-checked below under the lock; a change since is seen by the spin.
+      seen = epoch_.load(std::memory_order_acquire);
+    }
     auto it = notices_.find(match.region);
     if (it != notices_.end()) {
       auto& queue = it->second;
@@ -352,12 +377,16 @@ absl::StatusOr<WriteNotice> Inbox::WaitForWrite(const WriteMatch& match,
             (!match.imm.has_value() || n->imm == *match.imm)) {
           WriteNotice notice = *n;
           queue.erase(n);
+          mu_.Unlock();
           return notice;
         }
       }
     }
     absl::Status error = WaitError(peer);
-    if (!error.ok()) return error;
+    if (!error.ok()) {
+      mu_.Unlock();
+      return error;
+    }
     if (timed_out) {
       // A timeout names whom we waited for.
       std::string from;
@@ -370,11 +399,21 @@ absl::StatusOr<WriteNotice> Inbox::WaitForWrite(const WriteMatch& match,
         }
         from = absl::StrCat("any of ", absl::StrJoin(names, ", "));
       }
+      mu_.Unlock();
       return absl::DeadlineExceededError(absl::StrCat(
           "no write to region ", RegionName(match.region),
           match.imm.has_value() ? absl::StrCat(" with imm ", *match.imm) : "",
           " from ", from, " within ",
           absl::FormatDuration(absl::Now() - start)));
+    }
+    if (may_spin) {
+      may_spin = false;
+      mu_.Unlock();
+      const bool changed = SpinForChange(
+          seen, std::min(deadline, absl::Now() + options_.wait_spin));
+      mu_.Lock();
+      // A change between the spin's end and the lock signalled no one.
+      if (changed || epoch_.load(std::memory_order_acquire) != seen) continue;
     }
     timed_out = changed_.WaitWithDeadline(&mu_, deadline);
   }

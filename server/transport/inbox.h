@@ -47,6 +47,9 @@ class Inbox {
     // A registration or deregistration happened: the I/O thread must retry
     // paused writes and re-check landings with LandingValid().
     std::function<void()> wake_io;
+    // WaitForWrite() with nothing to return spins this long (no lock held)
+    // before it sleeps, sparing a small write the sleeping thread's wake-up.
+    absl::Duration wait_spin = absl::ZeroDuration();
   };
 
   struct Region;
@@ -140,11 +143,19 @@ class Inbox {
   absl::Status RangeError(int peer, const Region& region, uint64_t offset,
                           uint64_t length) const;
   absl::Status WaitError(int peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes waiters and bumps epoch_.
+  void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Spins with no lock held until epoch_ moves past `seen` (true) or `until`
+  // passes (false).
+  bool SpinForChange(uint64_t seen, absl::Time until) const;
 
   const Options options_;
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // a notice, message, registration or failure
+  // Counts changed_ signals, for spinning waiters. Written under mu_ with
+  // release, read without it with acquire.
+  std::atomic<uint64_t> epoch_{0};
   absl::flat_hash_map<RegionId, std::unique_ptr<Region>> regions_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<RegionId, std::deque<WriteNotice>> notices_

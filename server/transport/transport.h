@@ -82,10 +82,16 @@ class Transport {
 
   // Posts a one-sided write of `data` into `peer`'s region `remote` at
   // `remote_offset_bytes`. Returns at once; `done` is completed (with the
-  // write's status) once `data` may be reused. The receiver validates the
-  // range against its registration: a write past the region's end is a
-  // DataLoss error on both sides. Writes to one peer land in post order per
-  // (region, imm) pair; do not rely on order across imm values.
+  // write's status) once `data` may be reused, which says nothing about
+  // whether it has landed: WaitForWrite() on the owner's side says that.
+  // (Stream transports complete it when their kernel or ring has taken the
+  // bytes, so a peer that shuts down after receiving them cannot fail it.)
+  // The receiver validates the range against its registration: a write past
+  // the region's end is a DataLoss error on the receiver, and becomes the
+  // writer's sticky status for that peer (naming the peer and the region),
+  // which fails its later writes and waits on that peer; the write's own
+  // `done` may already have completed Ok. Writes to one peer land in post
+  // order per (region, imm) pair; do not rely on order across imm values.
   // REQUIRES: `data` and `done` outlive the completion; 0 <= peer < size(),
   // peer != rank().
   virtual void Write(int peer, absl::Span<const std::byte> data,

@@ -64,8 +64,15 @@ TEST_F(FaultyTransportTest, CorruptedWriteTakesTheDataLossPath) {
   faulty_->CorruptNextWrite(1);
   Completion done;
   faulty_->Write(1, data_, 1, 0, 0, &done);
-  EXPECT_THAT(done.Wait(Soon()), StatusIs(absl::StatusCode::kDataLoss));
+  // Handed over whole; the receiver then rejects it, and its DataLoss comes
+  // back as the writer's sticky status for that peer.
+  EXPECT_OK(done.Wait(Soon()));
+  EXPECT_THAT(peer_->WaitForWrite(WriteMatch{1, 0, {}}, Soon()),
+              StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(peer_->PeerStatus(0), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(faulty_->WaitForWrite(WriteMatch{1, 1, {}}, Soon()),
+              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(faulty_->PeerStatus(1), StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST_F(FaultyTransportTest, DroppedControlAndClosedPeer) {

@@ -186,7 +186,7 @@ absl::Status ShmTransport::Start() {
     link->own_bell = &own_->header()->doorbell;
     link->sender = std::make_unique<FrameSender>(link.get(), &link->tracker);
     link->receiver = std::make_unique<FrameReceiver>(
-        p, [this](int r) { return PeerName(r); }, &inbox_, link->sender.get(),
+        p, [this](int r) { return PeerName(r); }, &inbox_,
         options_.max_control_bytes);
     link->remote->header()->mapped_by[me].store(1, std::memory_order_release);
     links_[p] = std::move(link);
@@ -404,6 +404,14 @@ void ShmTransport::Write(int peer, absl::Span<const std::byte> data,
     done->Finish(absl::InvalidArgumentError(absl::StrCat(
         "write of ", data.size(), " bytes at offset ", remote_offset_bytes,
         " to ", PeerName(peer), " overflows")));
+    return;
+  }
+  // The inbox holds the sticky status first (FailPeer() fails the senders
+  // after it): checking it here means a caller that saw the peer fail never
+  // gets a later write completed Ok.
+  absl::Status sticky = inbox_.PeerStatus(peer);
+  if (!sticky.ok()) {
+    done->Finish(sticky);
     return;
   }
   Link& link = *links_[peer];

@@ -5,8 +5,11 @@
 // differs: a ring per ordered pair of ranks, with futex doorbells.
 //
 // Data path: Write() copies header and payload into the peer's ring on the
-// caller's thread (the rest, when the ring is full, from the I/O thread);
-// the owner's I/O thread copies payloads straight into registered regions.
+// caller's thread (the rest, when the ring is full, from the I/O thread),
+// and completes once the whole frame is in the ring; the owner's I/O thread
+// copies payloads straight into registered regions. A rejected write comes
+// back as an ERROR frame and becomes the writer's sticky status for that
+// peer.
 // The I/O thread spins briefly when idle, then sleeps on its doorbell.
 //
 // Names: "/starling-<job_id>-r<rank>". Create() removes a stale segment of

@@ -27,29 +27,50 @@ using ::testing::HasSubstr;
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
-TEST(TcpFailure, OutOfRangeWriteIsDataLossOnBothSides) {
-  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+// A write completes once the writer's kernel has taken it, so a rejected
+// write fails on the receiver and comes back to the writer as its sticky
+// status for that peer (through an ERROR frame), failing its later ops.
+void ExpectOutOfRangeWriteIsStickyDataLoss(int sockets_per_peer) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2, [&](TcpOptions& options) {
+                         options.sockets_per_peer = sockets_per_peer;
+                       }));
   std::vector<std::byte> region(16, std::byte{0x11});
   ASSERT_OK(group[0]->RegisterRegion(7, absl::MakeSpan(region)));
   std::vector<std::byte> data(16, std::byte{0x22});
   Completion done;
   group[1]->Write(0, data, 7, 8, 0, &done);
-  EXPECT_THAT(done.Wait(Soon()),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr(group[1]->PeerName(0)),
-                             HasSubstr("16 bytes at offset 8"))));
-  // The receiver never wrote out of range, and its sticky error names the
-  // writer.
-  EXPECT_EQ(region, std::vector<std::byte>(16, std::byte{0x11}));
-  EXPECT_THAT(
-      group[0]->PeerStatus(1),
-      StatusIs(absl::StatusCode::kDataLoss, HasSubstr(group[0]->PeerName(1))));
+  // The buffer was handed over whole before the receiver looked at it.
+  EXPECT_OK(done.Wait(Soon()));
+  // The receiver never wrote out of range; its sticky error names the writer
+  // and the region.
+  const auto range_error =
+      AllOf(HasSubstr(group[0]->PeerName(1)), HasSubstr("16 bytes at offset 8"),
+            HasSubstr("region 0x7 of 16 bytes"));
   EXPECT_THAT(group[0]->WaitForWrite(WriteMatch{7, 1, {}}, Soon()),
-              StatusIs(absl::StatusCode::kDataLoss));
-  // Later writes fail at once with the sticky status.
+              StatusIs(absl::StatusCode::kDataLoss, range_error));
+  EXPECT_EQ(region, std::vector<std::byte>(16, std::byte{0x11}));
+  EXPECT_THAT(group[0]->PeerStatus(1),
+              StatusIs(absl::StatusCode::kDataLoss, range_error));
+  // The writer's next wait on that peer ends with the receiver's reason
+  // (this is what synchronizes the test), and so does everything after it.
+  const auto sticky = StatusIs(
+      absl::StatusCode::kDataLoss,
+      AllOf(HasSubstr(group[1]->PeerName(0)), HasSubstr("16 bytes at offset 8"),
+            HasSubstr("region 0x7")));
+  EXPECT_THAT(group[1]->WaitForWrite(WriteMatch{7, 0, {}}, Soon()), sticky);
+  EXPECT_THAT(group[1]->PeerStatus(0), sticky);
   Completion later;
   group[1]->Write(0, absl::MakeConstSpan(data.data(), 1), 7, 0, 0, &later);
-  EXPECT_THAT(later.Wait(Soon()), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(later.Wait(Soon()), sticky);
+  EXPECT_THAT(group[1]->SendControl(0, 0, data), sticky);
+}
+
+TEST(TcpFailure, OutOfRangeWriteIsDataLossOnReceiverAndStickyOnWriter) {
+  ExpectOutOfRangeWriteIsStickyDataLoss(1);
+}
+
+TEST(TcpFailure, OutOfRangeWriteIsStickyOnWriterOverSeveralSockets) {
+  ExpectOutOfRangeWriteIsStickyDataLoss(3);
 }
 
 TEST(TcpFailure, EarlyWriteOutOfRangeFailsAtRegistration) {
@@ -58,6 +79,10 @@ TEST(TcpFailure, EarlyWriteOutOfRangeFailsAtRegistration) {
   Completion done;
   group[1]->Write(0, data, 3, 0, 0, &done);
   ASSERT_OK(done.Wait(Soon()));
+  // A control message behind it on the same connection: once it is here,
+  // the write is held.
+  ASSERT_OK(group[1]->SendControl(0, 9, {}));
+  ASSERT_OK(group[0]->RecvControl(1, 9, Soon()).status());
   std::vector<std::byte> region(16);
   ASSERT_OK(group[0]->RegisterRegion(3, absl::MakeSpan(region)));
   EXPECT_THAT(group[0]->PeerStatus(1),
@@ -108,10 +133,13 @@ TEST(TcpFailure, ShutdownIsOrderly) {
 TEST(TcpFailure, AbortPeerFinishesPendingWritesBeforeReturning) {
   ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2, [](TcpOptions& options) {
                          options.max_early_bytes = 0;
+                         options.socket_send_buffer_bytes = 64 << 10;
+                         options.socket_recv_buffer_bytes = 64 << 10;
                        }));
-  // Rank 0 holds the write back (no region, no early room), so it stays
-  // unacknowledged.
-  std::vector<std::byte> data(1 << 16);
+  // Rank 0 holds the first write back (no region, no early room) and stops
+  // reading; neither write fits in the small socket buffers, so both stay
+  // queued on rank 1.
+  std::vector<std::byte> data(4 << 20);
   Completion done;
   group[1]->Write(0, data, 1, 0, 0, &done);
   group[1]->Write(0, data, 1, 0, 1, &done);
@@ -132,7 +160,7 @@ TEST(TcpFailure, HandshakeVersionMismatchNamesBothSides) {
     threads[r] = std::thread([&, r] {
       TcpOptions options = TestOptions(ports.peers(), r);
       options.connect_timeout = absl::Seconds(r == 0 ? 1 : 10);
-      if (r == 1) options.protocol_version_for_testing = 2;
+      if (r == 1) options.protocol_version_for_testing = kProtocolVersion + 1;
       results[r] = TcpTransport::Create(options);
     });
   }
@@ -144,8 +172,10 @@ TEST(TcpFailure, HandshakeVersionMismatchNamesBothSides) {
   EXPECT_THAT(results[1],
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("protocol version mismatch"),
-                             HasSubstr(rank1 + " speaks version 2"),
-                             HasSubstr(rank0 + " speaks version 1"))));
+                             HasSubstr(absl::StrCat(rank1, " speaks version ",
+                                                    kProtocolVersion + 1)),
+                             HasSubstr(absl::StrCat(rank0, " speaks version ",
+                                                    kProtocolVersion)))));
   EXPECT_THAT(results[0],
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        AllOf(HasSubstr("waiting for connections from " + rank1),

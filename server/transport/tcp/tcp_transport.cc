@@ -61,9 +61,9 @@ TcpTransport::TcpTransport(const TcpOptions& options)
           options.max_early_bytes, [this](int r) { return PeerName(r); },
           [this](int peer, const absl::Status& why) {
             // The inbox already made `why` sticky; tell the peer.
-            FailPeer(peer, why, 0, false);
+            FailPeer(peer, why, /*tell_peer=*/true, /*orderly=*/false);
           },
-          [this] { Wake(); }}) {}
+          [this] { Wake(); }, options.wait_spin}) {}
 
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
     const TcpOptions& options) {
@@ -110,8 +110,7 @@ absl::Status TcpTransport::Start(int listen_fd) {
       connection->sender =
           std::make_unique<FrameSender>(connection.get(), &peers_[r]->tracker);
       connection->receiver = std::make_unique<FrameReceiver>(
-          r, name, &inbox_, connection->sender.get(),
-          options_.max_control_bytes);
+          r, name, &inbox_, options_.max_control_bytes);
       peers_[r]->connections.push_back(std::move(connection));
     }
   }
@@ -198,7 +197,7 @@ void TcpTransport::Loop() {
           !connection->dead.load(std::memory_order_acquire)) {
         absl::Status flushed = connection->sender->Flush();
         if (!flushed.ok()) {
-          FailPeer(connection->peer(), flushed, -1, false);
+          FailPeer(connection->peer(), flushed, false, false);
         }
       }
       if (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
@@ -221,15 +220,14 @@ void TcpTransport::HandleReadable(TcpConnection* connection, uint32_t events) {
     FailPeer(peer,
              absl::UnavailableError(
                  absl::StrCat(PeerName(peer), " closed the connection")),
-             -1, false);
+             false, false);
     connection->receiver->Abandon();
     if (!connection->Drain()) CloseConnection(connection);
     return;
   }
   FrameReceiver::Result result = connection->receiver->Receive(connection);
   if (!result.error.ok()) {
-    FailPeer(peer, result.error, result.send_error ? connection->index() : -1,
-             result.orderly);
+    FailPeer(peer, result.error, result.send_error, result.orderly);
     connection->receiver->Abandon();
     if (!connection->Drain()) CloseConnection(connection);
     return;
@@ -253,8 +251,7 @@ void TcpTransport::HandleWakeup() {
       if (!receiver->paused()) continue;
       FrameReceiver::Result result = receiver->Resume();
       if (!result.error.ok()) {
-        FailPeer(connection->peer(), result.error,
-                 result.send_error ? connection->index() : -1, false);
+        FailPeer(connection->peer(), result.error, result.send_error, false);
         continue;
       }
       if (!result.paused) {
@@ -272,11 +269,11 @@ void TcpTransport::CloseConnection(TcpConnection* connection) {
   closed_cv_.SignalAll();
 }
 
-void TcpTransport::FailPeer(int peer, const absl::Status& why,
-                            int error_connection, bool orderly) {
+void TcpTransport::FailPeer(int peer, const absl::Status& why, bool tell_peer,
+                            bool orderly) {
   const bool first = inbox_.FailPeer(peer, why);
   const absl::Status sticky = first ? why : inbox_.PeerStatus(peer);
-  if (first || error_connection >= 0) {
+  if (first || tell_peer) {
     if (orderly || shutting_down_.load(std::memory_order_relaxed)) {
       STARLING_LOG(INFO) << PeerName(rank()) << ": " << sticky;
     } else {
@@ -284,10 +281,13 @@ void TcpTransport::FailPeer(int peer, const absl::Status& why,
                           << ": " << sticky;
     }
   }
+  // Every connection carries the ERROR: the peer may read any of them first
+  // and must learn why (a rejected write is DataLoss there too), not just see
+  // a connection close.
+  const std::string message =
+      tell_peer ? std::string(sticky.message()) : std::string();
   for (auto& connection : peers_[peer]->connections) {
-    connection->sender->Fail(sticky, connection->index() == error_connection
-                                         ? std::string(sticky.message())
-                                         : std::string());
+    connection->sender->Fail(sticky, message);
     // Release: the loop's acquire load sees the failed sender.
     connection->dead.store(true, std::memory_order_release);
   }
@@ -323,6 +323,14 @@ void TcpTransport::Write(int peer, absl::Span<const std::byte> data,
         " to ", PeerName(peer), " overflows")));
     return;
   }
+  // The inbox holds the sticky status first (FailPeer() fails the senders
+  // after it): checking it here means a caller that saw the peer fail never
+  // gets a later write completed Ok.
+  absl::Status sticky = inbox_.PeerStatus(peer);
+  if (!sticky.ok()) {
+    done->Finish(sticky);
+    return;
+  }
   Peer& target = *peers_[peer];
   const uint32_t seq = target.next_seq.fetch_add(1, std::memory_order_relaxed);
   const size_t connections = target.connections.size();
@@ -355,7 +363,7 @@ void TcpTransport::Write(int peer, absl::Span<const std::byte> data,
       if (status.ok()) status = posted;
     }
   }
-  if (!status.ok()) FailPeer(peer, status, -1, false);
+  if (!status.ok()) FailPeer(peer, status, false, false);
 }
 
 absl::StatusOr<WriteNotice> TcpTransport::WaitForWrite(const WriteMatch& match,
@@ -385,7 +393,7 @@ absl::Status TcpTransport::SendControl(int peer, uint32_t tag,
   absl::Status status = peers_[peer]->connections[0]->sender->PostFrame(
       header, std::vector<std::byte>(message.begin(), message.end()));
   if (!status.ok()) {
-    FailPeer(peer, status, -1, false);
+    FailPeer(peer, status, false, false);
     return inbox_.PeerStatus(peer);
   }
   return absl::OkStatus();
@@ -402,7 +410,7 @@ absl::Status TcpTransport::PeerStatus(int peer) const {
 
 void TcpTransport::AbortPeer(int peer, const absl::Status& why) {
   if (!ValidPeer(peer)) return;
-  FailPeer(peer, why.ok() ? absl::AbortedError("aborted") : why, -1, false);
+  FailPeer(peer, why.ok() ? absl::AbortedError("aborted") : why, false, false);
 }
 
 }  // namespace tcp

@@ -3,23 +3,33 @@
 // handshake (mesh.h) and starts one event-loop thread; frames follow
 // frame_format.md.
 //
-// Data path. Write() runs on the caller's thread: it encodes a header and
-// gathers header + payload into the socket with one sendmsg() (no copy of
-// the payload, several queued frames per call); what the socket does not
-// take, the event loop sends when it becomes writable. Writes of at least
-// stripe_min_bytes are split across the peer's sockets_per_peer connections.
-// The loop (epoll, level-triggered) reads payloads straight into registered
-// regions, batches small frames through a staging buffer, and acknowledges
-// writes; a write's Completion finishes on the ACK, so a write the receiver
-// rejects fails on both sides. Socket buffers are left to the kernel's
-// autotuning by default: on loopback, fixed sizes of 4-8 MiB measured no
-// faster (options allow setting them).
+// Data path. Write() runs on the caller's thread: it encodes a header and,
+// when nothing is queued on the socket, gathers header + payload into it
+// with one non-blocking sendmsg() (no copy of the payload, no thread hop);
+// what the socket does not take, the event loop sends when it becomes
+// writable. A write's Completion finishes once the kernel has taken its last
+// byte (for a small write, before Write() returns): its buffer may then be
+// reused. No acknowledgement travels back (frame_format.md). Writes of at
+// least stripe_min_bytes are split across the peer's sockets_per_peer
+// connections. The loop (epoll, level-triggered) reads payloads straight
+// into registered regions and batches small frames through a staging
+// buffer. WaitForWrite() spins up to wait_spin (50 us) before sleeping, so a
+// small write's hot path is one sendmsg() on the writer's thread, one epoll
+// wake-up of the receiver's loop and, usually, no futex wake-up. A write the
+// receiver rejects (past its region's end) is DataLoss there; the receiver
+// sends it back as an ERROR frame on every connection and closes, and it
+// becomes the writer's sticky status for that peer (the write's own Completion
+// may already have finished Ok). Socket buffers are left to the kernel's
+// autotuning by default: on loopback, fixed sizes of 4-8 MiB measured no faster
+// (options allow setting them).
 //
 // Failures. A peer's EOF or reset, a malformed frame, an out-of-range write
 // or AbortPeer() fail that peer: its sticky status fails pending and later
-// writes and wakes waits on it. The destructor says GOODBYE to each peer so
-// that they see an orderly shutdown, waits (bounded) for them, then joins
-// the loop.
+// writes and wakes waits on it. The destructor queues GOODBYE behind every
+// frame already queued, so those are flushed first, shuts each socket's
+// sending side once flushed, waits (bounded by shutdown_timeout) for peers
+// to close, then joins the loop. A peer that reads GOODBYE fails only writes
+// it has not yet handed to its kernel; writes already sent stay Ok.
 //
 // Thread-safe (every Transport method, from any thread). Threads: one event
 // loop, named in logs by its thread id.
@@ -94,8 +104,9 @@ class TcpTransport : public Transport {
   void HandleReadable(TcpConnection* connection, uint32_t events);
   void HandleWakeup();
   // Fails `peer` with `why` (unless it already failed) and every connection
-  // to it; `error_connection` (or -1) tells the peer through an ERROR frame.
-  void FailPeer(int peer, const absl::Status& why, int error_connection,
+  // to it; `tell_peer` sends the sticky status to the peer as an ERROR frame
+  // on each connection first. `orderly`: the peer said GOODBYE.
+  void FailPeer(int peer, const absl::Status& why, bool tell_peer,
                 bool orderly);
   void CloseConnection(TcpConnection* connection);
   bool ValidPeer(int peer) const;
