@@ -1,6 +1,7 @@
 #include "server/collective/butterfly.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "server/collective/shard_layout.h"
 
@@ -47,6 +48,8 @@ class Geometry {
     }
     return r;
   }
+
+  size_t VectorBytes() const { return layout_.count() * element_bytes_; }
 
   size_t FoldBytes() const {
     return extras_ > 0 ? layout_.count() * element_bytes_ : 0;
@@ -188,6 +191,65 @@ absl::Status FoldOut(OpContext* ctx, const Geometry& g, bool whole) {
 
 // Recursive halving among the active ranks; leaves slot `rank` reduced (and
 // averaged, for kAverage).
+bool UsesDoubling(OpKind kind, size_t bytes, size_t doubling_max_bytes) {
+  return kind == OpKind::kAllReduce && bytes <= doubling_max_bytes;
+}
+
+// Recursive doubling's scratch, after the fold area: one receive area per
+// step (a partner may run a step ahead of us), then two accumulators that
+// alternate, so a vector still being sent is never overwritten.
+size_t DoublingScratchBytes(const Geometry& g) {
+  return g.FoldBytes() + (g.levels() + 2) * g.VectorBytes();
+}
+
+// Step j: send the running sum to partner rank ^ 2^j, add the partner's.
+// The sum lives in `data` at first, then alternates between the two
+// accumulators; the last step writes it back into `data`.
+absl::Status WholeVectorDoubling(OpContext* ctx, const Geometry& g) {
+  const int rank = ctx->rank();
+  if (rank >= g.active()) return absl::OkStatus();
+  const size_t n = g.VectorBytes();
+  const absl::Span<std::byte> data = ctx->data();
+  const absl::Span<std::byte> scratch = ctx->scratch();
+  const size_t receive_base = g.FoldBytes();
+  const size_t accumulator_base = receive_base + g.levels() * n;
+  absl::Span<std::byte> sum = data;
+  int data_sent_to = -1;  // the partner `data` itself was sent to
+  for (int j = 0; j < g.levels(); ++j) {
+    ctx->SetStep("recursive doubling", j + 1, g.levels());
+    const int partner = rank ^ (1 << j);
+    const size_t receive_at = receive_base + j * n;
+    ctx->PostChunks(partner, sum, Region::kScratch, receive_at,
+                    g.HalvingStep(j));
+    if (sum.data() == data.data()) data_sent_to = partner;
+    const bool last = j + 1 == g.levels();
+    absl::Span<std::byte> next =
+        last ? data : scratch.subspan(accumulator_base + (j % 2) * n, n);
+    // `next` held the sum sent in step j-1 (or is `data`, sent in step 0):
+    // those writes must have left it before it is overwritten.
+    if (last && data_sent_to >= 0) {
+      absl::Status s = ctx->AwaitWritesTo(data_sent_to);
+      if (!s.ok()) return s;
+    } else if (!last && j >= 2) {
+      absl::Status s = ctx->AwaitWritesTo(rank ^ (1 << (j - 1)));
+      if (!s.ok()) return s;
+    }
+    const absl::Span<const std::byte> in = scratch.subspan(receive_at, n);
+    absl::Status s = ctx->ReceiveChunks(
+        partner, Region::kScratch, n, g.HalvingStep(j), 0, [&](const Chunk& c) {
+          if (next.data() != sum.data()) {
+            std::memcpy(next.data() + c.offset_bytes,
+                        sum.data() + c.offset_bytes, c.length_bytes);
+          }
+          return ctx->ReduceInto(next.subspan(c.offset_bytes, c.length_bytes),
+                                 in.subspan(c.offset_bytes, c.length_bytes));
+        });
+    if (!s.ok()) return s;
+    sum = next;
+  }
+  return ctx->AverageIfNeeded(data);
+}
+
 absl::Status Halving(OpContext* ctx, const Geometry& g) {
   const int rank = ctx->rank();
   if (rank >= g.active()) return absl::OkStatus();
@@ -273,15 +335,25 @@ absl::Status AllGatherWith(OpContext* ctx, const Geometry& g) {
 }  // namespace
 
 size_t ButterflyScratchBytes(OpKind kind, size_t count, size_t element_bytes,
-                             int size) {
+                             int size, size_t doubling_max_bytes) {
   if (kind != OpKind::kAllReduce && kind != OpKind::kReduceScatter) return 0;
-  return Geometry(count, element_bytes, size).ScratchBytes();
+  const Geometry g(count, element_bytes, size);
+  if (UsesDoubling(kind, count * element_bytes, doubling_max_bytes)) {
+    return DoublingScratchBytes(g);
+  }
+  return g.ScratchBytes();
 }
 
 absl::Status ButterflyAllReduce(OpContext* ctx) {
   const Geometry g = MakeGeometry(*ctx);
   absl::Status s = FoldInReduce(ctx, g);
   if (!s.ok()) return s;
+  if (UsesDoubling(OpKind::kAllReduce, ctx->data().size(),
+                   ctx->doubling_max_bytes())) {
+    s = WholeVectorDoubling(ctx, g);
+    if (!s.ok()) return s;
+    return FoldOut(ctx, g, /*whole=*/true);
+  }
   s = Halving(ctx, g);
   if (!s.ok()) return s;
   s = Doubling(ctx, g);

@@ -11,6 +11,12 @@
 // every rank holds every block. Costs per rank (n = data bytes, P ranks):
 // reduce-scatter and all-gather each send and receive (P-1)/P * n in
 // log2(P) steps; folding adds n to and from each partner.
+//
+// Small all-reduces (at most doubling_max_bytes) skip the halving:
+// the active ranks exchange the whole vector with partner rank ^ 2^j for
+// j = 0..log2(P)-1 and reduce (recursive doubling), which costs log2(P)
+// latencies instead of the 2 log2(P) of halving + doubling, while the bytes
+// moved (log2(P) * n) still cost little at that size.
 // Free functions on one op's context; thread-compatible.
 #ifndef STARLING_SERVER_COLLECTIVE_BUTTERFLY_H_
 #define STARLING_SERVER_COLLECTIVE_BUTTERFLY_H_
@@ -27,7 +33,7 @@ namespace collective {
 // Scratch bytes the butterfly needs for `kind` over `count` elements of
 // `element_bytes` on a group of `size` ranks (the same on every rank).
 size_t ButterflyScratchBytes(OpKind kind, size_t count, size_t element_bytes,
-                             int size);
+                             int size, size_t doubling_max_bytes);
 
 absl::Status ButterflyAllReduce(OpContext* ctx);
 absl::Status ButterflyReduceScatter(OpContext* ctx);

@@ -14,7 +14,24 @@ namespace {
 constexpr Algorithm kAlgorithm = Algorithm::kButterfly;
 
 TEST(Butterfly, AllReduceMatchesReferenceOnEveryGridCase) {
+  // Every grid length is below doubling_max_bytes: recursive doubling.
   for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
+    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
+  }
+}
+
+TEST(Butterfly, HalvingAllReduceMatchesReferenceOnEveryGridCase) {
+  for (GridCase c : SmallGrid(/*all_types=*/true)) {
+    c.doubling_max_bytes = 0;
+    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
+  }
+}
+
+TEST(Butterfly, DoublingOverlapsStepsWithoutOverwritingSentSums) {
+  // 16 ranks: 4 doubling steps, so both accumulators are reused while a
+  // partner may still be reading; 24-byte chunks.
+  for (int size : {2, 8, 16, 13}) {
+    GridCase c{size, 4001, DataType::kFloat64, ReduceOp::kSum, 24};
     ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
   }
 }
@@ -60,10 +77,16 @@ TEST(Butterfly, FoldsRanksBeyondPowerOfTwo) {
 
 TEST(Butterfly, ScratchNeedsNoMoreThanFoldPlusVector) {
   // Power of two: the halving areas sum to less than the vector.
-  EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 8), 4000u);
+  EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 8, 0), 4000u);
   // With extras: the fold area (the vector) plus the halving areas.
-  EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 6), 2 * 4000u);
-  EXPECT_EQ(ButterflyScratchBytes(OpKind::kAllGather, 1000, 4, 6), 0u);
+  EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 6, 0),
+            2 * 4000u);
+  EXPECT_EQ(ButterflyScratchBytes(OpKind::kAllGather, 1000, 4, 6, 0), 0u);
+  // Recursive doubling: fold area, one receive area per step, two sums.
+  EXPECT_EQ(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 8, 1 << 16),
+            (3 + 2) * 4000u);
+  EXPECT_EQ(ButterflyScratchBytes(OpKind::kAllReduce, 1000, 4, 6, 1 << 16),
+            4000u + (2 + 2) * 4000u);
 }
 
 }  // namespace

@@ -257,6 +257,7 @@ absl::Status CheckCollective(
 
   CommunicatorOptions options;
   options.chunk_bytes = c.chunk_bytes;
+  options.selector.doubling_max_bytes = c.doubling_max_bytes;
   options.timeout = absl::Seconds(20);
   RankBody body = [&](int rank, Communicator* comm) -> absl::Status {
     std::vector<std::byte> data = inputs[rank];

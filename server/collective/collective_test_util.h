@@ -35,6 +35,9 @@ struct GridCase {
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   size_t chunk_bytes = ChunkPlanner::kDefaultChunkBytes;
+  // SelectorOptions::doubling_max_bytes: the butterfly's recursive doubling
+  // for small all-reduces (0: always recursive halving + doubling).
+  size_t doubling_max_bytes = SelectorOptions().doubling_max_bytes;
   std::string ToString() const;
 };
 

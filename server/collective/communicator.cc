@@ -14,10 +14,12 @@ namespace collective {
 namespace {
 
 size_t ScratchBytes(Algorithm algorithm, OpKind kind, size_t count,
-                    size_t element_bytes, int size, int rank) {
+                    size_t element_bytes, int size, int rank,
+                    size_t doubling_max_bytes) {
   switch (algorithm) {
     case Algorithm::kButterfly:
-      return ButterflyScratchBytes(kind, count, element_bytes, size);
+      return ButterflyScratchBytes(kind, count, element_bytes, size,
+                                   doubling_max_bytes);
     case Algorithm::kRing:
       return RingScratchBytes(kind, count, element_bytes, size);
     case Algorithm::kTree:
@@ -155,13 +157,15 @@ absl::Status Communicator::Run(OpKind kind, absl::Span<std::byte> data,
                        : SelectAlgorithm(options_.selector, kind, data.size(),
                                          size(), call.algorithm);
   AlgorithmFn fn = Dispatch(kind, desc.algorithm);
-  const size_t scratch_bytes = ScratchBytes(desc.algorithm, kind, desc.count,
-                                            element_bytes, size(), rank());
+  const size_t scratch_bytes =
+      ScratchBytes(desc.algorithm, kind, desc.count, element_bytes, size(),
+                   rank(), options_.selector.doubling_max_bytes);
   if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);
 
   OpContext ctx(transport_, desc, timeout, data,
                 absl::MakeSpan(scratch_).first(scratch_bytes),
-                options_.chunk_bytes, &completions_);
+                options_.chunk_bytes, options_.selector.doubling_max_bytes,
+                &completions_);
   absl::Status status = ctx.Start();
   if (status.ok() && fn != nullptr) status = fn(&ctx);
   return ctx.Finish(std::move(status));

@@ -24,6 +24,7 @@ OpContext::OpContext(
     transport::Transport* transport, const OpDescriptor& desc,
     absl::Duration timeout, absl::Span<std::byte> data,
     absl::Span<std::byte> scratch, size_t chunk_bytes,
+    size_t doubling_max_bytes,
     std::vector<std::unique_ptr<transport::Completion>>* completions)
     : transport_(transport),
       desc_(desc),
@@ -35,6 +36,7 @@ OpContext::OpContext(
       scratch_(scratch),
       element_bytes_(DataTypeBytes(desc.dtype)),
       planner_(element_bytes_, chunk_bytes),
+      doubling_max_bytes_(doubling_max_bytes),
       completions_(completions),
       wrote_to_(size_, false) {}
 
@@ -168,6 +170,29 @@ absl::Status OpContext::AverageIfNeeded(absl::Span<std::byte> data) const {
   return s;
 }
 
+absl::Status OpContext::AwaitWritesTo(int peer) {
+  if (!wrote_to_[peer]) return absl::OkStatus();
+  std::unique_ptr<transport::Completion>& done = (*completions_)[peer];
+  absl::Status written = done->Wait(
+      deadline_, absl::StrCat("writes to ", transport_->PeerName(peer)));
+  if (written.code() == absl::StatusCode::kDeadlineExceeded &&
+      done->pending() > 0) {
+    written = absl::DeadlineExceededError(
+        absl::StrCat(Where(), ": writes to ", transport_->PeerName(peer),
+                     " not finished within ", absl::FormatDuration(timeout_)));
+    transport_->AbortPeer(peer, written);
+    // AbortPeer finished the writes; this returns at once.
+    done->Wait(absl::InfiniteFuture()).IgnoreError();
+  }
+  if (!written.ok()) {
+    // A Completion keeps its first error forever: start afresh.
+    done = std::make_unique<transport::Completion>();
+    return Annotate(written, absl::StrCat(Where(), ": writing to ",
+                                          transport_->PeerName(peer)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status OpContext::Finish(absl::Status status) {
   // Every peer's descriptor is checked even by ranks that only sent (a
   // broadcast root), so that a mismatch is reported on every rank.
@@ -175,27 +200,8 @@ absl::Status OpContext::Finish(absl::Status status) {
   // A failed op waits only until the deadline, then aborts the peer so its
   // pending writes finish before we return.
   for (int peer = 0; peer < size_; ++peer) {
-    if (!wrote_to_[peer]) continue;
-    std::unique_ptr<transport::Completion>& done = (*completions_)[peer];
-    absl::Status written = done->Wait(
-        deadline_, absl::StrCat("writes to ", transport_->PeerName(peer)));
-    if (written.code() == absl::StatusCode::kDeadlineExceeded &&
-        done->pending() > 0) {
-      written = absl::DeadlineExceededError(absl::StrCat(
-          Where(), ": writes to ", transport_->PeerName(peer),
-          " not finished within ", absl::FormatDuration(timeout_)));
-      transport_->AbortPeer(peer, written);
-      // AbortPeer finished the writes; this returns at once.
-      done->Wait(absl::InfiniteFuture()).IgnoreError();
-    }
-    if (!written.ok()) {
-      if (status.ok()) {
-        status = Annotate(written, absl::StrCat(Where(), ": writing to ",
-                                                transport_->PeerName(peer)));
-      }
-      // A Completion keeps its first error forever: start afresh.
-      done = std::make_unique<transport::Completion>();
-    }
+    absl::Status written = AwaitWritesTo(peer);
+    if (!written.ok() && status.ok()) status = written;
   }
   if (data_registered_) {
     // NotFound cannot happen (we registered it); nothing to do either way.

@@ -66,6 +66,7 @@ class OpContext {
   OpContext(transport::Transport* transport, const OpDescriptor& desc,
             absl::Duration timeout, absl::Span<std::byte> data,
             absl::Span<std::byte> scratch, size_t chunk_bytes,
+            size_t doubling_max_bytes,
             std::vector<std::unique_ptr<transport::Completion>>* completions);
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
@@ -77,6 +78,8 @@ class OpContext {
   absl::Span<std::byte> data() const { return data_; }
   absl::Span<std::byte> scratch() const { return scratch_; }
   const ChunkPlanner& planner() const { return planner_; }
+  // SelectorOptions::doubling_max_bytes of the communicator.
+  size_t doubling_max_bytes() const { return doubling_max_bytes_; }
 
   // Names the current step in error messages: "reduce-scatter step 2 of 3".
   void SetStep(absl::string_view phase, int step, int steps);
@@ -109,6 +112,11 @@ class OpContext {
   // Divides by the group size if the op is kAverage; no-op otherwise.
   absl::Status AverageIfNeeded(absl::Span<std::byte> data) const;
 
+  // Waits until every write this op posted to `peer` has left its buffer
+  // (the buffer may be written again). At the op deadline the peer is
+  // aborted and a DeadlineExceeded error naming it returned.
+  absl::Status AwaitWritesTo(int peer);
+
   // Receives and checks every peer's descriptor (done once per op).
   absl::Status CheckPeers();
 
@@ -134,6 +142,7 @@ class OpContext {
   const absl::Span<std::byte> scratch_;
   const size_t element_bytes_;
   const ChunkPlanner planner_;
+  const size_t doubling_max_bytes_;
   std::vector<std::unique_ptr<transport::Completion>>* const completions_;
 
   std::vector<bool> wrote_to_;  // peers this op posted writes to

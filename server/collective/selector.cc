@@ -11,7 +11,9 @@ Algorithm SelectAlgorithm(const SelectorOptions& options, OpKind kind,
   if (kind == OpKind::kBroadcast) {
     return small ? Algorithm::kTree : Algorithm::kButterfly;
   }
-  if (kind == OpKind::kAllReduce && small) return Algorithm::kTree;
+  // Small all-reduces: the butterfly's recursive doubling (log2 N latencies;
+  // the tree needs 2 log2 N).
+  if (kind == OpKind::kAllReduce && small) return Algorithm::kButterfly;
   const bool power_of_two = (group_size & (group_size - 1)) == 0;
   if (!power_of_two && bytes >= options.ring_min_bytes) return Algorithm::kRing;
   return Algorithm::kButterfly;

@@ -3,8 +3,10 @@
 //
 // Defaults (first match wins):
 //   group of 1 ranks                       -> butterfly (nothing moves)
-//   all-reduce below tree_max_bytes        -> tree (fewest latencies with
-//                                             the whole vector per hop)
+//   all-reduce below tree_max_bytes        -> butterfly, which below
+//                                             doubling_max_bytes is recursive
+//                                             doubling: log2 N latencies,
+//                                             half the tree's 2 log2 N
 //   N a power of two                       -> butterfly
 //   N not a power of two, >= ring_min_bytes -> ring (the butterfly's fold
 //                                             moves n extra bytes over the
@@ -38,6 +40,10 @@ struct SelectorOptions {
   size_t tree_max_bytes = 16 * 1024;
   // Non-power-of-two groups use the ring from this many bytes on.
   size_t ring_min_bytes = 1024 * 1024;
+  // Butterfly all-reduces up to this many bytes exchange the whole vector
+  // (recursive doubling, log2 N latencies) instead of halving + doubling
+  // (2 log2 N latencies). 0 turns it off.
+  size_t doubling_max_bytes = 64 * 1024;
 };
 
 // The algorithm for `kind` over `bytes` on `group_size` ranks. Returns

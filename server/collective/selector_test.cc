@@ -6,9 +6,18 @@ namespace starling {
 namespace collective {
 namespace {
 
-TEST(Selector, SmallAllReduceUsesTheTree) {
+TEST(Selector, SmallAllReduceUsesTheButterflysRecursiveDoubling) {
   const SelectorOptions options;
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1024, 8),
+            Algorithm::kButterfly);
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1024, 5),
+            Algorithm::kButterfly);
+  EXPECT_LE(options.tree_max_bytes, options.doubling_max_bytes);
+}
+
+TEST(Selector, SmallBroadcastUsesTheTree) {
+  const SelectorOptions options;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kBroadcast, 1024, 8),
             Algorithm::kTree);
 }
 
