@@ -2,28 +2,32 @@
 // group size when the caller asks for Algorithm::kAuto.
 //
 // Defaults (first match wins):
-//   group of 1 ranks                       -> butterfly (nothing moves)
-//   all-reduce below tree_max_bytes        -> butterfly, which below
-//                                             doubling_max_bytes is recursive
-//                                             doubling: log2 N latencies,
-//                                             half the tree's 2 log2 N
-//   N a power of two                       -> butterfly
-//   N not a power of two, >= ring_min_bytes -> ring (the butterfly's fold
-//                                             moves n extra bytes over the
-//                                             partner links)
+//   group of 1 rank                        -> butterfly (nothing moves)
+//   broadcast below tree_max_bytes         -> tree; other broadcasts ->
+//                                             butterfly (scatter +
+//                                             all-gather)
+//   all-reduce up to doubling_max_bytes    -> butterfly, which at that size
+//                                             is recursive doubling: log2 N
+//                                             latencies, half the tree's
+//   ring_min_bytes and more                -> ring
 //   otherwise                              -> butterfly
-//   broadcast below tree_max_bytes         -> tree; else butterfly (scatter
-//                                             + all-gather)
 // Reduce-broadcast is never chosen automatically: it is the baseline.
 //
-// How the thresholds are meant to be measured (the benchmark's job): on the
-// target cluster, for each N in {2, 3, 4, 5, 8, 16, ...} and each algorithm
-// forced through CallOptions, time AllReduce over sizes 2^k bytes, k = 4..30
-// (median of >= 20 iterations after warm-up). tree_max_bytes is the largest
-// size at which the tree still beats the butterfly for power-of-two N;
-// ring_min_bytes is the smallest size at which the ring beats the butterfly
-// for non-power-of-two N. Every rank of a group must use the same thresholds
-// (the op descriptor exchange reports a mismatch otherwise).
+// Why the ring for large vectors: both move the bandwidth-optimal
+// 2(N-1)/N * n bytes per rank, but on TCP the ring keeps one steady stream
+// per link while the butterfly switches partners every step, and each new
+// stream's first round trips and queueing showed as a wider spread of step
+// times (4 hosts at 1 Gbit/s, 1e6 floats: ring median 1.09x the bound,
+// butterfly 1.36x with the same minimum; tests/bench/RESULTS.md).
+//
+// How the thresholds are measured: on the target cluster, for each N and
+// each algorithm forced through CallOptions, time AllReduce over sizes
+// 4^k bytes with starling-bench --csv --algo all (median of >= 20 timed
+// iterations after warm-up) and read the crossovers with
+// tests/bench/crossover.py. doubling_max_bytes is where the butterfly's
+// recursive doubling stops beating the ring, ring_min_bytes where the ring
+// starts beating the butterfly. Every rank of a group must use the same
+// thresholds (the op descriptor exchange reports a mismatch otherwise).
 // Value type; thread-compatible.
 #ifndef STARLING_SERVER_COLLECTIVE_SELECTOR_H_
 #define STARLING_SERVER_COLLECTIVE_SELECTOR_H_
@@ -38,8 +42,9 @@ namespace collective {
 struct SelectorOptions {
   // All-reduce and broadcast below this many bytes use the binomial tree.
   size_t tree_max_bytes = 16 * 1024;
-  // Non-power-of-two groups use the ring from this many bytes on.
-  size_t ring_min_bytes = 1024 * 1024;
+  // All-reduce, reduce-scatter and all-gather use the ring from this many
+  // bytes on (measured crossover on 4 hosts at 1 Gbit/s: 64 KiB).
+  size_t ring_min_bytes = 64 * 1024;
   // Butterfly all-reduces up to this many bytes exchange the whole vector
   // (recursive doubling, log2 N latencies) instead of halving + doubling
   // (2 log2 N latencies). 0 turns it off.

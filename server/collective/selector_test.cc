@@ -21,19 +21,21 @@ TEST(Selector, SmallBroadcastUsesTheTree) {
             Algorithm::kTree);
 }
 
-TEST(Selector, LargePowerOfTwoGroupsUseTheButterfly) {
+TEST(Selector, LargeVectorsUseTheRingOnEveryGroupSize) {
   const SelectorOptions options;
-  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64 << 20, 8),
-            Algorithm::kButterfly);
-  EXPECT_EQ(SelectAlgorithm(options, OpKind::kReduceScatter, 100, 4),
-            Algorithm::kButterfly);
+  for (int n : {2, 4, 6, 8, 13}) {
+    EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64 << 20, n),
+              Algorithm::kRing);
+    EXPECT_EQ(SelectAlgorithm(options, OpKind::kReduceScatter, 1 << 20, n),
+              Algorithm::kRing);
+  }
 }
 
-TEST(Selector, LargeNonPowerOfTwoGroupsUseTheRing) {
+TEST(Selector, MidSizedReduceScatterUsesTheButterfly) {
   const SelectorOptions options;
-  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64 << 20, 6),
-            Algorithm::kRing);
-  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64 << 10, 6),
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kReduceScatter, 100, 4),
+            Algorithm::kButterfly);
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllGather, 1000, 6),
             Algorithm::kButterfly);
 }
 
@@ -47,8 +49,12 @@ TEST(Selector, ForcedAlgorithmWins) {
 TEST(Selector, ThresholdsComeFromOptions) {
   SelectorOptions options;
   options.tree_max_bytes = 0;
-  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1, 8),
+  options.doubling_max_bytes = 0;
+  options.ring_min_bytes = 8;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 4, 8),
             Algorithm::kButterfly);
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 8, 8),
+            Algorithm::kRing);
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kBroadcast, 1, 8),
             Algorithm::kButterfly);
 }
