@@ -225,6 +225,9 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   topts.sockets_per_peer = config.sockets_per_peer;
   topts.socket_send_buffer_bytes = config.socket_buffer_bytes;
   topts.socket_recv_buffer_bytes = config.socket_buffer_bytes;
+  if (config.wait_spin_us >= 0) {
+    topts.wait_spin = absl::Microseconds(config.wait_spin_us);
+  }
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp,
                             transport::tcp::TcpTransport::Create(topts));
   collective::CommunicatorOptions copts;

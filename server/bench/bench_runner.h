@@ -39,6 +39,7 @@ struct BenchConfig {
   int sockets_per_peer = 1;
   int64_t chunk_bytes = 0;        // 0: the communicator's default
   int socket_buffer_bytes = 0;    // SO_SNDBUF/SO_RCVBUF; 0: kernel autotuning
+  int64_t wait_spin_us = -1;      // transport poll before sleeping; -1: default
   bool print_iterations = false;  // rank 0 prints every iteration's time
 };
 

@@ -70,6 +70,9 @@ ABSL_FLAG(int64_t, chunk_bytes, 0, "pipelining chunk size; 0 = default");
 ABSL_FLAG(int, socket_buffer_bytes, 0,
           "SO_SNDBUF and SO_RCVBUF of the TCP sockets; 0 leaves them to the "
           "kernel's autotuning");
+ABSL_FLAG(int64_t, wait_spin_us, -1,
+          "microseconds a rank polls for an incoming write before sleeping "
+          "(-1: the transport's default)");
 ABSL_FLAG(bool, print_iterations, false,
           "rank 0 prints the slowest rank's time of every timed iteration");
 ABSL_FLAG(std::string, log_level, "warning", "debug, info, warning or error");
@@ -115,6 +118,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   c.print_iterations = absl::GetFlag(FLAGS_print_iterations);
   c.socket_buffer_bytes = absl::GetFlag(FLAGS_socket_buffer_bytes);
+  c.wait_spin_us = absl::GetFlag(FLAGS_wait_spin_us);
   if (c.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout_s must be positive");
   }

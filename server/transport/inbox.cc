@@ -1,5 +1,7 @@
 #include "server/transport/inbox.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -329,8 +331,13 @@ void Inbox::Changed() {
 bool Inbox::SpinForChange(uint64_t seen, absl::Time until) const {
   for (int i = 1;; ++i) {
     if (epoch_.load(std::memory_order_acquire) != seen) return true;
-    // Reading the clock costs more than a poll; look at it now and then.
-    if (i % 64 == 0 && absl::Now() >= until) return false;
+    // Reading the clock costs more than a poll; look at it now and then, and
+    // give the core away meanwhile: with more ranks than cores the write we
+    // wait for may need this very core to be sent or received.
+    if (i % 64 == 0) {
+      if (absl::Now() >= until) return false;
+      sched_yield();
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
