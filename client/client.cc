@@ -1,0 +1,237 @@
+// Client and Future: thin wrappers over Connection (connection.h), which
+// owns the socket, the pool and the reader thread. Each op checks its
+// buffers here (in the pool, right size), ends the declarations if this is
+// the first data op, and sends one request naming the buffers by offset.
+#include "client/client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/connection.h"
+#include "client/future_state.h"
+#include "proto/common.pb.h"
+#include "proto/worker.pb.h"
+#include "server/base/status_macros.h"
+
+namespace starling {
+namespace client {
+namespace {
+
+proto::DataType ToProto(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return proto::DATA_TYPE_FLOAT32;
+    case DataType::kFloat64:
+      return proto::DATA_TYPE_FLOAT64;
+    case DataType::kFloat16:
+      return proto::DATA_TYPE_FLOAT16;
+    case DataType::kBFloat16:
+      return proto::DATA_TYPE_BFLOAT16;
+    case DataType::kInt32:
+      return proto::DATA_TYPE_INT32;
+    case DataType::kInt64:
+      return proto::DATA_TYPE_INT64;
+  }
+  return proto::DATA_TYPE_UNSPECIFIED;
+}
+
+Future Failed(absl::Status status) {
+  auto state = std::make_shared<internal::FutureState>("failed op");
+  state->Complete(std::move(status));
+  return Future(state);
+}
+
+// The pool slice of `data` for `tensor`; InvalidArgument naming the op and
+// the tensor when the buffer is outside the pool.
+absl::StatusOr<proto::PoolSlice> SliceOf(Connection* connection,
+                                         absl::string_view op,
+                                         absl::string_view tensor,
+                                         absl::Span<const float> data) {
+  std::optional<uint64_t> offset =
+      connection->pool()->OffsetOf(data.data(), data.size() * sizeof(float));
+  if (!offset.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": the buffer of tensor '", tensor,
+        "' is not in the client's shared-memory pool (take it from "
+        "Allocate or AllocateTensor) (",
+        connection->where(), ")"));
+  }
+  proto::PoolSlice slice;
+  slice.set_tensor(std::string(tensor));
+  slice.set_offset_bytes(*offset);
+  slice.set_elements(data.size());
+  return slice;
+}
+
+absl::Status AddSlices(
+    Connection* connection, absl::string_view op,
+    const std::vector<Tensor>& tensors,
+    google::protobuf::RepeatedPtrField<proto::PoolSlice>* out) {
+  for (const Tensor& tensor : tensors) {
+    STARLING_ASSIGN_OR_RETURN(uint64_t elements,
+                              connection->ElementsOf(tensor.name));
+    if (elements != tensor.data.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": tensor '", tensor.name, "' has ", elements,
+                       " elements but its buffer holds ", tensor.data.size(),
+                       " (", connection->where(), ")"));
+    }
+    STARLING_ASSIGN_OR_RETURN(
+        *out->Add(), SliceOf(connection, op, tensor.name, tensor.data));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view DataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+  }
+  return "unknown";
+}
+
+Future::Future() : Future(nullptr) {}
+
+Future::Future(std::shared_ptr<internal::FutureState> state)
+    : state_(std::move(state)) {
+  if (state_ == nullptr) {
+    state_ = std::make_shared<internal::FutureState>("empty future");
+    state_->Complete(absl::FailedPreconditionError("empty future"));
+  }
+}
+
+bool Future::Poll() const { return state_->done(); }
+
+absl::Status Future::Wait(absl::Duration timeout) const {
+  return state_->Wait(absl::Now() + timeout);
+}
+
+absl::Status Future::Wait(absl::Time deadline) const {
+  return state_->Wait(deadline);
+}
+
+void Future::Then(std::function<void(const absl::Status&)> callback) const {
+  state_->Then(std::move(callback));
+}
+
+Client::Client(std::unique_ptr<Connection> connection)
+    : connection_(std::move(connection)) {}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const ClientOptions& options) {
+  STARLING_ASSIGN_OR_RETURN(std::unique_ptr<Connection> connection,
+                            Connection::Open(options));
+  return std::unique_ptr<Client>(new Client(std::move(connection)));
+}
+
+int Client::rank() const { return connection_->hello().rank(); }
+int Client::group_size() const { return connection_->hello().group_size(); }
+int Client::local_workers() const {
+  return connection_->hello().local_workers();
+}
+int Client::total_workers() const { return connection_->total_workers(); }
+int Client::worker_index() const { return connection_->options().worker_index; }
+const std::string& Client::daemon_address() const {
+  return connection_->hello().daemon_address();
+}
+
+absl::Status Client::DeclareTensor(absl::string_view name,
+                                   std::vector<int64_t> shape, DataType dtype) {
+  proto::TensorSpec spec;
+  spec.set_name(std::string(name));
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.set_dtype(ToProto(dtype));
+  return connection_->Declare(spec);
+}
+
+absl::StatusOr<absl::Span<float>> Client::Allocate(size_t elements) {
+  return connection_->pool()->AllocateFloats(elements);
+}
+
+absl::StatusOr<absl::Span<float>> Client::AllocateTensor(
+    absl::string_view name) {
+  STARLING_ASSIGN_OR_RETURN(uint64_t elements, connection_->ElementsOf(name));
+  return connection_->pool()->AllocateFloats(elements);
+}
+
+Future Client::PushGradientsAsync(int64_t step,
+                                  const std::vector<Tensor>& gradients) {
+  const std::string what = absl::StrCat("push_gradients step ", step);
+  absl::Status status = connection_->EnsureCommitted();
+  if (!status.ok()) return Failed(Annotate(status, what));
+  proto::WorkerRequest request;
+  request.mutable_push_gradients()->set_step(step);
+  status = AddSlices(connection_.get(), what, gradients,
+                     request.mutable_push_gradients()->mutable_slices());
+  if (!status.ok()) return Failed(status);
+  return Future(connection_->Send(std::move(request), what, nullptr));
+}
+
+absl::Status Client::PushGradients(int64_t step,
+                                   const std::vector<Tensor>& gradients) {
+  return PushGradientsAsync(step, gradients)
+      .Wait(connection_->options().timeout);
+}
+
+Future Client::PullParametersAsync(int64_t version,
+                                   const std::vector<Tensor>& parameters) {
+  const std::string what = absl::StrCat("pull_parameters version ", version);
+  absl::Status status = connection_->EnsureCommitted();
+  if (!status.ok()) return Failed(Annotate(status, what));
+  proto::WorkerRequest request;
+  request.mutable_pull_parameters()->set_version(version);
+  status = AddSlices(connection_.get(), what, parameters,
+                     request.mutable_pull_parameters()->mutable_slices());
+  if (!status.ok()) return Failed(status);
+  return Future(connection_->Send(std::move(request), what, nullptr));
+}
+
+absl::Status Client::PullParameters(int64_t version,
+                                    const std::vector<Tensor>& parameters) {
+  return PullParametersAsync(version, parameters)
+      .Wait(connection_->options().timeout);
+}
+
+Future Client::AllReduceAsync(absl::Span<float> data) {
+  const std::string what =
+      absl::StrCat("all_reduce of ", data.size(), " floats");
+  absl::Status status = connection_->EnsureCommitted();
+  if (!status.ok()) return Failed(Annotate(status, what));
+  absl::StatusOr<proto::PoolSlice> slice =
+      SliceOf(connection_.get(), what, "(all_reduce buffer)", data);
+  if (!slice.ok()) return Failed(slice.status());
+  proto::WorkerRequest request;
+  *request.mutable_all_reduce()->mutable_slice() = *slice;
+  return Future(connection_->Send(std::move(request), what, nullptr));
+}
+
+absl::Status Client::AllReduce(absl::Span<float> data) {
+  return AllReduceAsync(data).Wait(connection_->options().timeout);
+}
+
+absl::Status Client::Barrier() {
+  absl::Status status = connection_->EnsureCommitted();
+  if (!status.ok()) return Annotate(status, "barrier");
+  proto::WorkerRequest request;
+  request.mutable_barrier();
+  return Future(connection_->Send(std::move(request), "barrier", nullptr))
+      .Wait(connection_->options().timeout);
+}
+
+}  // namespace client
+}  // namespace starling

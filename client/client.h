@@ -1,0 +1,183 @@
+// Starling's client API: what a worker process links to hand its gradients
+// to the node daemon on its machine (DESIGN.md "One synchronous step").
+// This is the only header Starling promises to users.
+//
+//   ClientOptions options;
+//   options.socket_path = "/run/starling/node.sock";
+//   options.worker_index = 0;                 // 0 .. local workers - 1
+//   auto client = Client::Connect(options);   // absl::StatusOr
+//   (*client)->DeclareTensor("w", {1024}, DataType::kFloat32);
+//   absl::Span<float> w = *(*client)->AllocateTensor("w");  // shared memory
+//   absl::Span<float> g = *(*client)->AllocateTensor("w");
+//   for (int64_t step = 0; step < steps; ++step) {
+//     (*client)->PullParameters(step, {{"w", w}});    // after `step` updates
+//     ... compute g from w ...
+//     (*client)->PushGradients(step, {{"w", g}});
+//   }
+//
+// Data: the worker's tensor buffers live in a shared-memory pool the client
+// creates (a memfd) and hands to the daemon at Connect(); Allocate*() carve
+// buffers from it. Push and all-reduce read the worker's buffers in place,
+// pull writes them in place: zero copies between worker and daemon. Buffers
+// outside the pool are refused (InvalidArgument).
+//
+// Tensors: every worker of the job declares the same tensors (name, shape,
+// dtype) in the same order before its first push, pull, all-reduce or
+// barrier; the first of those ends the declarations (every worker of the
+// job takes part). A different shape or dtype than another worker's fails
+// with InvalidArgument naming the tensor, both declarations and both
+// workers (rank / local worker). The parameters are the tensors laid out
+// one after the other; their elements must add up to the job's parameter
+// count. Version 1 moves float32 tensors only.
+//
+// Steps (sync modes): PushGradients(step) contributes to update `step`
+// (the daemons average all workers' gradients, reduce-scatter, apply the
+// optimizer to their shards, all-gather); PullParameters(version) waits for
+// `version` updates, so PullParameters(0) gives the initial parameters
+// (zeros). Parameter-server mode: a push is applied by the shard owners at
+// once and a pull reads their current values (`version` is ignored).
+//
+// Errors are absl::Status with what and where: the op, tensor, step, this
+// worker, the daemon's rank and address. Unavailable when the daemon went
+// away; DeadlineExceeded after ClientOptions::timeout; what the daemons
+// report otherwise (a lost peer daemon is named by rank).
+//
+// Thread-safe: any method may be called from any thread; ops are sent in
+// call order. Callbacks given to Future::Then run on the client's reader
+// thread (or at once on the caller's, if already done) and must not block.
+#ifndef STARLING_CLIENT_CLIENT_H_
+#define STARLING_CLIENT_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace starling {
+namespace client {
+
+enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64 };
+
+// "float32", ...
+absl::string_view DataTypeName(DataType type);
+
+struct ClientOptions {
+  // The daemon's worker socket (starling-node --worker_socket). Required.
+  std::string socket_path;
+  // This worker's index among its daemon's workers, 0 .. local workers - 1.
+  int worker_index = 0;
+  // For messages; default "worker <index>".
+  std::string worker_name;
+  // Bound on Connect() and on every synchronous op.
+  absl::Duration timeout = absl::Seconds(60);
+  // Size of the shared-memory pool buffers are allocated from.
+  size_t pool_bytes = size_t{64} << 20;
+};
+
+// A named float buffer of the worker, inside the client's pool.
+struct Tensor {
+  std::string name;
+  absl::Span<float> data;
+};
+
+namespace internal {
+class FutureState;
+}  // namespace internal
+
+// The result of an asynchronous op. Copyable handle; thread-safe.
+class Future {
+ public:
+  // An already failed future (FailedPrecondition "empty future").
+  Future();
+  explicit Future(std::shared_ptr<internal::FutureState> state);
+
+  // True once the op finished (non-blocking).
+  bool Poll() const;
+  // The op's status; DeadlineExceeded (naming the op) if it has not
+  // finished by then. The op goes on; Wait again or drop the future.
+  absl::Status Wait(absl::Duration timeout) const;
+  absl::Status Wait(absl::Time deadline) const;
+  // Runs `callback(status)` once the op finished: at once, on this thread,
+  // if it already has; otherwise on the client's reader thread.
+  void Then(std::function<void(const absl::Status&)> callback) const;
+
+ private:
+  // Shared with the client's reader thread, which completes it.
+  std::shared_ptr<internal::FutureState> state_;
+};
+
+class Connection;
+
+class Client {
+ public:
+  // Connects to the daemon, hands it the pool and learns the job. Retries
+  // until options.timeout while the socket does not exist or refuses.
+  // Errors: InvalidArgument (options), Unavailable (daemon not reachable),
+  // AlreadyExists (worker index taken), ResourceExhausted (pool).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+
+  // Closes the connection; unfinished futures fail with Unavailable.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The daemon's rank, the number of daemons, this daemon's workers, and
+  // (after the declarations ended) every worker of the job.
+  int rank() const;
+  int group_size() const;
+  int local_workers() const;
+  int total_workers() const;
+  int worker_index() const;
+  // The daemon's data-plane address.
+  const std::string& daemon_address() const;
+
+  // Declares a tensor. InvalidArgument for an empty name, a negative
+  // dimension, a name declared twice, or a declaration other than another
+  // worker's (see the file comment); FailedPrecondition after the
+  // declarations ended.
+  absl::Status DeclareTensor(absl::string_view name, std::vector<int64_t> shape,
+                             DataType dtype);
+
+  // A zeroed float buffer in the pool: `elements` long, or sized for the
+  // declared tensor `name`. ResourceExhausted when the pool is full.
+  absl::StatusOr<absl::Span<float>> Allocate(size_t elements);
+  absl::StatusOr<absl::Span<float>> AllocateTensor(absl::string_view name);
+
+  // Gradients of `step` (see the file comment). Each buffer must be in the
+  // pool and have its tensor's size; a tensor left out counts as zeros.
+  absl::Status PushGradients(int64_t step,
+                             const std::vector<Tensor>& gradients);
+  Future PushGradientsAsync(int64_t step, const std::vector<Tensor>& gradients);
+
+  // Writes the parameters after `version` updates into `parameters`.
+  absl::Status PullParameters(int64_t version,
+                              const std::vector<Tensor>& parameters);
+  Future PullParametersAsync(int64_t version,
+                             const std::vector<Tensor>& parameters);
+
+  // data = the sum of every worker's data (same length on every worker).
+  absl::Status AllReduce(absl::Span<float> data);
+  Future AllReduceAsync(absl::Span<float> data);
+
+  // Returns once every worker of the job entered the barrier.
+  absl::Status Barrier();
+
+ private:
+  explicit Client(std::unique_ptr<Connection> connection);
+
+  std::unique_ptr<Connection> connection_;
+};
+
+}  // namespace client
+}  // namespace starling
+
+#endif  // STARLING_CLIENT_CLIENT_H_
