@@ -1,0 +1,206 @@
+// starling-node: one machine's node daemon (DESIGN.md "The three
+// processes"). See --help and node_daemon.h (which lists its threads).
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "server/base/logging.h"
+#include "server/coordinator/coordinator_options.h"
+#include "server/coordinator/listen_address.h"
+#include "server/metrics/metrics_http_server.h"
+#include "server/metrics/metrics_registry.h"
+#include "server/node/node_admin_service.h"
+#include "server/node/node_daemon.h"
+#include "server/node/node_options.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
+          "host:port of the job's starling-coordinator");
+ABSL_FLAG(std::string, job_id, "", "job to join (required)");
+ABSL_FLAG(std::string, hostname, "",
+          "name given to the coordinator (ranks sort by it); default: the "
+          "machine's host name");
+ABSL_FLAG(std::string, data_address, "127.0.0.1",
+          "host the data plane (TCP transport) and admin service listen on; "
+          "peers must reach it");
+ABSL_FLAG(int, data_port, 29500, "data-plane TCP port");
+ABSL_FLAG(int, admin_port, 29600,
+          "port of the NodeAdmin gRPC service (status, shards, group); 0 "
+          "turns it off");
+ABSL_FLAG(std::string, worker_socket, "/tmp/starling-node.sock",
+          "unix socket local workers connect to");
+ABSL_FLAG(int, local_workers, 1,
+          "workers that attach to this daemon (each collective waits for "
+          "all)");
+ABSL_FLAG(int, metrics_port, 29700,
+          "port of the Prometheus /metrics endpoint; 0 turns it off");
+ABSL_FLAG(std::string, log_level, "info",
+          "lowest severity logged: debug, info, warning, error");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
+          "bound on joining: reaching the coordinator, the group forming, "
+          "connecting to the peers");
+
+namespace starling {
+namespace node {
+namespace {
+
+constexpr char kProgram[] = "starling-node";
+
+int Fail(int code, absl::string_view message) {
+  std::fprintf(stderr, "%s: %s\n", kProgram, std::string(message).c_str());
+  return code;
+}
+
+// One-line error if `port` on `host` cannot be listened on.
+absl::Status CheckPort(const std::string& host, int port,
+                       absl::string_view flag) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, "=", port, " is outside 0..65535"));
+  }
+  if (port == 0) return absl::OkStatus();
+  absl::Status status = coordinator::CheckCanListen({host, port});
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "port ", port, " (", flag, ") is not usable: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "server/node/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  usage_config.version_string = [] {
+    return absl::StrCat(kProgram, " ", coordinator::kStarlingVersion, "\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::SetProgramUsageMessage(absl::StrCat(
+      "one machine's Starling node daemon.\n\n  ", kProgram,
+      " --coordinator=HOST:PORT --job_id=NAME [--data_address=HOST] "
+      "[--data_port=29500] [--admin_port=29600] "
+      "[--worker_socket=PATH] [--local_workers=N] [--metrics_port=29700]\n\n"
+      "Joins the coordinator, connects to its peers, holds its shard of the "
+      "model, serves local workers (client API) on --worker_socket, runs the "
+      "synchronous step or parameter-server mode, and serves Prometheus "
+      "metrics at http://HOST:METRICS_PORT/metrics."));
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    return Fail(2, absl::StrCat("unexpected argument '", positional[1],
+                                "' (try --help)"));
+  }
+  LogSeverity severity;
+  absl::Status status =
+      ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity);
+  if (!status.ok()) {
+    return Fail(2, absl::StrCat("--log_level: ", status.message()));
+  }
+  SetMinLogSeverity(severity);
+
+  NodeOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.hostname = absl::GetFlag(FLAGS_hostname);
+  options.data_host = absl::GetFlag(FLAGS_data_address);
+  options.data_port = absl::GetFlag(FLAGS_data_port);
+  options.admin_port = absl::GetFlag(FLAGS_admin_port);
+  options.worker_socket = absl::GetFlag(FLAGS_worker_socket);
+  options.local_workers = absl::GetFlag(FLAGS_local_workers);
+  options.join_timeout = absl::GetFlag(FLAGS_timeout);
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (options.job_id.empty()) return Fail(2, "--job_id is required");
+  if (options.data_port < 1 || options.data_port > 65535) {
+    return Fail(2, absl::StrCat("--data_port=", options.data_port,
+                                " is outside 1..65535"));
+  }
+  if (options.local_workers < 1) return Fail(2, "--local_workers must be >= 1");
+  if (options.join_timeout <= absl::ZeroDuration()) {
+    return Fail(2, "--timeout must be positive");
+  }
+  // Ports are checked before anything starts, so that a taken port makes
+  // exactly one line.
+  for (const auto& [port, flag] : std::vector<std::pair<int, const char*>>{
+           {options.data_port, "--data_port"},
+           {options.admin_port, "--admin_port"},
+           {metrics_port, "--metrics_port"}}) {
+    status = CheckPort(options.data_host, port, flag);
+    if (!status.ok()) {
+      return Fail(absl::IsInvalidArgument(status) ? 2 : 1, status.message());
+    }
+  }
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  metrics::MetricsRegistry registry;
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_server;
+  if (metrics_port > 0) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started =
+        metrics::MetricsHttpServer::Start(
+            {.host = options.data_host, .port = metrics_port}, &registry);
+    if (!started.ok()) {
+      return Fail(
+          1, absl::StrCat(started.status().message(), " (--metrics_port)"));
+    }
+    metrics_server = *std::move(started);
+  }
+
+  absl::StatusOr<std::unique_ptr<NodeDaemon>> daemon =
+      NodeDaemon::Start(options, &registry);
+  if (!daemon.ok()) return Fail(1, daemon.status().message());
+
+  NodeAdminService admin(daemon->get());
+  std::unique_ptr<grpc::Server> server;
+  if (options.admin_port > 0) {
+    grpc::ServerBuilder builder;
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    int bound_port = 0;
+    const std::string address =
+        absl::StrCat(options.data_host, ":", options.admin_port);
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                             &bound_port);
+    builder.RegisterService(&admin);
+    server = builder.BuildAndStart();
+    if (server == nullptr || bound_port == 0) {
+      return Fail(
+          1, absl::StrCat("cannot serve gRPC on ", address, " (--admin_port)"));
+    }
+  }
+  STARLING_LOG(INFO) << kProgram << " rank " << (*daemon)->rank()
+                     << ": workers on " << options.worker_socket
+                     << ", data plane " << options.data_host << ":"
+                     << options.data_port;
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  STARLING_LOG(INFO) << "received signal " << signal_number
+                     << ", shutting down";
+  if (server != nullptr) {
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  }
+  (*daemon)->Stop();
+  if (metrics_server != nullptr) metrics_server->Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace node
+}  // namespace starling
+
+int main(int argc, char** argv) { return starling::node::Main(argc, argv); }

@@ -1,0 +1,129 @@
+// NodeDaemon: one machine's Starling daemon (DESIGN.md "The three
+// processes"). Start() joins the coordinator (rank, peers, shard map,
+// config), opens the TCP transport and a Communicator to the peers,
+// allocates the shard store (full parameters + gradients) and the optimizer
+// for its own shard only, and serves local workers on a unix socket; the
+// synchronous step runs in SyncEngine, parameter-server mode in PsEngine.
+//
+// Threads:
+//   - the TCP transport's event loop(s) (server/transport/tcp);
+//   - the step thread (SyncEngine): every collective and optimizer update
+//     of the sync modes, the commit of the declarations;
+//   - the worker socket's accept thread, plus one reader thread per
+//     attached worker (parse requests, run pulls and parameter-server
+//     pushes/pulls for that worker);
+//   - parameter-server mode: one server thread per peer (PsEngine);
+//   - the heartbeat thread: heartbeats to the coordinator (with shard and
+//     optimizer-state bytes), aborts peers the coordinator reports lost,
+//     reports failed steps;
+//   - gRPC's threads for the NodeAdmin service (node_admin_service.h);
+//   - main.cc's /metrics server thread, and main, which waits for a signal.
+//
+// Thread-safe.
+#ifndef STARLING_SERVER_NODE_NODE_DAEMON_H_
+#define STARLING_SERVER_NODE_NODE_DAEMON_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/coordinator.pb.h"
+#include "proto/node_admin.pb.h"
+#include "proto/worker.pb.h"
+#include "server/collective/communicator.h"
+#include "server/metrics/metrics_registry.h"
+#include "server/node/declared_tensors.h"
+#include "server/node/node_metrics.h"
+#include "server/node/node_options.h"
+#include "server/node/ps_engine.h"
+#include "server/node/sync_engine.h"
+#include "server/node/worker_server.h"
+#include "server/node/worker_session.h"
+#include "server/shard/optimizer/optimizer.h"
+#include "server/shard/shard_store.h"
+#include "server/transport/transport.h"
+
+namespace starling {
+namespace node {
+
+class NodeDaemon : public WorkerRequestHandler {
+ public:
+  // Joins and starts serving. `registry` is borrowed and must outlive the
+  // daemon. Errors, each one line:
+  //   Unavailable       the coordinator could not be reached within
+  //                     join_timeout (names address and timeout); the data
+  //                     port or worker socket is taken
+  //   DeadlineExceeded  the group did not form in time (the coordinator's
+  //                     count of joined nodes)
+  //   FailedPrecondition / InvalidArgument  refused by the coordinator, bad
+  //                     options or job config (e.g. unknown optimizer)
+  static absl::StatusOr<std::unique_ptr<NodeDaemon>> Start(
+      const NodeOptions& options, metrics::MetricsRegistry* registry);
+
+  // Stop().
+  ~NodeDaemon() override;
+  NodeDaemon(const NodeDaemon&) = delete;
+  NodeDaemon& operator=(const NodeDaemon&) = delete;
+
+  // Stops serving workers, the engines and the heartbeat. Idempotent.
+  void Stop();
+
+  int rank() const { return join_.rank(); }
+  const proto::JoinResponse& group() const { return join_; }
+
+  // For the NodeAdmin service.
+  proto::NodeStatusReply Status() const;
+  proto::ListShardsReply Shards() const;
+  proto::GroupReply Group() const;
+
+  // WorkerRequestHandler (worker reader threads).
+  absl::StatusOr<proto::HelloReply> Attach(
+      const proto::HelloRequest& hello) override;
+  void Handle(const WorkerHandle& worker,
+              const proto::WorkerRequest& request) override;
+  void Detach(int index) override;
+
+ private:
+  NodeDaemon(NodeOptions options, NodeMetrics metrics);
+  absl::Status Join();
+  absl::Status OpenDataPlane();
+  void HeartbeatLoop();
+  void OnStep(int64_t step, const absl::Status& status);
+  std::string Self() const;
+
+  const NodeOptions options_;
+  NodeMetrics metrics_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<proto::Coordinator::Stub> coordinator_;
+  proto::JoinResponse join_;  // set by Start(), then immutable
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<collective::Communicator> comm_;
+  std::unique_ptr<shard::ShardStore> store_;
+  std::unique_ptr<shard::Optimizer> optimizer_;
+  std::unique_ptr<DeclaredTensors> declared_;
+  std::unique_ptr<SyncEngine> sync_;
+  std::unique_ptr<PsEngine> ps_;
+  std::unique_ptr<WorkerServer> worker_server_;
+  std::thread heartbeat_;
+  absl::Notification stop_heartbeat_;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<int, std::string> attached_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  // Failed steps not yet reported to the coordinator.
+  std::vector<proto::StepReport> reports_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace node
+}  // namespace starling
+
+#endif  // STARLING_SERVER_NODE_NODE_DAEMON_H_

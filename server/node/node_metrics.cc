@@ -1,0 +1,80 @@
+#include "server/node/node_metrics.h"
+
+#include "server/base/status_macros.h"
+
+namespace starling {
+namespace node {
+
+absl::StatusOr<NodeMetrics> NodeMetrics::Register(
+    metrics::MetricsRegistry* registry) {
+  const std::vector<double> seconds =
+      metrics::Histogram::ExponentialBounds(1e-5, 4, 12);
+  NodeMetrics m;
+  metrics::HistogramFamily* h;
+  metrics::CounterFamily* c;
+  metrics::GaugeFamily* g;
+  STARLING_ASSIGN_OR_RETURN(
+      h,
+      registry->AddHistogram("starling_node_step_seconds",
+                             "Time of one synchronous step on this daemon, "
+                             "from the last local push to the new parameters",
+                             seconds));
+  m.step_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram(
+             "starling_node_allreduce_seconds",
+             "Time of the inter-daemon collectives of a step (reduce-scatter "
+             "plus all-gather) or of one worker all-reduce",
+             seconds));
+  m.allreduce_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_collective_bytes_total",
+                              "Bytes handed to inter-daemon collectives"));
+  m.collective_bytes = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_steps_total",
+                              "Synchronous steps completed"));
+  m.steps = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_step_failures_total",
+                              "Steps or collectives that failed"));
+  m.step_failures = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_pushes_total",
+                              "Gradient pushes answered to local workers"));
+  m.pushes = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_pulls_total",
+                              "Parameter pulls answered to local workers"));
+  m.pulls = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram("starling_node_push_seconds",
+                                "Latency of a gradient push, request to answer",
+                                seconds));
+  m.push_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram(
+             "starling_node_pull_seconds",
+             "Latency of a parameter pull, request to answer", seconds));
+  m.pull_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_attached_workers",
+                            "Local workers attached to this daemon"));
+  m.attached_workers = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g,
+      registry->AddGauge("starling_node_optimizer_state_bytes",
+                         "Bytes of optimizer state for this daemon's shard"));
+  m.optimizer_state_bytes = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_shard_bytes",
+                            "Bytes of the parameter shard this daemon owns"));
+  m.shard_bytes = g->Get();
+  STARLING_ASSIGN_OR_RETURN(g, registry->AddGauge("starling_node_group_size",
+                                                  "Daemons in the group"));
+  m.group_size = g->Get();
+  return m;
+}
+
+}  // namespace node
+}  // namespace starling

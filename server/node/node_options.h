@@ -1,0 +1,38 @@
+// NodeOptions: everything that configures one node daemon. main.cc fills
+// it from flags; tests fill it directly. Plain data.
+#ifndef STARLING_SERVER_NODE_NODE_OPTIONS_H_
+#define STARLING_SERVER_NODE_NODE_OPTIONS_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace starling {
+namespace node {
+
+struct NodeOptions {
+  // Required: the coordinator's gRPC address, "host:port".
+  std::string coordinator;
+  // Required: the job to join (must match the coordinator's).
+  std::string job_id;
+  // How this node is named to the coordinator; default: gethostname().
+  std::string hostname;
+  // Data-plane (TCP transport) host and port this daemon listens on; peers
+  // connect there, so the host must be reachable from them.
+  std::string data_host = "127.0.0.1";
+  int data_port = 29500;
+  // Admin gRPC service (NodeAdmin) port on data_host; 0 turns it off.
+  int admin_port = 29600;
+  // Unix socket local workers connect to. Required.
+  std::string worker_socket;
+  // Workers that attach to this daemon; every round waits for all of them.
+  int local_workers = 1;
+  // Bound on joining: reaching the coordinator, the group forming, and the
+  // data-plane mesh connecting.
+  absl::Duration join_timeout = absl::Seconds(60);
+};
+
+}  // namespace node
+}  // namespace starling
+
+#endif  // STARLING_SERVER_NODE_NODE_OPTIONS_H_
