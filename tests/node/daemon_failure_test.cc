@@ -1,0 +1,96 @@
+// kill -9 of one daemon mid-run: the survivors' workers fail within the
+// collective timeout (3 s) with an error naming the lost rank, nothing
+// hangs, and the coordinator reports the node LOST.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/node/node_cluster.h"
+
+namespace starling {
+namespace testing_node {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DaemonFailure, KilledDaemonIsNamedBySurvivorsAndMarkedLost) {
+  ClusterOptions options;
+  options.daemons = 4;
+  options.local_workers = 1;
+  options.parameter_count = 1000;
+  options.collective_timeout = absl::Seconds(3);
+  options.heartbeat_timeout = absl::Seconds(2);
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  const std::vector<pid_t> workers = cluster.StartAllWorkers(
+      {"--steps=100000", "--step_delay=5ms", "--timeout=20s"});
+
+  // Mid-run: wait (bounded) until the coordinator has seen iterations.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  bool running = false;
+  while (!running && absl::Now() < deadline) {
+    proto::JobStatus status;
+    std::string error;
+    if (cluster.JobStatus(&status, &error) && status.formed()) {
+      running = true;
+      for (const proto::NodeStatus& node : status.nodes()) {
+        if (node.last_iteration() < 5) running = false;
+      }
+    }
+    if (!running) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(running) << "the job did not get going\n" << cluster.ServerLogs();
+
+  constexpr int kVictim = 3;
+  const absl::Time killed = absl::Now();
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  const std::string victim = absl::StrCat(
+      "rank ", kVictim, " (127.0.0.1:", cluster.data_port(kVictim));
+  for (int d = 0; d < options.daemons; ++d) {
+    ProcessResult result = cluster.Wait(workers[d], absl::Seconds(15));
+    ASSERT_FALSE(result.timed_out) << "worker of daemon " << d << " hung\n"
+                                   << cluster.ServerLogs();
+    EXPECT_EQ(result.exit_code, 1);
+    if (d == kVictim) {
+      EXPECT_THAT(result.err, HasSubstr("connection to the node daemon lost"));
+    } else {
+      EXPECT_THAT(result.err, HasSubstr(victim)) << "daemon " << d;
+    }
+  }
+  // 3 s collective timeout plus slack for process exit on 2 busy cores.
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+
+  bool lost = false;
+  const absl::Time lost_deadline = absl::Now() + absl::Seconds(10);
+  while (!lost && absl::Now() < lost_deadline) {
+    proto::JobStatus status;
+    std::string error;
+    if (cluster.JobStatus(&status, &error) &&
+        status.nodes_size() == options.daemons) {
+      lost = status.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
+      if (lost) {
+        EXPECT_EQ(status.healthy_nodes(), options.daemons - 1);
+      }
+    }
+    if (!lost) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(lost) << "the coordinator did not mark rank 3 LOST";
+
+  // A survivor's admin view of the group shows the dead peer lost.
+  proto::GroupReply group;
+  std::string error;
+  ASSERT_TRUE(cluster.NodeGroup(0, &group, &error)) << error;
+  ASSERT_EQ(group.peers_size(), options.daemons);
+  EXPECT_EQ(group.peers(kVictim).health(), proto::NODE_HEALTH_LOST);
+}
+
+}  // namespace
+}  // namespace testing_node
+}  // namespace starling

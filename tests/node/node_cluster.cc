@@ -1,0 +1,269 @@
+#include "tests/node/node_cluster.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/node_admin.grpc.pb.h"
+#include "server/base/logging.h"
+#include "server/coordinator/test_binaries.h"
+
+namespace starling {
+namespace testing_node {
+namespace {
+
+std::string MakeDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string base = tmp != nullptr ? tmp : "/tmp";
+  std::string dir = absl::StrCat(base, "/cluster_", ::getpid(), "_",
+                                 absl::ToUnixMicros(absl::Now()) % 1000000);
+  ::mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A loopback port below the kernel's ephemeral range (32768 and up on
+// Linux by default), so that no outgoing connection of the job itself can
+// take it between this probe and the daemon's bind, as can happen with
+// bind-to-0 ports. Candidates start at a pid-derived offset (parallel tests
+// start apart) and each is probed with a bind.
+int PickPort() {
+  static int next = 0;  // test-process global: tests run one at a time
+  for (int attempt = 0; attempt < 2000; ++attempt) {
+    const int port =
+        20000 + static_cast<int>((::getpid() * 131 + 7 * next++) % 12000);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    STARLING_CHECK(fd >= 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free =
+        ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  STARLING_CHECK(false) << "no free loopback port in 20000..31999";
+  return 0;
+}
+
+}  // namespace
+
+std::string BinaryPath(const std::string& target) {
+  return coordinator::RunfilePath(target);
+}
+
+NodeCluster::NodeCluster(ClusterOptions options)
+    : options_(std::move(options)), dir_(MakeDir()) {
+  // Unix socket paths are limited to 107 bytes; TEST_TMPDIR is longer.
+  char socket_dir[] = "/tmp/starling-node-test-XXXXXX";
+  STARLING_CHECK(::mkdtemp(socket_dir) != nullptr);
+  socket_dir_ = socket_dir;
+  coordinator_port_ = PickPort();
+  for (int d = 0; d < options_.daemons; ++d) {
+    data_ports_.push_back(PickPort());
+    admin_ports_.push_back(PickPort());
+    metrics_ports_.push_back(PickPort());
+  }
+}
+
+NodeCluster::~NodeCluster() {
+  for (Child& child : children_) {
+    if (child.reaped) continue;
+    ::kill(child.pid, SIGKILL);
+    ::waitpid(child.pid, nullptr, 0);
+  }
+  for (int d = 0; d < options_.daemons; ++d) ::unlink(socket_path(d).c_str());
+  ::rmdir(socket_dir_.c_str());
+}
+
+std::string NodeCluster::coordinator_address() const {
+  return absl::StrCat("127.0.0.1:", coordinator_port_);
+}
+
+std::string NodeCluster::socket_path(int daemon) const {
+  return absl::StrCat(socket_dir_, "/node", daemon, ".sock");
+}
+
+pid_t NodeCluster::Spawn(const std::string& name, const std::string& binary,
+                         const std::vector<std::string>& args) {
+  Child child;
+  child.out_path = absl::StrCat(dir_, "/", name, ".out");
+  child.err_path = absl::StrCat(dir_, "/", name, ".err");
+  std::vector<std::string> argv_strings = {binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  STARLING_CHECK(pid >= 0);
+  if (pid == 0) {
+    const int out =
+        ::open(child.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err =
+        ::open(child.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  child.pid = pid;
+  children_.push_back(child);
+  return pid;
+}
+
+void NodeCluster::StartCoordinator() {
+  Spawn("coordinator", BinaryPath("server/coordinator/starling-coordinator"),
+        {"--job_id=test", absl::StrCat("--expected_nodes=", options_.daemons),
+         absl::StrCat("--parameter_count=", options_.parameter_count),
+         absl::StrCat("--listen=", coordinator_address()), "--metrics_port=0",
+         absl::StrCat("--mode=", options_.mode),
+         absl::StrCat("--optimizer=", options_.optimizer),
+         absl::StrCat("--learning_rate=", options_.learning_rate),
+         absl::StrCat("--collective_timeout=",
+                      absl::FormatDuration(options_.collective_timeout)),
+         absl::StrCat("--heartbeat_timeout=",
+                      absl::FormatDuration(options_.heartbeat_timeout)),
+         "--log_level=warning"});
+}
+
+void NodeCluster::StartDaemons() {
+  for (int d = 0; d < options_.daemons; ++d) {
+    daemon_pids_.push_back(
+        Spawn(absl::StrCat("node", d), BinaryPath("server/node/starling-node"),
+              {absl::StrCat("--coordinator=", coordinator_address()),
+               "--job_id=test", absl::StrCat("--hostname=node", d),
+               absl::StrCat("--data_port=", data_ports_[d]),
+               absl::StrCat("--admin_port=", admin_ports_[d]),
+               absl::StrCat("--metrics_port=", metrics_ports_[d]),
+               absl::StrCat("--worker_socket=", socket_path(d)),
+               absl::StrCat("--local_workers=", options_.local_workers),
+               "--timeout=30s", "--log_level=warning"}));
+  }
+}
+
+pid_t NodeCluster::StartWorker(int daemon, int index,
+                               const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {
+      absl::StrCat("--worker_socket=", socket_path(daemon)),
+      absl::StrCat("--worker_index=", index),
+      absl::StrCat("--dim=", options_.parameter_count)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return Spawn(absl::StrCat("worker", daemon, "_", index),
+               BinaryPath("worker/examples/quadratic_worker"), args);
+}
+
+std::vector<pid_t> NodeCluster::StartAllWorkers(
+    const std::vector<std::string>& extra) {
+  std::vector<pid_t> pids;
+  for (int d = 0; d < options_.daemons; ++d) {
+    for (int w = 0; w < options_.local_workers; ++w) {
+      pids.push_back(StartWorker(d, w, extra));
+    }
+  }
+  return pids;
+}
+
+ProcessResult NodeCluster::Wait(pid_t pid, absl::Duration timeout) {
+  ProcessResult result;
+  Child* child = nullptr;
+  for (Child& c : children_) {
+    if (c.pid == pid) child = &c;
+  }
+  STARLING_CHECK(child != nullptr);
+  const absl::Time deadline = absl::Now() + timeout;
+  int status = 0;
+  while (true) {
+    const pid_t got = ::waitpid(pid, &status, WNOHANG);
+    if (got == pid) break;
+    if (absl::Now() > deadline) {
+      result.timed_out = true;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    // Polling a child's exit with a bound: there is no fd to wait on.
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  child->reaped = true;
+  if (!result.timed_out && WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  }
+  result.out = ReadFile(child->out_path);
+  result.err = ReadFile(child->err_path);
+  return result;
+}
+
+void NodeCluster::Kill(pid_t pid, int signal) { ::kill(pid, signal); }
+
+std::string NodeCluster::ServerLogs() const {
+  std::string logs =
+      absl::StrCat("--- coordinator stderr:\n",
+                   ReadFile(absl::StrCat(dir_, "/coordinator.err")));
+  for (int d = 0; d < options_.daemons; ++d) {
+    absl::StrAppend(&logs, "--- node", d, " stderr:\n",
+                    ReadFile(absl::StrCat(dir_, "/node", d, ".err")));
+  }
+  return logs;
+}
+
+bool NodeCluster::JobStatus(proto::JobStatus* status, std::string* error) {
+  auto stub = proto::Coordinator::NewStub(grpc::CreateChannel(
+      coordinator_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  proto::GetJobStatusRequest request;
+  request.set_job_id("test");
+  grpc::Status s = stub->GetJobStatus(&context, request, status);
+  if (!s.ok()) *error = s.error_message();
+  return s.ok();
+}
+
+bool NodeCluster::NodeStatus(int daemon, proto::NodeStatusReply* status,
+                             std::string* error) {
+  auto stub = proto::NodeAdmin::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", admin_ports_[daemon]),
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  context.set_wait_for_ready(true);
+  grpc::Status s =
+      stub->GetStatus(&context, proto::GetNodeStatusRequest(), status);
+  if (!s.ok()) *error = s.error_message();
+  return s.ok();
+}
+
+bool NodeCluster::NodeGroup(int daemon, proto::GroupReply* group,
+                            std::string* error) {
+  auto stub = proto::NodeAdmin::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", admin_ports_[daemon]),
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::Status s = stub->GetGroup(&context, proto::GetGroupRequest(), group);
+  if (!s.ok()) *error = s.error_message();
+  return s.ok();
+}
+
+}  // namespace testing_node
+}  // namespace starling

@@ -1,0 +1,104 @@
+// NodeCluster: a Starling job on loopback for multi-process tests: one
+// starling-coordinator, N starling-node daemons (daemon d gets hostname
+// "node<d>", hence rank d) and quadratic_worker processes, each started
+// with fork/exec, its stdout and stderr in files under TEST_TMPDIR. Ports
+// are probed by binding, from a pid-derived start below the ephemeral
+// range. The destructor SIGKILLs and reaps every
+// process it started (and only those). Testonly; thread-compatible.
+#ifndef STARLING_TESTS_NODE_NODE_CLUSTER_H_
+#define STARLING_TESTS_NODE_NODE_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/node_admin.pb.h"
+
+namespace starling {
+namespace testing_node {
+
+struct ClusterOptions {
+  int daemons = 4;
+  int local_workers = 2;
+  uint64_t parameter_count = 1000;
+  std::string mode = "sync_sgd";
+  std::string optimizer = "sgd";
+  double learning_rate = 0.1;
+  absl::Duration collective_timeout = absl::Seconds(10);
+  absl::Duration heartbeat_timeout = absl::Seconds(2);
+};
+
+struct ProcessResult {
+  // Exit code; -1 when killed by a signal or still running at the bound.
+  int exit_code = -1;
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+class NodeCluster {
+ public:
+  explicit NodeCluster(ClusterOptions options);
+  ~NodeCluster();
+  NodeCluster(const NodeCluster&) = delete;
+  NodeCluster& operator=(const NodeCluster&) = delete;
+
+  void StartCoordinator();
+  void StartDaemons();
+  // Starts worker `index` on daemon `daemon` with `extra` flags.
+  pid_t StartWorker(int daemon, int index,
+                    const std::vector<std::string>& extra = {});
+  // Starts every worker (daemons x local_workers) with `extra` flags.
+  std::vector<pid_t> StartAllWorkers(const std::vector<std::string>& extra);
+
+  // Waits for `pid` until `timeout`; SIGKILLs it past the bound.
+  ProcessResult Wait(pid_t pid, absl::Duration timeout);
+  void Kill(pid_t pid, int signal);
+  // The coordinator's and daemons' stderr so far, for failure messages.
+  std::string ServerLogs() const;
+
+  std::string coordinator_address() const;
+  int data_port(int daemon) const { return data_ports_[daemon]; }
+  int admin_port(int daemon) const { return admin_ports_[daemon]; }
+  int metrics_port(int daemon) const { return metrics_ports_[daemon]; }
+  pid_t daemon_pid(int daemon) const { return daemon_pids_[daemon]; }
+  std::string socket_path(int daemon) const;
+  const ClusterOptions& options() const { return options_; }
+
+  // Control-plane queries; false (with `error`) when the RPC failed.
+  bool JobStatus(proto::JobStatus* status, std::string* error);
+  bool NodeStatus(int daemon, proto::NodeStatusReply* status,
+                  std::string* error);
+  bool NodeGroup(int daemon, proto::GroupReply* group, std::string* error);
+
+  // Runs a binary of this workspace (runfiles path) with `args`.
+  pid_t Spawn(const std::string& name, const std::string& binary,
+              const std::vector<std::string>& args);
+
+ private:
+  const ClusterOptions options_;
+  const std::string dir_;
+  std::string socket_dir_;
+  int coordinator_port_ = 0;
+  std::vector<int> data_ports_, admin_ports_, metrics_ports_;
+  std::vector<pid_t> daemon_pids_;
+  struct Child {
+    pid_t pid;
+    std::string out_path, err_path;
+    bool reaped = false;
+  };
+  std::vector<Child> children_;
+};
+
+// The runfiles path of a workspace-relative binary.
+std::string BinaryPath(const std::string& target);
+
+}  // namespace testing_node
+}  // namespace starling
+
+#endif  // STARLING_TESTS_NODE_NODE_CLUSTER_H_

@@ -1,0 +1,73 @@
+// Optimizer state exists once per cluster, split N ways (DESIGN.md step 4):
+// with Adam (2 floats of state per element) over 1001 parameters on 4
+// daemons, each daemon's admin status reports the state of its own shard
+// only, the shards add up to one replicated optimizer's state, and no
+// daemon holds more than ceil(1/N) of it. The coordinator's job status
+// (from heartbeats, what starlingctl status prints) shows the same figures.
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/node/node_cluster.h"
+
+namespace starling {
+namespace testing_node {
+namespace {
+
+constexpr int kDaemons = 4;
+constexpr uint64_t kParameters = 1001;
+constexpr uint64_t kAdamStateBytesPerElement = 2 * sizeof(float);
+
+TEST(OptimizerState, EachDaemonHoldsOneNthOfAReplicatedOptimizer) {
+  ClusterOptions options;
+  options.daemons = kDaemons;
+  options.local_workers = 1;
+  options.parameter_count = kParameters;
+  options.optimizer = "adam";
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+
+  const uint64_t replicated = kParameters * kAdamStateBytesPerElement;
+  const uint64_t largest_share =
+      (kParameters + kDaemons - 1) / kDaemons * kAdamStateBytesPerElement;
+  uint64_t total = 0;
+  for (int d = 0; d < kDaemons; ++d) {
+    proto::NodeStatusReply status;
+    std::string error;
+    ASSERT_TRUE(cluster.NodeStatus(d, &status, &error))
+        << error << cluster.ServerLogs();
+    EXPECT_EQ(status.rank(), d);
+    EXPECT_LE(status.optimizer_state_bytes(), largest_share);
+    EXPECT_GE(status.optimizer_state_bytes(),
+              kParameters / kDaemons * kAdamStateBytesPerElement);
+    EXPECT_EQ(status.optimizer_state_bytes(),
+              status.shard_bytes() / sizeof(float) * kAdamStateBytesPerElement);
+    total += status.optimizer_state_bytes();
+  }
+  EXPECT_EQ(total, replicated);
+
+  // The coordinator's view, from the daemons' heartbeats.
+  bool reported = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!reported && absl::Now() < deadline) {
+    proto::JobStatus job;
+    std::string error;
+    if (cluster.JobStatus(&job, &error) && job.nodes_size() == kDaemons) {
+      uint64_t sum = 0;
+      reported = true;
+      for (const proto::NodeStatus& node : job.nodes()) {
+        sum += node.optimizer_state_bytes();
+        if (node.optimizer_state_bytes() > largest_share) reported = false;
+      }
+      reported = reported && sum == replicated;
+    }
+    if (!reported) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(reported);
+}
+
+}  // namespace
+}  // namespace testing_node
+}  // namespace starling

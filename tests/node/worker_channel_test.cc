@@ -1,0 +1,238 @@
+// The worker <-> daemon channel end to end in one process: the real client
+// library against the daemon's real WorkerServer, with a scripted handler
+// in place of the daemon's engines. Checks the pool hand-over (the daemon
+// reads the worker's buffer in place and writes pulls into it), futures
+// (Poll, Then, Wait with a deadline), errors with context, and a daemon
+// that goes away.
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/node/worker_server.h"
+#include "server/node/worker_session.h"
+
+namespace starling {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Answers like a daemon of rank 5 with 2 local workers; holds pushes until
+// ReleasePush().
+class ScriptedDaemon : public node::WorkerRequestHandler {
+ public:
+  absl::StatusOr<proto::HelloReply> Attach(
+      const proto::HelloRequest& hello) override {
+    absl::MutexLock lock(&mu_);
+    if (hello.worker_index() >= 2) {
+      return absl::InvalidArgumentError("worker index out of range");
+    }
+    if (!attached_.insert(hello.worker_index()).second) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("worker index ", hello.worker_index(), " is taken"));
+    }
+    proto::HelloReply reply;
+    reply.set_rank(5);
+    reply.set_group_size(2);
+    reply.set_local_workers(2);
+    reply.set_daemon_address("127.0.0.1:1234");
+    return reply;
+  }
+
+  void Handle(const node::WorkerHandle& worker,
+              const proto::WorkerRequest& request) override {
+    switch (request.kind_case()) {
+      case proto::WorkerRequest::kCommitTensors: {
+        proto::WorkerResponse response;
+        response.mutable_commit()->set_total_workers(4);
+        worker.responder->Reply(request.id(), absl::OkStatus(), response);
+        return;
+      }
+      case proto::WorkerRequest::kPushGradients: {
+        absl::StatusOr<absl::Span<float>> data =
+            worker.pool->Floats(request.push_gradients().slices(0));
+        absl::MutexLock lock(&mu_);
+        seen_ = std::vector<float>(data->begin(), data->end());
+        held_worker_ = worker;
+        held_id_ = request.id();
+        pushed_.Notify();
+        return;
+      }
+      case proto::WorkerRequest::kPullParameters: {
+        absl::StatusOr<absl::Span<float>> data =
+            worker.pool->Floats(request.pull_parameters().slices(0));
+        for (float& v : *data) v = 7.0f;
+        worker.responder->Reply(request.id(), absl::OkStatus());
+        return;
+      }
+      case proto::WorkerRequest::kBarrier:
+        worker.responder->Reply(request.id(), absl::InvalidArgumentError(
+                                                  "barrier refused for test"));
+        return;
+      default:
+        worker.responder->Reply(request.id(), absl::OkStatus());
+    }
+  }
+
+  void Detach(int index) override {
+    absl::MutexLock lock(&mu_);
+    attached_.erase(index);
+  }
+
+  void ReleasePush() {
+    absl::MutexLock lock(&mu_);
+    held_worker_.responder->Reply(held_id_, absl::OkStatus());
+  }
+
+  std::vector<float> seen() {
+    absl::MutexLock lock(&mu_);
+    return seen_;
+  }
+
+  absl::Notification pushed_;
+
+ private:
+  absl::Mutex mu_;
+  std::set<int> attached_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> seen_ ABSL_GUARDED_BY(mu_);
+  node::WorkerHandle held_worker_ ABSL_GUARDED_BY(mu_);
+  uint64_t held_id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class WorkerChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = absl::StrCat("/tmp/starling-channel-test-", ::getpid(), ".sock");
+    absl::StatusOr<std::unique_ptr<node::WorkerServer>> server =
+        node::WorkerServer::Start(path_, &daemon_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+
+  std::unique_ptr<client::Client> Connect(int index) {
+    client::ClientOptions options;
+    options.socket_path = path_;
+    options.worker_index = index;
+    options.timeout = absl::Seconds(5);
+    options.pool_bytes = 1 << 16;
+    absl::StatusOr<std::unique_ptr<client::Client>> c =
+        client::Client::Connect(options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  ScriptedDaemon daemon_;
+  std::string path_;
+  std::unique_ptr<node::WorkerServer> server_;
+};
+
+TEST_F(WorkerChannelTest, DaemonReadsAndWritesTheWorkersPoolInPlace) {
+  std::unique_ptr<client::Client> c = Connect(0);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->rank(), 5);
+  EXPECT_EQ(c->daemon_address(), "127.0.0.1:1234");
+  ASSERT_TRUE(c->DeclareTensor("w", {3}, client::DataType::kFloat32).ok());
+  absl::StatusOr<absl::Span<float>> w = c->AllocateTensor("w");
+  ASSERT_TRUE(w.ok());
+  (*w)[0] = 1;
+  (*w)[1] = 2;
+  (*w)[2] = 3;
+
+  client::Future push = c->PushGradientsAsync(0, {{"w", *w}});
+  EXPECT_EQ(c->total_workers(), 4);  // the declarations ended first
+  ASSERT_TRUE(daemon_.pushed_.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(daemon_.seen(), (std::vector<float>{1, 2, 3}));
+  EXPECT_FALSE(push.Poll());
+  absl::Status wait = push.Wait(absl::Milliseconds(50));
+  EXPECT_EQ(wait.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(wait.message()), HasSubstr("push_gradients step 0"));
+
+  absl::Notification called;
+  push.Then([&called](const absl::Status& status) {
+    EXPECT_TRUE(status.ok()) << status;
+    called.Notify();
+  });
+  daemon_.ReleasePush();
+  EXPECT_TRUE(push.Wait(absl::Seconds(5)).ok());
+  EXPECT_TRUE(called.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(push.Poll());
+
+  ASSERT_TRUE(c->PullParameters(1, {{"w", *w}}).ok());
+  EXPECT_EQ((*w)[0], 7.0f);
+  EXPECT_EQ((*w)[2], 7.0f);
+}
+
+TEST_F(WorkerChannelTest, BufferOutsideThePoolIsRefused) {
+  std::unique_ptr<client::Client> c = Connect(0);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->DeclareTensor("w", {3}, client::DataType::kFloat32).ok());
+  std::vector<float> mine(3);
+  absl::Status status = c->PushGradients(4, {{"w", absl::MakeSpan(mine)}});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("not in the client's shared-memory pool"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("tensor 'w'"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("step 4"));
+}
+
+TEST_F(WorkerChannelTest, DaemonErrorsCarryTheOpAndWhere) {
+  std::unique_ptr<client::Client> c = Connect(1);
+  ASSERT_NE(c, nullptr);
+  absl::Status status = c->Barrier();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("barrier refused"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("worker 1 of rank 5"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("127.0.0.1:1234"));
+}
+
+TEST_F(WorkerChannelTest, TakenWorkerIndexIsRefused) {
+  std::unique_ptr<client::Client> first = Connect(0);
+  ASSERT_NE(first, nullptr);
+  client::ClientOptions options;
+  options.socket_path = path_;
+  options.worker_index = 0;
+  options.timeout = absl::Seconds(5);
+  absl::StatusOr<std::unique_ptr<client::Client>> second =
+      client::Client::Connect(options);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(WorkerChannelTest, DaemonGoingAwayFailsPendingFutures) {
+  std::unique_ptr<client::Client> c = Connect(0);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->DeclareTensor("w", {3}, client::DataType::kFloat32).ok());
+  absl::StatusOr<absl::Span<float>> w = c->AllocateTensor("w");
+  ASSERT_TRUE(w.ok());
+  client::Future push = c->PushGradientsAsync(0, {{"w", *w}});
+  ASSERT_TRUE(daemon_.pushed_.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  server_->Stop();
+  absl::Status status = push.Wait(absl::Seconds(5));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("connection to the node daemon lost"));
+  // Later ops fail at once with the same error.
+  EXPECT_EQ(c->PushGradients(1, {{"w", *w}}).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(WorkerChannel, UnreachableSocketFailsWithinTheTimeout) {
+  client::ClientOptions options;
+  options.socket_path = "/tmp/starling-no-such-daemon.sock";
+  options.timeout = absl::Milliseconds(300);
+  absl::StatusOr<std::unique_ptr<client::Client>> c =
+      client::Client::Connect(options);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("/tmp/starling-no-such-daemon.sock"));
+}
+
+}  // namespace
+}  // namespace starling

@@ -1,0 +1,203 @@
+// quadratic_worker: an example worker. It trains the quadratic of
+// quadratic.h with SGD through the client API: pull the parameters, compute
+// this worker's gradient, push it, repeat; then a barrier and a final pull.
+// In sync modes every step is averaged over all workers by the daemons; in
+// parameter-server mode each push is applied by the shard owners at once.
+//
+// Prints, on success, one line "loss=<loss> params=<hex floats>" (the
+// parameters' bit patterns, for the tests' bit-identity check) and exits 0;
+// on failure, the error on stderr, exit 1.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "worker/examples/quadratic.h"
+
+ABSL_FLAG(std::string, worker_socket, "/tmp/starling-node.sock",
+          "the local starling-node's --worker_socket");
+ABSL_FLAG(int, worker_index, 0, "this worker's index on its daemon");
+ABSL_FLAG(int, steps, 50, "SGD steps");
+ABSL_FLAG(int, dim, 1000, "elements of x (the job's --parameter_count)");
+ABSL_FLAG(int, declared_dim, -1,
+          "declare x with this many elements instead (tests a mismatch)");
+ABSL_FLAG(bool, declare_float64, false,
+          "declare x as float64 (tests a dtype mismatch)");
+ABSL_FLAG(int, staleness, 0,
+          "0: synchronous SGD; k > 0: asynchronous pushes, each step computed "
+          "on parameters at least k steps old");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
+          "bound on connecting and on each op");
+ABSL_FLAG(bool, homogeneous, false,
+          "every worker minimises the same f (no per-worker offset c)");
+ABSL_FLAG(bool, check_allreduce, false,
+          "after training, all-reduce [worker number + 1, 1] and check the "
+          "sums (prints allreduce=ok)");
+ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
+          "sleep per step (stands in for compute)");
+
+namespace starling {
+namespace examples {
+
+using client::Client;
+using client::Tensor;
+
+// [README API sample begins]
+// Trains x with `steps` SGD steps through `client`; returns the final x.
+// staleness 0: synchronous SGD. staleness k > 0: pushes are asynchronous and
+// step t computes on parameters at least k steps old, overlapping compute
+// with the daemons' all-reduce (DESIGN.md "Async SGD").
+absl::StatusOr<std::vector<float>> Train(Client& client, int dim, int steps,
+                                         int staleness, bool homogeneous,
+                                         absl::Duration delay) {
+  absl::Status status =
+      client.DeclareTensor("x", {dim}, client::DataType::kFloat32);
+  if (!status.ok()) return status;
+  // Buffers live in the client's shared-memory pool: zero copy. A pushed
+  // buffer is read by the daemon until its push completes, so each push in
+  // flight gets its own.
+  absl::StatusOr<absl::Span<float>> x = client.AllocateTensor("x");
+  if (!x.ok()) return x.status();
+  std::vector<absl::Span<float>> grads;
+  for (int i = 0; i <= staleness; ++i) {
+    absl::StatusOr<absl::Span<float>> grad = client.AllocateTensor("x");
+    if (!grad.ok()) return grad.status();
+    grads.push_back(*grad);
+  }
+  // This worker's number in the job, for its share of the objective.
+  const int workers =
+      homogeneous ? 1 : client.group_size() * client.local_workers();
+  const int me = homogeneous ? 0
+                             : client.rank() * client.local_workers() +
+                                   client.worker_index();
+
+  std::vector<client::Future> pushes(staleness + 1);
+  for (int64_t step = 0; step < steps; ++step) {
+    const int slot = static_cast<int>(step % (staleness + 1));
+    // The push that last used this buffer must be done with it.
+    if (step > staleness &&
+        !(status = pushes[slot].Wait(absl::Seconds(60))).ok()) {
+      return status;
+    }
+    // The parameters after at least `step - staleness` updates.
+    status = client.PullParameters(std::max<int64_t>(0, step - staleness),
+                                   {Tensor{"x", *x}});
+    if (!status.ok()) return status;
+    QuadraticGradient(me, workers, *x, grads[slot]);
+    absl::SleepFor(delay);  // stands in for more compute
+    pushes[slot] = client.PushGradientsAsync(step, {{"x", grads[slot]}});
+    if (staleness == 0 &&
+        !(status = pushes[slot].Wait(absl::Seconds(60))).ok()) {
+      return status;
+    }
+  }
+  for (int64_t step = std::max(0, steps - staleness - 1); step < steps;
+       ++step) {
+    status = pushes[step % (staleness + 1)].Wait(absl::Seconds(60));
+    if (!status.ok()) return status;
+  }
+  status = client.Barrier();  // every worker has pushed its last step
+  if (!status.ok()) return status;
+  status = client.PullParameters(steps, {Tensor{"x", *x}});
+  if (!status.ok()) return status;
+  return std::vector<float>(x->begin(), x->end());
+}
+// [README API sample ends]
+
+// Every worker all-reduces [its number + 1, 1]: the sums must be
+// W (W + 1) / 2 and W, exactly (small integers in float).
+absl::Status CheckAllReduce(Client& client) {
+  const int workers = client.group_size() * client.local_workers();
+  const int me = client.rank() * client.local_workers() + client.worker_index();
+  absl::StatusOr<absl::Span<float>> data = client.Allocate(2);
+  if (!data.ok()) return data.status();
+  (*data)[0] = static_cast<float>(me + 1);
+  (*data)[1] = 1.0f;
+  client::Future done = client.AllReduceAsync(*data);
+  absl::Status status = done.Wait(absl::Seconds(30));
+  if (!status.ok()) return status;
+  if ((*data)[0] != workers * (workers + 1) / 2.0f || (*data)[1] != workers) {
+    return absl::InternalError(absl::StrCat("all-reduce gave ", (*data)[0],
+                                            ", ", (*data)[1], " for ", workers,
+                                            " workers"));
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "an example Starling worker training a quadratic with SGD");
+  absl::ParseCommandLine(argc, argv);
+  client::ClientOptions options;
+  options.socket_path = absl::GetFlag(FLAGS_worker_socket);
+  options.worker_index = absl::GetFlag(FLAGS_worker_index);
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const int staleness = absl::GetFlag(FLAGS_staleness);
+  if (staleness < 0) {
+    std::fprintf(stderr, "quadratic_worker: --staleness must be >= 0\n");
+    return 2;
+  }
+  options.pool_bytes =
+      (staleness + 3) * static_cast<size_t>(dim + 64) * sizeof(float) + 4096;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "quadratic_worker: %s\n",
+                 std::string(client.status().message()).c_str());
+    return 1;
+  }
+  const int declared_dim = absl::GetFlag(FLAGS_declared_dim);
+  absl::StatusOr<std::vector<float>> x;
+  if (declared_dim >= 0 || absl::GetFlag(FLAGS_declare_float64)) {
+    // Mismatch tests: declare, then end the declarations with a barrier.
+    absl::Status status = (*client)->DeclareTensor(
+        "x", {declared_dim >= 0 ? declared_dim : dim},
+        absl::GetFlag(FLAGS_declare_float64) ? client::DataType::kFloat64
+                                             : client::DataType::kFloat32);
+    if (status.ok()) status = (*client)->Barrier();
+    x = status;
+  } else {
+    x = Train(**client, dim, absl::GetFlag(FLAGS_steps),
+              absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_homogeneous),
+              absl::GetFlag(FLAGS_step_delay));
+  }
+  if (!x.ok()) {
+    std::fprintf(stderr, "quadratic_worker: %s\n",
+                 std::string(x.status().message()).c_str());
+    return 1;
+  }
+  std::string line = absl::StrFormat("loss=%.9g params=", QuadraticLoss(*x));
+  if (absl::GetFlag(FLAGS_check_allreduce)) {
+    absl::Status status = CheckAllReduce(**client);
+    if (!status.ok()) {
+      std::fprintf(stderr, "quadratic_worker: %s\n",
+                   std::string(status.message()).c_str());
+      return 1;
+    }
+    line = absl::StrCat("allreduce=ok ", line);
+  }
+  for (float v : *x) {
+    uint32_t bits;
+    static_assert(sizeof(bits) == sizeof(v), "float is 32 bits");
+    __builtin_memcpy(&bits, &v, sizeof(bits));
+    absl::StrAppendFormat(&line, "%08x", bits);
+  }
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+}  // namespace examples
+}  // namespace starling
+
+int main(int argc, char** argv) { return starling::examples::Main(argc, argv); }
