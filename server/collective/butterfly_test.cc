@@ -1,6 +1,7 @@
-// Runs the butterfly collectives over the loopback transport across the grid
-// of group sizes, lengths, dtypes and ops, against the fp64 reference (see
-// collective_test_util.h for the tolerance).
+// Butterfly-specific cases: recursive halving on the grid, overlapped
+// doubling steps, folding ranks beyond a power of two and scratch sizes,
+// against the fp64 reference (see collective_test_util.h for the tolerance).
+// The grid shared by every algorithm is in algorithm_grid_test.cc.
 #include "server/collective/butterfly.h"
 
 #include "gtest/gtest.h"
@@ -12,13 +13,6 @@ namespace collective {
 namespace {
 
 constexpr Algorithm kAlgorithm = Algorithm::kButterfly;
-
-TEST(Butterfly, AllReduceMatchesReferenceOnEveryGridCase) {
-  // Every grid length is below doubling_max_bytes: recursive doubling.
-  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
-    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
-  }
-}
 
 TEST(Butterfly, HalvingAllReduceMatchesReferenceOnEveryGridCase) {
   for (GridCase c : SmallGrid(/*all_types=*/true)) {
@@ -32,33 +26,6 @@ TEST(Butterfly, DoublingOverlapsStepsWithoutOverwritingSentSums) {
   // partner may still be reading; 24-byte chunks.
   for (int size : {2, 8, 16, 13}) {
     GridCase c{size, 4001, DataType::kFloat64, ReduceOp::kSum, 24};
-    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
-  }
-}
-
-TEST(Butterfly, ReduceScatterLeavesEachRankItsReducedBlock) {
-  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
-    ASSERT_OK(CheckCollective(OpKind::kReduceScatter, kAlgorithm, c));
-  }
-}
-
-TEST(Butterfly, AllGatherAssemblesEveryRanksBlock) {
-  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
-    if (c.op != ReduceOp::kSum) continue;
-    ASSERT_OK(CheckCollective(OpKind::kAllGather, kAlgorithm, c));
-  }
-}
-
-TEST(Butterfly, BroadcastCopiesTheRootsBuffer) {
-  for (const GridCase& c : SmallGrid(/*all_types=*/false)) {
-    ASSERT_OK(CheckCollective(OpKind::kBroadcast, kAlgorithm, c));
-  }
-}
-
-TEST(Butterfly, AllReducesAMillionAndThreeFloatsWithDefaultChunks) {
-  for (int size : {3, 4}) {
-    GridCase c{size, 1000003, DataType::kFloat32, ReduceOp::kSum,
-               ChunkPlanner::kDefaultChunkBytes};
     ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
   }
 }

@@ -22,36 +22,34 @@ uint64_t SplitMix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Element `i` of a buffer of T (memcpy: the buffer need not be aligned).
+template <typename T>
+T Load(const std::byte* base, size_t i) {
+  T v;
+  std::memcpy(&v, base + sizeof(T) * i, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void Store(std::byte* base, size_t i, T v) {
+  std::memcpy(base + sizeof(T) * i, &v, sizeof(T));
+}
+
 void SetElement(DataType type, std::byte* base, size_t i, double value) {
   switch (type) {
-    case DataType::kFloat32: {
-      const float v = static_cast<float>(value);
-      std::memcpy(base + 4 * i, &v, 4);
-      return;
-    }
+    case DataType::kFloat32:
+      return Store<float>(base, i, static_cast<float>(value));
     case DataType::kFloat64:
-      std::memcpy(base + 8 * i, &value, 8);
-      return;
-    case DataType::kFloat16: {
-      const uint16_t v = FloatToHalf(static_cast<float>(value));
-      std::memcpy(base + 2 * i, &v, 2);
-      return;
-    }
-    case DataType::kBFloat16: {
-      const uint16_t v = FloatToBFloat16(static_cast<float>(value));
-      std::memcpy(base + 2 * i, &v, 2);
-      return;
-    }
-    case DataType::kInt32: {
-      const int32_t v = static_cast<int32_t>(value);
-      std::memcpy(base + 4 * i, &v, 4);
-      return;
-    }
-    case DataType::kInt64: {
-      const int64_t v = static_cast<int64_t>(value);
-      std::memcpy(base + 8 * i, &v, 8);
-      return;
-    }
+      return Store<double>(base, i, value);
+    case DataType::kFloat16:
+      return Store<uint16_t>(base, i, FloatToHalf(static_cast<float>(value)));
+    case DataType::kBFloat16:
+      return Store<uint16_t>(base, i,
+                             FloatToBFloat16(static_cast<float>(value)));
+    case DataType::kInt32:
+      return Store<int32_t>(base, i, static_cast<int32_t>(value));
+    case DataType::kInt64:
+      return Store<int64_t>(base, i, static_cast<int64_t>(value));
   }
 }
 
@@ -166,36 +164,18 @@ double ElementAt(DataType type, const std::vector<std::byte>& buffer,
                  size_t i) {
   const std::byte* base = buffer.data();
   switch (type) {
-    case DataType::kFloat32: {
-      float v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DataType::kFloat64: {
-      double v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return v;
-    }
-    case DataType::kFloat16: {
-      uint16_t v;
-      std::memcpy(&v, base + 2 * i, 2);
-      return HalfToFloat(v);
-    }
-    case DataType::kBFloat16: {
-      uint16_t v;
-      std::memcpy(&v, base + 2 * i, 2);
-      return BFloat16ToFloat(v);
-    }
-    case DataType::kInt32: {
-      int32_t v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DataType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return static_cast<double>(v);
-    }
+    case DataType::kFloat32:
+      return Load<float>(base, i);
+    case DataType::kFloat64:
+      return Load<double>(base, i);
+    case DataType::kFloat16:
+      return HalfToFloat(Load<uint16_t>(base, i));
+    case DataType::kBFloat16:
+      return BFloat16ToFloat(Load<uint16_t>(base, i));
+    case DataType::kInt32:
+      return Load<int32_t>(base, i);
+    case DataType::kInt64:
+      return static_cast<double>(Load<int64_t>(base, i));
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/collective/reduce_kernels.h"
+#include "server/collective/shard_layout.h"
 
 namespace starling {
 namespace collective {
@@ -107,6 +108,25 @@ absl::Status OpContext::CheckPeers() {
   return peers_status_;
 }
 
+absl::Status OpContext::GatherBlocksToRankZero(int step) {
+  const ShardLayout layout(desc_.count, size_);
+  const size_t e = element_bytes_;
+  SetStep("gather", 1, 1);
+  if (rank_ != 0) {
+    PostChunks(0,
+               data_.subspan(layout.Begin(rank_) * e, layout.Size(rank_) * e),
+               Region::kData, layout.Begin(rank_) * e, step);
+    return absl::OkStatus();
+  }
+  for (int peer = 1; peer < size_; ++peer) {
+    const size_t chunks = planner_.NumChunks(layout.Size(peer) * e);
+    for (size_t k = 0; k < chunks; ++k) {
+      STARLING_RETURN_IF_ERROR(WaitChunk(peer, Region::kData, step, k));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void OpContext::PostChunks(int peer, absl::Span<const std::byte> src,
                            Region dst, size_t dst_offset, int step,
                            size_t first_chunk) {
@@ -154,6 +174,14 @@ absl::Status OpContext::PeerError(int peer, const absl::Status& status,
       status.code(),
       absl::StrCat(Where(), ": ", waiting_for, " from ",
                    transport_->PeerName(peer), ": ", status.message()));
+}
+
+absl::Status OpContext::ReduceChunkFromScratch(int peer, int step, size_t slot,
+                                               size_t k, const Chunk& c) {
+  STARLING_RETURN_IF_ERROR(WaitChunk(peer, Region::kScratch, step, k));
+  return ReduceInto(
+      data_.subspan(c.offset_bytes, c.length_bytes),
+      scratch_.subspan(slot * data_.size() + c.offset_bytes, c.length_bytes));
 }
 
 absl::Status OpContext::ReduceInto(absl::Span<std::byte> inout,

@@ -95,6 +95,12 @@ class OpContext {
   void PostChunk(int peer, absl::Span<const std::byte> src, Region dst,
                  size_t dst_offset, int step, size_t chunk);
 
+  // Gathers every rank's block (ShardLayout of the op's count) of the data
+  // region into rank 0's data region as the one "gather" step: each other
+  // rank posts its block with step `step`; rank 0 waits for every chunk of
+  // them. Errors as WaitChunk().
+  absl::Status GatherBlocksToRankZero(int step);
+
   // Waits until chunk `chunk` of step `step` from `peer` has landed in this
   // rank's region `region`. Checks the peers' descriptors first if not yet
   // done. Errors carry the op, step and peer.
@@ -105,6 +111,12 @@ class OpContext {
   template <typename OnChunk>
   absl::Status ReceiveChunks(int peer, Region region, size_t range_bytes,
                              int step, size_t first_chunk, OnChunk on_chunk);
+
+  // Waits for chunk `k` of step `step` from `peer`, which wrote data()'s
+  // chunk `c` into scratch slot `slot` (at slot * data().size() +
+  // c.offset_bytes), and reduces it into data()'s chunk `c`.
+  absl::Status ReduceChunkFromScratch(int peer, int step, size_t slot, size_t k,
+                                      const Chunk& c);
 
   // inout = op(inout, in) with this op's dtype and reduce op.
   absl::Status ReduceInto(absl::Span<std::byte> inout,

@@ -1,7 +1,5 @@
 #include "server/collective/reduce_broadcast.h"
 
-#include "server/collective/shard_layout.h"
-
 namespace starling {
 namespace collective {
 namespace {
@@ -57,7 +55,6 @@ absl::Status ReduceBroadcastAllReduce(OpContext* ctx) {
     ctx->PostChunks(0, data, Region::kScratch, (rank - 1) * n, kToRootStep);
     return Distribute(ctx, 0);
   }
-  const absl::Span<std::byte> scratch = ctx->scratch();
   const ChunkPlanner& planner = ctx->planner();
   const size_t chunks = planner.NumChunks(n);
   ctx->SetStep("reduce", 1, 1);
@@ -66,11 +63,8 @@ absl::Status ReduceBroadcastAllReduce(OpContext* ctx) {
     const absl::Span<std::byte> piece =
         data.subspan(c.offset_bytes, c.length_bytes);
     for (int peer = 1; peer < ctx->size(); ++peer) {
-      absl::Status s = ctx->WaitChunk(peer, Region::kScratch, kToRootStep, k);
-      if (!s.ok()) return s;
-      s = ctx->ReduceInto(
-          piece,
-          scratch.subspan((peer - 1) * n + c.offset_bytes, c.length_bytes));
+      absl::Status s =
+          ctx->ReduceChunkFromScratch(peer, kToRootStep, peer - 1, k, c);
       if (!s.ok()) return s;
     }
     absl::Status s = ctx->AverageIfNeeded(piece);
@@ -84,23 +78,8 @@ absl::Status ReduceBroadcastReduceScatter(OpContext* ctx) {
 }
 
 absl::Status ReduceBroadcastAllGather(OpContext* ctx) {
-  const ShardLayout layout(ctx->desc().count, ctx->size());
-  const size_t e = ctx->element_bytes();
-  const int rank = ctx->rank();
-  ctx->SetStep("gather", 1, 1);
-  if (rank != 0) {
-    ctx->PostChunks(
-        0, ctx->data().subspan(layout.Begin(rank) * e, layout.Size(rank) * e),
-        Region::kData, layout.Begin(rank) * e, kToRootStep);
-  } else {
-    for (int peer = 1; peer < ctx->size(); ++peer) {
-      const size_t chunks = ctx->planner().NumChunks(layout.Size(peer) * e);
-      for (size_t k = 0; k < chunks; ++k) {
-        absl::Status s = ctx->WaitChunk(peer, Region::kData, kToRootStep, k);
-        if (!s.ok()) return s;
-      }
-    }
-  }
+  absl::Status gathered = ctx->GatherBlocksToRankZero(kToRootStep);
+  if (!gathered.ok()) return gathered;
   return Distribute(ctx, 0);
 }
 

@@ -1,6 +1,6 @@
-// Runs the ring collectives over the loopback transport across the grid
-// of group sizes, lengths, dtypes and ops, against the fp64 reference (see
-// collective_test_util.h for the tolerance).
+// Ring-specific cases against the fp64 reference (see collective_test_util.h
+// for the tolerance). The grid shared by every algorithm is in
+// algorithm_grid_test.cc.
 #include "server/collective/ring.h"
 
 #include "gtest/gtest.h"
@@ -12,39 +12,6 @@ namespace collective {
 namespace {
 
 constexpr Algorithm kAlgorithm = Algorithm::kRing;
-
-TEST(Ring, AllReduceMatchesReferenceOnEveryGridCase) {
-  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
-    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
-  }
-}
-
-TEST(Ring, ReduceScatterLeavesEachRankItsReducedBlock) {
-  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
-    ASSERT_OK(CheckCollective(OpKind::kReduceScatter, kAlgorithm, c));
-  }
-}
-
-TEST(Ring, AllGatherAssemblesEveryRanksBlock) {
-  for (const GridCase& c : SmallGrid(/*all_types=*/true)) {
-    if (c.op != ReduceOp::kSum) continue;
-    ASSERT_OK(CheckCollective(OpKind::kAllGather, kAlgorithm, c));
-  }
-}
-
-TEST(Ring, BroadcastCopiesTheRootsBuffer) {
-  for (const GridCase& c : SmallGrid(/*all_types=*/false)) {
-    ASSERT_OK(CheckCollective(OpKind::kBroadcast, kAlgorithm, c));
-  }
-}
-
-TEST(Ring, AllReducesAMillionAndThreeFloatsWithDefaultChunks) {
-  for (int size : {3, 4}) {
-    GridCase c{size, 1000003, DataType::kFloat32, ReduceOp::kSum,
-               ChunkPlanner::kDefaultChunkBytes};
-    ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
-  }
-}
 
 TEST(Ring, PipelinesManyChunksPerStep) {
   // 3 elements per chunk: every block is cut into many chunks that are

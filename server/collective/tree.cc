@@ -2,8 +2,6 @@
 
 #include <vector>
 
-#include "server/collective/shard_layout.h"
-
 namespace starling {
 namespace collective {
 namespace {
@@ -48,7 +46,6 @@ TreeNode MakeNode(int rank, int size, int root) {
 // averaged and sent straight down the tree.
 absl::Status ReduceUp(OpContext* ctx, const TreeNode& node) {
   const absl::Span<std::byte> data = ctx->data();
-  const absl::Span<std::byte> scratch = ctx->scratch();
   const ChunkPlanner& planner = ctx->planner();
   const size_t n = data.size();
   const size_t chunks = planner.NumChunks(n);
@@ -59,10 +56,7 @@ absl::Status ReduceUp(OpContext* ctx, const TreeNode& node) {
         data.subspan(c.offset_bytes, c.length_bytes);
     for (const TreeNode::Child& child : node.children) {
       absl::Status s =
-          ctx->WaitChunk(child.rank, Region::kScratch, kReduceStep, k);
-      if (!s.ok()) return s;
-      s = ctx->ReduceInto(piece, scratch.subspan(child.bit * n + c.offset_bytes,
-                                                 c.length_bytes));
+          ctx->ReduceChunkFromScratch(child.rank, kReduceStep, child.bit, k, c);
       if (!s.ok()) return s;
     }
     if (node.parent >= 0) {
@@ -123,25 +117,9 @@ absl::Status TreeAllReduce(OpContext* ctx) {
 absl::Status TreeReduceScatter(OpContext* ctx) { return TreeAllReduce(ctx); }
 
 absl::Status TreeAllGather(OpContext* ctx) {
-  const ShardLayout layout(ctx->desc().count, ctx->size());
-  const size_t e = ctx->element_bytes();
-  const absl::Span<std::byte> data = ctx->data();
-  const int rank = ctx->rank();
-  ctx->SetStep("gather", 1, 1);
-  if (rank != 0) {
-    ctx->PostChunks(0,
-                    data.subspan(layout.Begin(rank) * e, layout.Size(rank) * e),
-                    Region::kData, layout.Begin(rank) * e, kGatherStep);
-  } else {
-    for (int peer = 1; peer < ctx->size(); ++peer) {
-      const size_t chunks = ctx->planner().NumChunks(layout.Size(peer) * e);
-      for (size_t k = 0; k < chunks; ++k) {
-        absl::Status s = ctx->WaitChunk(peer, Region::kData, kGatherStep, k);
-        if (!s.ok()) return s;
-      }
-    }
-  }
-  return BroadcastDown(ctx, MakeNode(rank, ctx->size(), 0),
+  absl::Status gathered = ctx->GatherBlocksToRankZero(kGatherStep);
+  if (!gathered.ok()) return gathered;
+  return BroadcastDown(ctx, MakeNode(ctx->rank(), ctx->size(), 0),
                        /*root_already_sent=*/false);
 }
 

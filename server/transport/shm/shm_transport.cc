@@ -84,17 +84,18 @@ std::string ShmTransport::SegmentName(const std::string& job_id, int rank) {
 }
 
 ShmTransport::ShmTransport(const ShmOptions& options)
-    : options_(options),
-      inbox_(Inbox::Options{options.rank, options.size, options.max_early_bytes,
-                            [this](int r) { return PeerName(r); },
-                            [this](int peer, const absl::Status& why) {
-                              FailPeer(peer, why, true, false);
-                            },
-                            [this] {
-                              wake_pending_.store(true,
-                                                  std::memory_order_relaxed);
-                              Wake();
-                            }}) {}
+    : InboxTransport(
+          Inbox::Options{options.rank, options.size, options.max_early_bytes,
+                         [this](int r) { return PeerName(r); },
+                         [this](int peer, const absl::Status& why) {
+                           FailPeer(peer, why, true, false);
+                         },
+                         [this] {
+                           wake_pending_.store(true, std::memory_order_relaxed);
+                           Wake();
+                         }},
+          options.max_control_bytes),
+      options_(options) {}
 
 std::string ShmTransport::PeerName(int rank) const {
   if (rank < 0 || rank >= size()) return absl::StrCat("rank ", rank);
@@ -186,7 +187,7 @@ absl::Status ShmTransport::Start() {
     link->own_bell = &own_->header()->doorbell;
     link->sender = std::make_unique<FrameSender>(link.get(), &link->tracker);
     link->receiver = std::make_unique<FrameReceiver>(
-        p, [this](int r) { return PeerName(r); }, &inbox_,
+        p, [this](int r) { return PeerName(r); }, inbox(),
         options_.max_control_bytes);
     link->remote->header()->mapped_by[me].store(1, std::memory_order_release);
     links_[p] = std::move(link);
@@ -219,7 +220,7 @@ absl::Status ShmTransport::Start() {
 }
 
 ShmTransport::~ShmTransport() {
-  shutting_down_.store(true, std::memory_order_relaxed);
+  BeginShutdown();
   if (io_.joinable()) {
     FrameHeader goodbye;
     goodbye.type = FrameType::kGoodbye;
@@ -240,7 +241,7 @@ ShmTransport::~ShmTransport() {
     Wake();
     io_.join();
   }
-  inbox_.Shutdown();
+  inbox()->Shutdown();
   const absl::Status why = absl::FailedPreconditionError(
       absl::StrCat(PeerName(rank()), " shut its transport down"));
   for (auto& link : links_) {
@@ -361,59 +362,18 @@ void ShmTransport::CheckLiveness() {
 
 void ShmTransport::FailPeer(int peer, const absl::Status& why, bool send_error,
                             bool orderly) {
-  const bool first = inbox_.FailPeer(peer, why);
-  const absl::Status sticky = first ? why : inbox_.PeerStatus(peer);
+  const bool first = inbox()->FailPeer(peer, why);
+  const absl::Status sticky = first ? why : inbox()->PeerStatus(peer);
   Link* link = links_[peer].get();
-  if (first) {
-    if (orderly || shutting_down_.load(std::memory_order_relaxed)) {
-      STARLING_LOG(INFO) << PeerName(rank()) << ": " << sticky;
-    } else {
-      STARLING_LOG(ERROR) << PeerName(rank()) << " lost " << link->name << ": "
-                          << sticky;
-    }
-  }
+  if (first) LogPeerFailure(peer, sticky, orderly);
   link->sender->Fail(sticky, send_error ? std::string(sticky.message()) : "");
   link->dead.store(true, std::memory_order_release);
   Wake();
 }
 
-bool ShmTransport::ValidPeer(int peer) const {
-  return peer >= 0 && peer < size() && peer != rank();
-}
-
-absl::Status ShmTransport::RegisterRegion(RegionId id,
-                                          absl::Span<std::byte> memory) {
-  return inbox_.RegisterRegion(id, memory);
-}
-
-absl::Status ShmTransport::DeregisterRegion(RegionId id) {
-  return inbox_.DeregisterRegion(id);
-}
-
-void ShmTransport::Write(int peer, absl::Span<const std::byte> data,
-                         RegionId remote, uint64_t remote_offset_bytes,
-                         uint32_t imm, Completion* done) {
-  done->Add(1);
-  if (!ValidPeer(peer)) {
-    done->Finish(absl::InvalidArgumentError(
-        absl::StrCat("cannot write from rank ", rank(), " to rank ", peer,
-                     " in a group of ", size())));
-    return;
-  }
-  if (remote_offset_bytes + data.size() < remote_offset_bytes) {
-    done->Finish(absl::InvalidArgumentError(absl::StrCat(
-        "write of ", data.size(), " bytes at offset ", remote_offset_bytes,
-        " to ", PeerName(peer), " overflows")));
-    return;
-  }
-  // The inbox holds the sticky status first (FailPeer() fails the senders
-  // after it): checking it here means a caller that saw the peer fail never
-  // gets a later write completed Ok.
-  absl::Status sticky = inbox_.PeerStatus(peer);
-  if (!sticky.ok()) {
-    done->Finish(sticky);
-    return;
-  }
+void ShmTransport::PostWrite(int peer, absl::Span<const std::byte> data,
+                             RegionId remote, uint64_t remote_offset_bytes,
+                             uint32_t imm, Completion* done) {
   Link& link = *links_[peer];
   FrameHeader header;
   header.type = FrameType::kWrite;
@@ -427,49 +387,9 @@ void ShmTransport::Write(int peer, absl::Span<const std::byte> data,
   if (!status.ok()) FailPeer(peer, status, false, false);
 }
 
-absl::StatusOr<WriteNotice> ShmTransport::WaitForWrite(const WriteMatch& match,
-                                                       absl::Time deadline) {
-  return inbox_.WaitForWrite(match, deadline);
-}
-
-absl::Status ShmTransport::SendControl(int peer, uint32_t tag,
-                                       absl::Span<const std::byte> message) {
-  if (!ValidPeer(peer)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot send a control message from rank ", rank(),
-                     " to rank ", peer, " in a group of ", size()));
-  }
-  if (message.size() > options_.max_control_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "control message of ", message.size(), " bytes to ", PeerName(peer),
-        " exceeds max_control_bytes ", options_.max_control_bytes));
-  }
-  STARLING_RETURN_IF_ERROR(inbox_.PeerStatus(peer));
-  FrameHeader header;
-  header.type = FrameType::kControl;
-  header.imm = tag;
-  header.length = message.size();
-  absl::Status status = links_[peer]->sender->PostFrame(
-      header, std::vector<std::byte>(message.begin(), message.end()));
-  if (!status.ok()) {
-    FailPeer(peer, status, false, false);
-    return inbox_.PeerStatus(peer);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::byte>> ShmTransport::RecvControl(
-    int peer, uint32_t tag, absl::Time deadline) {
-  return inbox_.RecvControl(peer, tag, deadline);
-}
-
-absl::Status ShmTransport::PeerStatus(int peer) const {
-  return inbox_.PeerStatus(peer);
-}
-
-void ShmTransport::AbortPeer(int peer, const absl::Status& why) {
-  if (!ValidPeer(peer)) return;
-  FailPeer(peer, why.ok() ? absl::AbortedError("aborted") : why, false, false);
+absl::Status ShmTransport::PostControl(int peer, const FrameHeader& header,
+                                       std::vector<std::byte> message) {
+  return links_[peer]->sender->PostFrame(header, std::move(message));
 }
 
 }  // namespace shm

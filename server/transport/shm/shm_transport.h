@@ -37,7 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/transport/frame.h"
-#include "server/transport/inbox.h"
+#include "server/transport/inbox_transport.h"
 #include "server/transport/shm/shm_segment.h"
 #include "server/transport/transport.h"
 
@@ -63,7 +63,7 @@ struct ShmOptions {
   uint8_t protocol_version_for_testing = kProtocolVersion;
 };
 
-class ShmTransport : public Transport {
+class ShmTransport : public InboxTransport {
  public:
   // Creates this rank's segment, maps every peer's (waiting up to
   // connect_timeout: DeadlineExceeded naming the ranks missing), checks
@@ -76,26 +76,8 @@ class ShmTransport : public Transport {
   ShmTransport& operator=(const ShmTransport&) = delete;
   ~ShmTransport() override;
 
-  int rank() const override { return options_.rank; }
-  int size() const override { return options_.size; }
+  // The rest of Transport is InboxTransport's.
   std::string PeerName(int rank) const override;
-  absl::Status RegisterRegion(RegionId id,
-                              absl::Span<std::byte> memory) override;
-  absl::Status DeregisterRegion(RegionId id) override;
-  void Write(int peer, absl::Span<const std::byte> data, RegionId remote,
-             uint64_t remote_offset_bytes, uint32_t imm,
-             Completion* done) override;
-  absl::StatusOr<WriteNotice> WaitForWrite(const WriteMatch& match,
-                                           absl::Time deadline) override;
-  absl::Status SendControl(int peer, uint32_t tag,
-                           absl::Span<const std::byte> message) override;
-  absl::StatusOr<std::vector<std::byte>> RecvControl(
-      int peer, uint32_t tag, absl::Time deadline) override;
-  size_t max_control_bytes() const override {
-    return options_.max_control_bytes;
-  }
-  absl::Status PeerStatus(int peer) const override;
-  void AbortPeer(int peer, const absl::Status& why) override;
 
   // The segment name of `rank` for `job_id`.
   static std::string SegmentName(const std::string& job_id, int rank);
@@ -108,20 +90,23 @@ class ShmTransport : public Transport {
   void Loop();
   bool Poll();
   void CheckLiveness();
+  // Writes travel in one part.
+  void PostWrite(int peer, absl::Span<const std::byte> data, RegionId remote,
+                 uint64_t remote_offset_bytes, uint32_t imm,
+                 Completion* done) override;
+  absl::Status PostControl(int peer, const FrameHeader& header,
+                           std::vector<std::byte> message) override;
   void FailPeer(int peer, const absl::Status& why, bool send_error,
-                bool orderly);
+                bool orderly) override;
   void Wake();
   void MarkEof(Link* link);
-  bool ValidPeer(int peer) const;
 
   const ShmOptions options_;
-  Inbox inbox_;
   std::vector<std::unique_ptr<Link>> links_;  // by peer; fixed after Start()
   std::unique_ptr<ShmSegment> own_;
   std::thread io_;
   std::atomic<bool> stopping_{false};      // relaxed; the doorbell orders it
   std::atomic<bool> wake_pending_{false};  // registration changes
-  std::atomic<bool> shutting_down_{false};
 
   absl::Mutex eof_mu_;
   absl::CondVar eof_cv_;

@@ -1,9 +1,7 @@
 #include "server/transport/shm/shm_transport.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/base/status_matchers.h"
+#include "server/transport/transport_test_util.h"
 
 namespace starling {
 namespace transport {
@@ -291,26 +290,9 @@ TEST(ShmTransport, KilledPeerProcessIsUnavailableWithinTheDeadline) {
       if (!done.Wait(absl::InfiniteFuture()).ok()) _exit(2);
     }
   }
-  auto transport = ShmTransport::Create(TestOptions(job, 0, 2));
-  if (!transport.ok()) {
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
-    FAIL() << transport.status();
-  }
-  std::vector<std::byte> region(64 * 1024);
-  ASSERT_OK((*transport)->RegisterRegion(1, absl::MakeSpan(region)));
-  ASSERT_OK((*transport)->WaitForWrite(WriteMatch{1, 1, {}}, Soon()).status());
-  ASSERT_EQ(kill(child, SIGKILL), 0);
-  const absl::Time start = absl::Now();
-  absl::Status status;
-  while (status.ok()) {
-    status = (*transport)->WaitForWrite(WriteMatch{1, 1, {}}, Soon()).status();
-  }
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable,
-                               HasSubstr((*transport)->PeerName(1))));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   int wstatus = 0;
-  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ExpectKilledPeerIsUnavailableWithinDeadline(
+      ShmTransport::Create(TestOptions(job, 0, 2)), child, 64 * 1024, &wstatus);
 }
 
 }  // namespace

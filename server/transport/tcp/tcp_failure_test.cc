@@ -1,6 +1,5 @@
 // Failure tests of TcpTransport: rejected writes, lost peers, handshake
 // mismatches, ports in use, and a peer process killed mid-write.
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "server/base/status_matchers.h"
 #include "server/transport/tcp/tcp_test_util.h"
 #include "server/transport/tcp/tcp_transport.h"
+#include "server/transport/transport_test_util.h"
 
 namespace starling {
 namespace transport {
@@ -249,27 +249,11 @@ TEST(TcpFailure, KilledPeerProcessIsUnavailableWithinTheDeadline) {
       if (!done.Wait(absl::InfiniteFuture()).ok()) _exit(2);
     }
   }
-  auto transport = TcpTransport::Create(TestOptions(ports.peers(), 0));
-  if (!transport.ok()) {
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
-    FAIL() << transport.status();
-  }
-  std::vector<std::byte> region(1 << 20);
-  ASSERT_OK((*transport)->RegisterRegion(1, absl::MakeSpan(region)));
-  // Mid-stream: writes are landing.
-  ASSERT_OK((*transport)->WaitForWrite(WriteMatch{1, 1, {}}, Soon()).status());
-  ASSERT_EQ(kill(child, SIGKILL), 0);
-  const absl::Time start = absl::Now();
-  absl::Status status;
-  while (status.ok()) {
-    status = (*transport)->WaitForWrite(WriteMatch{1, 1, {}}, Soon()).status();
-  }
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable,
-                               HasSubstr((*transport)->PeerName(1))));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   int wstatus = 0;
-  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ExpectKilledPeerIsUnavailableWithinDeadline(
+      TcpTransport::Create(TestOptions(ports.peers(), 0)), child, 1 << 20,
+      &wstatus);
+  if (HasFatalFailure()) return;
   EXPECT_TRUE(WIFSIGNALED(wstatus));
 }
 

@@ -55,15 +55,17 @@ constexpr size_t kStripeAlignBytes = 4096;
 }  // namespace
 
 TcpTransport::TcpTransport(const TcpOptions& options)
-    : options_(options),
-      inbox_(Inbox::Options{
-          options.rank, static_cast<int>(options.peers.size()),
-          options.max_early_bytes, [this](int r) { return PeerName(r); },
-          [this](int peer, const absl::Status& why) {
-            // The inbox already made `why` sticky; tell the peer.
-            FailPeer(peer, why, /*tell_peer=*/true, /*orderly=*/false);
-          },
-          [this] { Wake(); }, options.wait_spin}) {}
+    : InboxTransport(
+          Inbox::Options{
+              options.rank, static_cast<int>(options.peers.size()),
+              options.max_early_bytes, [this](int r) { return PeerName(r); },
+              [this](int peer, const absl::Status& why) {
+                // The inbox already made `why` sticky; tell the peer.
+                FailPeer(peer, why, /*tell_peer=*/true, /*orderly=*/false);
+              },
+              [this] { Wake(); }, options.wait_spin},
+          options.max_control_bytes),
+      options_(options) {}
 
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
     const TcpOptions& options) {
@@ -110,7 +112,7 @@ absl::Status TcpTransport::Start(int listen_fd) {
       connection->sender =
           std::make_unique<FrameSender>(connection.get(), &peers_[r]->tracker);
       connection->receiver = std::make_unique<FrameReceiver>(
-          r, name, &inbox_, options_.max_control_bytes);
+          r, name, inbox(), options_.max_control_bytes);
       peers_[r]->connections.push_back(std::move(connection));
     }
   }
@@ -123,7 +125,7 @@ absl::Status TcpTransport::Start(int listen_fd) {
 }
 
 TcpTransport::~TcpTransport() {
-  shutting_down_.store(true, std::memory_order_relaxed);
+  BeginShutdown();
   if (loop_.joinable()) {
     // Say GOODBYE; each peer answers by closing, and the loop closes our end
     // when it sees that.
@@ -153,7 +155,7 @@ TcpTransport::~TcpTransport() {
     Wake();
     loop_.join();
   }
-  inbox_.Shutdown();
+  inbox()->Shutdown();
   const absl::Status why = absl::FailedPreconditionError(
       absl::StrCat(PeerName(rank()), " shut its transport down"));
   for (auto& peer : peers_) {
@@ -271,16 +273,9 @@ void TcpTransport::CloseConnection(TcpConnection* connection) {
 
 void TcpTransport::FailPeer(int peer, const absl::Status& why, bool tell_peer,
                             bool orderly) {
-  const bool first = inbox_.FailPeer(peer, why);
-  const absl::Status sticky = first ? why : inbox_.PeerStatus(peer);
-  if (first || tell_peer) {
-    if (orderly || shutting_down_.load(std::memory_order_relaxed)) {
-      STARLING_LOG(INFO) << PeerName(rank()) << ": " << sticky;
-    } else {
-      STARLING_LOG(ERROR) << PeerName(rank()) << " lost " << PeerName(peer)
-                          << ": " << sticky;
-    }
-  }
+  const bool first = inbox()->FailPeer(peer, why);
+  const absl::Status sticky = first ? why : inbox()->PeerStatus(peer);
+  if (first || tell_peer) LogPeerFailure(peer, sticky, orderly);
   // Every connection carries the ERROR: the peer may read any of them first
   // and must learn why (a rejected write is DataLoss there too), not just see
   // a connection close.
@@ -294,43 +289,9 @@ void TcpTransport::FailPeer(int peer, const absl::Status& why, bool tell_peer,
   Wake();
 }
 
-bool TcpTransport::ValidPeer(int peer) const {
-  return peer >= 0 && peer < size() && peer != rank();
-}
-
-absl::Status TcpTransport::RegisterRegion(RegionId id,
-                                          absl::Span<std::byte> memory) {
-  return inbox_.RegisterRegion(id, memory);
-}
-
-absl::Status TcpTransport::DeregisterRegion(RegionId id) {
-  return inbox_.DeregisterRegion(id);
-}
-
-void TcpTransport::Write(int peer, absl::Span<const std::byte> data,
-                         RegionId remote, uint64_t remote_offset_bytes,
-                         uint32_t imm, Completion* done) {
-  done->Add(1);
-  if (!ValidPeer(peer)) {
-    done->Finish(absl::InvalidArgumentError(
-        absl::StrCat("cannot write from rank ", rank(), " to rank ", peer,
-                     " in a group of ", size())));
-    return;
-  }
-  if (remote_offset_bytes + data.size() < remote_offset_bytes) {
-    done->Finish(absl::InvalidArgumentError(absl::StrCat(
-        "write of ", data.size(), " bytes at offset ", remote_offset_bytes,
-        " to ", PeerName(peer), " overflows")));
-    return;
-  }
-  // The inbox holds the sticky status first (FailPeer() fails the senders
-  // after it): checking it here means a caller that saw the peer fail never
-  // gets a later write completed Ok.
-  absl::Status sticky = inbox_.PeerStatus(peer);
-  if (!sticky.ok()) {
-    done->Finish(sticky);
-    return;
-  }
+void TcpTransport::PostWrite(int peer, absl::Span<const std::byte> data,
+                             RegionId remote, uint64_t remote_offset_bytes,
+                             uint32_t imm, Completion* done) {
   Peer& target = *peers_[peer];
   const uint32_t seq = target.next_seq.fetch_add(1, std::memory_order_relaxed);
   const size_t connections = target.connections.size();
@@ -366,51 +327,10 @@ void TcpTransport::Write(int peer, absl::Span<const std::byte> data,
   if (!status.ok()) FailPeer(peer, status, false, false);
 }
 
-absl::StatusOr<WriteNotice> TcpTransport::WaitForWrite(const WriteMatch& match,
-                                                       absl::Time deadline) {
-  return inbox_.WaitForWrite(match, deadline);
-}
-
-absl::Status TcpTransport::SendControl(int peer, uint32_t tag,
-                                       absl::Span<const std::byte> message) {
-  if (!ValidPeer(peer)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot send a control message from rank ", rank(),
-                     " to rank ", peer, " in a group of ", size()));
-  }
-  if (message.size() > options_.max_control_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "control message of ", message.size(), " bytes to ", PeerName(peer),
-        " exceeds max_control_bytes ", options_.max_control_bytes));
-  }
-  STARLING_RETURN_IF_ERROR(inbox_.PeerStatus(peer));
-  FrameHeader header;
-  header.type = FrameType::kControl;
-  header.imm = tag;
-  header.length = message.size();
-  // Control messages of one peer share connection 0: that keeps them in
-  // order per tag.
-  absl::Status status = peers_[peer]->connections[0]->sender->PostFrame(
-      header, std::vector<std::byte>(message.begin(), message.end()));
-  if (!status.ok()) {
-    FailPeer(peer, status, false, false);
-    return inbox_.PeerStatus(peer);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::byte>> TcpTransport::RecvControl(
-    int peer, uint32_t tag, absl::Time deadline) {
-  return inbox_.RecvControl(peer, tag, deadline);
-}
-
-absl::Status TcpTransport::PeerStatus(int peer) const {
-  return inbox_.PeerStatus(peer);
-}
-
-void TcpTransport::AbortPeer(int peer, const absl::Status& why) {
-  if (!ValidPeer(peer)) return;
-  FailPeer(peer, why.ok() ? absl::AbortedError("aborted") : why, false, false);
+absl::Status TcpTransport::PostControl(int peer, const FrameHeader& header,
+                                       std::vector<std::byte> message) {
+  return peers_[peer]->connections[0]->sender->PostFrame(header,
+                                                         std::move(message));
 }
 
 }  // namespace tcp

@@ -47,7 +47,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/transport/inbox.h"
+#include "server/transport/frame.h"
+#include "server/transport/inbox_transport.h"
 #include "server/transport/tcp/tcp_options.h"
 #include "server/transport/transport.h"
 
@@ -57,7 +58,7 @@ namespace tcp {
 
 class TcpConnection;
 
-class TcpTransport : public Transport {
+class TcpTransport : public InboxTransport {
  public:
   // Binds peers[rank] (Unavailable "address 127.0.0.1:7001 already in use
   // (rank 1)"), connects to every other rank and handshakes, then returns.
@@ -69,29 +70,8 @@ class TcpTransport : public Transport {
   TcpTransport& operator=(const TcpTransport&) = delete;
   ~TcpTransport() override;
 
-  int rank() const override { return options_.rank; }
-  int size() const override { return static_cast<int>(options_.peers.size()); }
+  // The rest of Transport is InboxTransport's.
   std::string PeerName(int rank) const override;
-  absl::Status RegisterRegion(RegionId id,
-                              absl::Span<std::byte> memory) override;
-  absl::Status DeregisterRegion(RegionId id) override;
-  void Write(int peer, absl::Span<const std::byte> data, RegionId remote,
-             uint64_t remote_offset_bytes, uint32_t imm,
-             Completion* done) override;
-  absl::StatusOr<WriteNotice> WaitForWrite(const WriteMatch& match,
-                                           absl::Time deadline) override;
-  absl::Status SendControl(int peer, uint32_t tag,
-                           absl::Span<const std::byte> message) override;
-  absl::StatusOr<std::vector<std::byte>> RecvControl(
-      int peer, uint32_t tag, absl::Time deadline) override;
-  size_t max_control_bytes() const override {
-    return options_.max_control_bytes;
-  }
-  absl::Status PeerStatus(int peer) const override;
-  void AbortPeer(int peer, const absl::Status& why) override;
-
-  // Bytes held for regions not registered yet (for tests and metrics).
-  size_t early_bytes() const { return inbox_.early_bytes(); }
 
  private:
   struct Peer;
@@ -103,24 +83,27 @@ class TcpTransport : public Transport {
   void Wake();
   void HandleReadable(TcpConnection* connection, uint32_t events);
   void HandleWakeup();
-  // Fails `peer` with `why` (unless it already failed) and every connection
-  // to it; `tell_peer` sends the sticky status to the peer as an ERROR frame
-  // on each connection first. `orderly`: the peer said GOODBYE.
+  // Writes of at least stripe_min_bytes are striped over the connections.
+  void PostWrite(int peer, absl::Span<const std::byte> data, RegionId remote,
+                 uint64_t remote_offset_bytes, uint32_t imm,
+                 Completion* done) override;
+  // Control messages of one peer share connection 0: that keeps them in
+  // order per tag.
+  absl::Status PostControl(int peer, const FrameHeader& header,
+                           std::vector<std::byte> message) override;
+  // Fails every connection to `peer`; with `tell_peer`, each carries the
+  // ERROR frame.
   void FailPeer(int peer, const absl::Status& why, bool tell_peer,
-                bool orderly);
+                bool orderly) override;
   void CloseConnection(TcpConnection* connection);
-  bool ValidPeer(int peer) const;
 
   const TcpOptions options_;
-  Inbox inbox_;
   std::vector<std::unique_ptr<Peer>> peers_;  // fixed after Start()
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread loop_;
   std::atomic<bool> stopping_{false};  // relaxed: read after the wake fd
-  // Relaxed: only chooses how loudly peer failures are logged.
-  std::atomic<bool> shutting_down_{false};
 
   absl::Mutex closed_mu_;
   absl::CondVar closed_cv_;

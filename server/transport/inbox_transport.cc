@@ -1,0 +1,116 @@
+#include "server/transport/inbox_transport.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/base/logging.h"
+#include "server/base/status_macros.h"
+
+namespace starling {
+namespace transport {
+
+InboxTransport::InboxTransport(Inbox::Options inbox_options,
+                               size_t max_control_bytes)
+    : rank_(inbox_options.rank),
+      size_(inbox_options.size),
+      max_control_bytes_(max_control_bytes),
+      inbox_(std::move(inbox_options)) {}
+
+bool InboxTransport::ValidPeer(int peer) const {
+  return peer >= 0 && peer < size() && peer != rank();
+}
+
+void InboxTransport::LogPeerFailure(int peer, const absl::Status& sticky,
+                                    bool orderly) const {
+  if (orderly || shutting_down_.load(std::memory_order_relaxed)) {
+    STARLING_LOG(INFO) << PeerName(rank()) << ": " << sticky;
+  } else {
+    STARLING_LOG(ERROR) << PeerName(rank()) << " lost " << PeerName(peer)
+                        << ": " << sticky;
+  }
+}
+
+absl::Status InboxTransport::RegisterRegion(RegionId id,
+                                            absl::Span<std::byte> memory) {
+  return inbox_.RegisterRegion(id, memory);
+}
+
+absl::Status InboxTransport::DeregisterRegion(RegionId id) {
+  return inbox_.DeregisterRegion(id);
+}
+
+void InboxTransport::Write(int peer, absl::Span<const std::byte> data,
+                           RegionId remote, uint64_t remote_offset_bytes,
+                           uint32_t imm, Completion* done) {
+  done->Add(1);
+  if (!ValidPeer(peer)) {
+    done->Finish(absl::InvalidArgumentError(
+        absl::StrCat("cannot write from rank ", rank(), " to rank ", peer,
+                     " in a group of ", size())));
+    return;
+  }
+  if (remote_offset_bytes + data.size() < remote_offset_bytes) {
+    done->Finish(absl::InvalidArgumentError(absl::StrCat(
+        "write of ", data.size(), " bytes at offset ", remote_offset_bytes,
+        " to ", PeerName(peer), " overflows")));
+    return;
+  }
+  // The inbox holds the sticky status first (FailPeer() fails the senders
+  // after it): checking it here means a caller that saw the peer fail never
+  // gets a later write completed Ok.
+  absl::Status sticky = inbox_.PeerStatus(peer);
+  if (!sticky.ok()) {
+    done->Finish(sticky);
+    return;
+  }
+  PostWrite(peer, data, remote, remote_offset_bytes, imm, done);
+}
+
+absl::StatusOr<WriteNotice> InboxTransport::WaitForWrite(
+    const WriteMatch& match, absl::Time deadline) {
+  return inbox_.WaitForWrite(match, deadline);
+}
+
+absl::Status InboxTransport::SendControl(int peer, uint32_t tag,
+                                         absl::Span<const std::byte> message) {
+  if (!ValidPeer(peer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot send a control message from rank ", rank(),
+                     " to rank ", peer, " in a group of ", size()));
+  }
+  if (message.size() > max_control_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control message of ", message.size(), " bytes to ", PeerName(peer),
+        " exceeds max_control_bytes ", max_control_bytes_));
+  }
+  STARLING_RETURN_IF_ERROR(inbox_.PeerStatus(peer));
+  FrameHeader header;
+  header.type = FrameType::kControl;
+  header.imm = tag;
+  header.length = message.size();
+  absl::Status status = PostControl(
+      peer, header, std::vector<std::byte>(message.begin(), message.end()));
+  if (!status.ok()) {
+    FailPeer(peer, status, /*tell_peer=*/false, /*orderly=*/false);
+    return inbox_.PeerStatus(peer);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::byte>> InboxTransport::RecvControl(
+    int peer, uint32_t tag, absl::Time deadline) {
+  return inbox_.RecvControl(peer, tag, deadline);
+}
+
+absl::Status InboxTransport::PeerStatus(int peer) const {
+  return inbox_.PeerStatus(peer);
+}
+
+void InboxTransport::AbortPeer(int peer, const absl::Status& why) {
+  if (!ValidPeer(peer)) return;
+  FailPeer(peer, why.ok() ? absl::AbortedError("aborted") : why,
+           /*tell_peer=*/false, /*orderly=*/false);
+}
+
+}  // namespace transport
+}  // namespace starling

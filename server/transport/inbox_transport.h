@@ -1,0 +1,112 @@
+// InboxTransport: what the stream transports (tcp/, shm/) share above their
+// byte streams. It owns the Inbox (inbox.h) and implements the Transport
+// calls that only need it: region registration, waits, control receipt and
+// peer status, plus the argument and sticky-status checks in front of
+// Write() and SendControl() and AbortPeer(). A subclass moves the bytes
+// (PostWrite(), PostControl()), fails a peer's connections (FailPeer()) and
+// names peers (PeerName()).
+//
+// Thread-safe, as Transport requires of every method.
+#ifndef STARLING_SERVER_TRANSPORT_INBOX_TRANSPORT_H_
+#define STARLING_SERVER_TRANSPORT_INBOX_TRANSPORT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "server/transport/completion.h"
+#include "server/transport/frame.h"
+#include "server/transport/inbox.h"
+#include "server/transport/transport.h"
+
+namespace starling {
+namespace transport {
+
+class InboxTransport : public Transport {
+ public:
+  InboxTransport(const InboxTransport&) = delete;
+  InboxTransport& operator=(const InboxTransport&) = delete;
+  ~InboxTransport() override = default;
+
+  int rank() const final { return rank_; }
+  int size() const final { return size_; }
+  absl::Status RegisterRegion(RegionId id, absl::Span<std::byte> memory) final;
+  absl::Status DeregisterRegion(RegionId id) final;
+  // InvalidArgument for a bad peer or an offset + length that overflows; the
+  // peer's sticky status if it failed; else PostWrite().
+  void Write(int peer, absl::Span<const std::byte> data, RegionId remote,
+             uint64_t remote_offset_bytes, uint32_t imm,
+             Completion* done) final;
+  absl::StatusOr<WriteNotice> WaitForWrite(const WriteMatch& match,
+                                           absl::Time deadline) final;
+  // InvalidArgument for a bad peer or a message above max_control_bytes();
+  // the peer's sticky status if it failed (before or while posting); else
+  // PostControl().
+  absl::Status SendControl(int peer, uint32_t tag,
+                           absl::Span<const std::byte> message) final;
+  absl::StatusOr<std::vector<std::byte>> RecvControl(int peer, uint32_t tag,
+                                                     absl::Time deadline) final;
+  size_t max_control_bytes() const final { return max_control_bytes_; }
+  absl::Status PeerStatus(int peer) const final;
+  // Ignores a bad peer; an Ok `why` becomes Aborted "aborted".
+  void AbortPeer(int peer, const absl::Status& why) final;
+
+  // Bytes held for regions not registered yet (for tests and metrics).
+  size_t early_bytes() const { return inbox_.early_bytes(); }
+
+ protected:
+  // `inbox_options` gives rank and size; its callbacks may call the
+  // subclass's methods (they run only once the subclass is constructed).
+  InboxTransport(Inbox::Options inbox_options, size_t max_control_bytes);
+
+  // Sends the WRITE frame(s) of a checked Write(): `peer` is valid and was
+  // not failed, and `done` already counts this write (done->Add(1) was
+  // called): finish it, or hand it to a FrameSender that will.
+  virtual void PostWrite(int peer, absl::Span<const std::byte> data,
+                         RegionId remote, uint64_t remote_offset_bytes,
+                         uint32_t imm, Completion* done) = 0;
+
+  // Queues CONTROL frame `header` with `message` to a valid peer, in order
+  // per (peer, tag). An error fails the peer (SendControl() then returns its
+  // sticky status).
+  virtual absl::Status PostControl(int peer, const FrameHeader& header,
+                                   std::vector<std::byte> message) = 0;
+
+  // Fails `peer` with `why` (unless it already failed) and its connections;
+  // `tell_peer` sends the sticky status to the peer as an ERROR frame first.
+  // `orderly`: the peer said GOODBYE.
+  virtual void FailPeer(int peer, const absl::Status& why, bool tell_peer,
+                        bool orderly) = 0;
+
+  // Logs that `peer` failed with `sticky`: INFO when `orderly` or shutting
+  // down, else ERROR naming the peer lost.
+  void LogPeerFailure(int peer, const absl::Status& sticky, bool orderly) const;
+
+  // 0 <= peer < size() and peer != rank().
+  bool ValidPeer(int peer) const;
+
+  // Peer failures from now on are expected and logged at INFO.
+  void BeginShutdown() {
+    shutting_down_.store(true, std::memory_order_relaxed);
+  }
+
+  Inbox* inbox() { return &inbox_; }
+
+ private:
+  const int rank_;
+  const int size_;
+  const size_t max_control_bytes_;
+  Inbox inbox_;
+  // Relaxed: only chooses how loudly peer failures are logged.
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace transport
+}  // namespace starling
+
+#endif  // STARLING_SERVER_TRANSPORT_INBOX_TRANSPORT_H_
