@@ -16,11 +16,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
@@ -28,6 +24,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/base/clock.h"
+#include "server/base/command_line.h"
 #include "server/base/logging.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_options.h"
@@ -91,8 +88,7 @@ constexpr ModeName kModes[] = {
 
 // One line on stderr, then the exit code: the whole of a failed start.
 int Fail(int code, absl::string_view message) {
-  std::fprintf(stderr, "%s: %s\n", kProgram, std::string(message).c_str());
-  return code;
+  return FailProgram(kProgram, code, message);
 }
 
 absl::Status OptionsFromFlags(CoordinatorOptions* options) {
@@ -138,37 +134,25 @@ void RunFailureDetector(Coordinator* coordinator, absl::Duration timeout,
 }
 
 int Main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "server/coordinator/main.cc");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  usage_config.version_string = [] {
-    return absl::StrCat(kProgram, " ", kStarlingVersion, "\n");
-  };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "the coordinator of one Starling training job.\n\n"
-      "  ",
-      kProgram,
-      " --job_id=NAME --expected_nodes=N [--listen=0.0.0.0:29400] "
-      "[--metrics_port=29401] ...\n\n"
-      "Forms the group once N node daemons joined (ranks by hostname, then "
-      "address), marks nodes LOST after --heartbeat_timeout without a "
-      "heartbeat, hands out K iterations per schedule request, and serves "
-      "Prometheus metrics at http://HOST:METRICS_PORT/metrics."));
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = ParseProgramCommandLine(
+      {kProgram, "server/coordinator/main.cc", kStarlingVersion,
+       absl::StrCat(
+           "the coordinator of one Starling training job.\n\n"
+           "  ",
+           kProgram,
+           " --job_id=NAME --expected_nodes=N [--listen=0.0.0.0:29400] "
+           "[--metrics_port=29401] ...\n\n"
+           "Forms the group once N node daemons joined (ranks by hostname, "
+           "then address), marks nodes LOST after --heartbeat_timeout without "
+           "a heartbeat, hands out K iterations per schedule request, and "
+           "serves Prometheus metrics at http://HOST:METRICS_PORT/metrics.")},
+      argc, argv);
   if (positional.size() > 1) {
     return Fail(2, absl::StrCat("unexpected argument '", positional[1],
                                 "' (try --help)"));
   }
-
-  LogSeverity severity;
-  absl::Status status =
-      ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity);
-  if (!status.ok())
-    return Fail(2, absl::StrCat("--log_level: ", status.message()));
-  SetMinLogSeverity(severity);
+  absl::Status status = ApplyLogLevelFlag(absl::GetFlag(FLAGS_log_level));
+  if (!status.ok()) return Fail(2, status.message());
 
   CoordinatorOptions options;
   status = OptionsFromFlags(&options);

@@ -11,16 +11,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "server/base/command_line.h"
 #include "server/base/grpc_status.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/job_status_table.h"
@@ -39,8 +36,7 @@ namespace {
 constexpr char kProgram[] = "starlingctl";
 
 int Fail(int code, absl::string_view message) {
-  std::fprintf(stderr, "%s: %s\n", kProgram, std::string(message).c_str());
-  return code;
+  return FailProgram(kProgram, code, message);
 }
 
 int Status() {
@@ -70,23 +66,15 @@ int Status() {
 }
 
 int Main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "server/coordinator/starlingctl_main.cc");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  usage_config.version_string = [] {
-    return absl::StrCat(kProgram, " ", kStarlingVersion, "\n");
-  };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(
-      "command-line view of a running Starling job.\n\n"
-      "  starlingctl status --coordinator=host:port [--job_id=NAME] "
-      "[--timeout=5s]\n\n"
-      "status: the group as a table (rank, hostname, address, health, shard "
-      "and optimizer state sizes, heartbeat age, last error), then the job's "
-      "epoch, iteration, degraded flag and last error.");
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> args = ParseProgramCommandLine(
+      {kProgram, "server/coordinator/starlingctl_main.cc", kStarlingVersion,
+       "command-line view of a running Starling job.\n\n"
+       "  starlingctl status --coordinator=host:port [--job_id=NAME] "
+       "[--timeout=5s]\n\n"
+       "status: the group as a table (rank, hostname, address, health, shard "
+       "and optimizer state sizes, heartbeat age, last error), then the job's "
+       "epoch, iteration, degraded flag and last error."},
+      argc, argv);
   if (args.size() < 2) {
     return Fail(2,
                 "missing command; usage: starlingctl status "

@@ -8,14 +8,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "server/base/command_line.h"
 #include "server/base/logging.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/listen_address.h"
@@ -58,8 +55,7 @@ namespace {
 constexpr char kProgram[] = "starling-node";
 
 int Fail(int code, absl::string_view message) {
-  std::fprintf(stderr, "%s: %s\n", kProgram, std::string(message).c_str());
-  return code;
+  return FailProgram(kProgram, code, message);
 }
 
 // One-line error if `port` on `host` cannot be listened on.
@@ -79,36 +75,25 @@ absl::Status CheckPort(const std::string& host, int port,
 }
 
 int Main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "server/node/main.cc");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  usage_config.version_string = [] {
-    return absl::StrCat(kProgram, " ", coordinator::kStarlingVersion, "\n");
-  };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "one machine's Starling node daemon.\n\n  ", kProgram,
-      " --coordinator=HOST:PORT --job_id=NAME [--data_address=HOST] "
-      "[--data_port=29500] [--admin_port=29600] "
-      "[--worker_socket=PATH] [--local_workers=N] [--metrics_port=29700]\n\n"
-      "Joins the coordinator, connects to its peers, holds its shard of the "
-      "model, serves local workers (client API) on --worker_socket, runs the "
-      "synchronous step or parameter-server mode, and serves Prometheus "
-      "metrics at http://HOST:METRICS_PORT/metrics."));
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = ParseProgramCommandLine(
+      {kProgram, "server/node/main.cc", coordinator::kStarlingVersion,
+       absl::StrCat(
+           "one machine's Starling node daemon.\n\n  ", kProgram,
+           " --coordinator=HOST:PORT --job_id=NAME [--data_address=HOST] "
+           "[--data_port=29500] [--admin_port=29600] "
+           "[--worker_socket=PATH] [--local_workers=N] "
+           "[--metrics_port=29700]\n\n"
+           "Joins the coordinator, connects to its peers, holds its shard of "
+           "the model, serves local workers (client API) on --worker_socket, "
+           "runs the synchronous step or parameter-server mode, and serves "
+           "Prometheus metrics at http://HOST:METRICS_PORT/metrics.")},
+      argc, argv);
   if (positional.size() > 1) {
     return Fail(2, absl::StrCat("unexpected argument '", positional[1],
                                 "' (try --help)"));
   }
-  LogSeverity severity;
-  absl::Status status =
-      ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity);
-  if (!status.ok()) {
-    return Fail(2, absl::StrCat("--log_level: ", status.message()));
-  }
-  SetMinLogSeverity(severity);
+  absl::Status status = ApplyLogLevelFlag(absl::GetFlag(FLAGS_log_level));
+  if (!status.ok()) return Fail(2, status.message());
 
   NodeOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
