@@ -117,6 +117,10 @@ absl::Status Communicator::Broadcast(absl::Span<std::byte> data, DataType type,
   return Run(OpKind::kBroadcast, data, type, ReduceOp::kSum, root, call);
 }
 
+void Communicator::SkipTo(uint64_t seq) {
+  if (seq > next_seq_) next_seq_ = seq;
+}
+
 absl::Status Communicator::Barrier(const CallOptions& call) {
   return Run(OpKind::kBarrier, absl::Span<std::byte>(), DataType::kFloat32,
              ReduceOp::kSum, 0, call);
@@ -165,7 +169,7 @@ absl::Status Communicator::Run(OpKind kind, absl::Span<std::byte> data,
   OpContext ctx(transport_, desc, timeout, data,
                 absl::MakeSpan(scratch_).first(scratch_bytes),
                 options_.chunk_bytes, options_.selector.doubling_max_bytes,
-                &completions_);
+                &completions_, call.cancel);
   absl::Status status = ctx.Start();
   if (status.ok() && fn != nullptr) status = fn(&ctx);
   return ctx.Finish(std::move(status));

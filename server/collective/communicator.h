@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/chunk_planner.h"
 #include "server/collective/data_type.h"
 #include "server/collective/op_descriptor.h"
@@ -63,6 +64,9 @@ struct CallOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // Overrides CommunicatorOptions::timeout for this call.
   std::optional<absl::Duration> timeout;
+  // When set (borrowed for the call), Cancel() on it ends the op within
+  // kCancellationPollInterval with its status; null: not cancellable.
+  const Cancellation* cancel = nullptr;
 };
 
 class Communicator {
@@ -84,6 +88,11 @@ class Communicator {
   const Options& options() const { return options_; }
   // Sequence number the next op will carry (starts at 0).
   uint64_t next_op_seq() const { return next_seq_; }
+  // Continues numbering at `seq`, which every rank must agree on (the node
+  // daemons start each training run at a sequence number above any used
+  // before, so that late frames of an earlier run never match).
+  // REQUIRES: seq >= next_op_seq().
+  void SkipTo(uint64_t seq);
 
   // data = op over all ranks' data, element-wise.
   absl::Status AllReduce(absl::Span<std::byte> data, DataType type, ReduceOp op,

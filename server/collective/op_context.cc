@@ -26,7 +26,8 @@ OpContext::OpContext(
     absl::Duration timeout, absl::Span<std::byte> data,
     absl::Span<std::byte> scratch, size_t chunk_bytes,
     size_t doubling_max_bytes,
-    std::vector<std::unique_ptr<transport::Completion>>* completions)
+    std::vector<std::unique_ptr<transport::Completion>>* completions,
+    const Cancellation* cancel)
     : transport_(transport),
       desc_(desc),
       rank_(transport->rank()),
@@ -39,7 +40,20 @@ OpContext::OpContext(
       planner_(element_bytes_, chunk_bytes),
       doubling_max_bytes_(doubling_max_bytes),
       completions_(completions),
+      cancel_(cancel),
       wrote_to_(size_, false) {}
+
+absl::Time OpContext::WaitSlice() const {
+  if (cancel_ == nullptr) return deadline_;
+  return std::min(deadline_, absl::Now() + kCancellationPollInterval);
+}
+
+absl::Status OpContext::CancelledStatus() const {
+  if (cancel_ == nullptr || !cancel_->cancelled()) return absl::OkStatus();
+  const absl::Status why = cancel_->status();
+  return absl::Status(why.code(),
+                      absl::StrCat(Where(), " cancelled: ", why.message()));
+}
 
 void OpContext::SetStep(absl::string_view phase, int step, int steps) {
   phase_ = std::string(phase);
@@ -85,8 +99,21 @@ absl::Status OpContext::CheckPeers() {
   SetStep("handshake", 0, 0);
   for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
     if (peer == rank_) continue;
-    absl::StatusOr<std::vector<std::byte>> wire =
-        transport_->RecvControl(peer, OpControlTag(desc_.seq), deadline_);
+    absl::StatusOr<std::vector<std::byte>> wire;
+    // Waits in slices so that a cancellation is seen within one.
+    while (true) {
+      wire =
+          transport_->RecvControl(peer, OpControlTag(desc_.seq), WaitSlice());
+      if (!absl::IsDeadlineExceeded(wire.status()) ||
+          absl::Now() >= deadline_) {
+        break;
+      }
+      if (absl::Status c = CancelledStatus(); !c.ok()) {
+        peers_status_ = c;
+        break;
+      }
+    }
+    if (!peers_status_.ok()) break;
     if (!wire.ok()) {
       peers_status_ = PeerError(peer, wire.status(), "no op descriptor");
       break;
@@ -153,8 +180,15 @@ absl::Status OpContext::WaitChunk(int peer, Region region, int step,
   match.region = OpRegionId(desc_.seq, region);
   match.peer = peer;
   match.imm = StepImm(step, chunk);
-  absl::StatusOr<transport::WriteNotice> notice =
-      transport_->WaitForWrite(match, deadline_);
+  absl::StatusOr<transport::WriteNotice> notice;
+  while (true) {
+    notice = transport_->WaitForWrite(match, WaitSlice());
+    if (!absl::IsDeadlineExceeded(notice.status()) ||
+        absl::Now() >= deadline_) {
+      break;
+    }
+    if (absl::Status c = CancelledStatus(); !c.ok()) return c;
+  }
   if (!notice.ok()) return PeerError(peer, notice.status(), "no data");
   return absl::OkStatus();
 }

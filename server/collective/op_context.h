@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/collective/cancellation.h"
 #include "server/collective/chunk_planner.h"
 #include "server/collective/op_descriptor.h"
 #include "server/transport/completion.h"
@@ -67,7 +68,8 @@ class OpContext {
             absl::Duration timeout, absl::Span<std::byte> data,
             absl::Span<std::byte> scratch, size_t chunk_bytes,
             size_t doubling_max_bytes,
-            std::vector<std::unique_ptr<transport::Completion>>* completions);
+            std::vector<std::unique_ptr<transport::Completion>>* completions,
+            const Cancellation* cancel = nullptr);
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
@@ -143,6 +145,11 @@ class OpContext {
  private:
   absl::Status PeerError(int peer, const absl::Status& status,
                          absl::string_view waiting_for);
+  // The next deadline a wait uses: the op deadline, or, when the op can be
+  // cancelled, at most kCancellationPollInterval from now.
+  absl::Time WaitSlice() const;
+  // Non-ok (the cancellation's reason, annotated) once cancelled.
+  absl::Status CancelledStatus() const;
 
   transport::Transport* const transport_;
   const OpDescriptor desc_;
@@ -156,6 +163,7 @@ class OpContext {
   const ChunkPlanner planner_;
   const size_t doubling_max_bytes_;
   std::vector<std::unique_ptr<transport::Completion>>* const completions_;
+  const Cancellation* const cancel_;  // may be null
 
   std::vector<bool> wrote_to_;  // peers this op posted writes to
   bool data_registered_ = false;
