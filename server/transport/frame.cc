@@ -40,6 +40,12 @@ const char* FrameTypeName(FrameType type) {
       return "GOODBYE";
     case FrameType::kError:
       return "ERROR";
+    case FrameType::kChallenge:
+      return "CHALLENGE";
+    case FrameType::kProof:
+      return "PROOF";
+    case FrameType::kWelcome:
+      return "WELCOME";
   }
   return "unknown";
 }
@@ -111,7 +117,7 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes) {
   h.seq = GetLittleEndian32(p + kSeqAt);
   const uint8_t type = p[kTypeAt];
   if (type < static_cast<uint8_t>(FrameType::kHello) ||
-      type > static_cast<uint8_t>(FrameType::kError) ||
+      type > static_cast<uint8_t>(FrameType::kWelcome) ||
       type == kRetiredAckType) {
     return absl::DataLossError(absl::StrCat(
         "frame header has unknown type ", type,
@@ -136,7 +142,22 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes) {
                                                 kHelloBodyBytes));
       }
       break;
+    case FrameType::kChallenge:
+      if (h.length != kChallengeBodyBytes) {
+        return absl::DataLossError(absl::StrCat("CHALLENGE frame length is ",
+                                                h.length, " bytes, expected ",
+                                                kChallengeBodyBytes));
+      }
+      break;
+    case FrameType::kProof:
+      if (h.length != kProofBodyBytes) {
+        return absl::DataLossError(absl::StrCat("PROOF frame length is ",
+                                                h.length, " bytes, expected ",
+                                                kProofBodyBytes));
+      }
+      break;
     case FrameType::kGoodbye:
+    case FrameType::kWelcome:
       if (h.length != 0) {
         return absl::DataLossError(absl::StrCat(
             name, " frame carries ", h.length, " payload bytes, expected 0"));

@@ -15,11 +15,14 @@ namespace transport {
 
 inline constexpr uint32_t kFrameMagic = 0x474C5453;  // "STLG"
 // Version 2 retired ACK frames: a write completes when the sender's kernel
-// has taken it (frame_format.md).
-inline constexpr uint8_t kProtocolVersion = 2;
+// has taken it. Version 3 added the authenticated handshake (CHALLENGE,
+// PROOF, WELCOME; frame_format.md).
+inline constexpr uint8_t kProtocolVersion = 3;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kMaxErrorMessageBytes = 1024;
 inline constexpr size_t kHelloBodyBytes = 24;
+inline constexpr size_t kChallengeBodyBytes = 40;
+inline constexpr size_t kProofBodyBytes = 32;
 
 enum class FrameType : uint8_t {
   kHello = 1,
@@ -28,6 +31,10 @@ enum class FrameType : uint8_t {
   // 4 was ACK in version 1; it is rejected as unknown.
   kGoodbye = 5,
   kError = 6,
+  // Handshake only (version 3): see auth.h.
+  kChallenge = 7,
+  kProof = 8,
+  kWelcome = 9,
 };
 
 // "WRITE", "HELLO", ...; "type 9" for an unknown value.
@@ -52,7 +59,8 @@ void EncodeFrameHeader(const FrameHeader& header,
 // Decodes and checks a header. DataLoss naming the field for: fewer than
 // kFrameHeaderBytes bytes, bad magic, checksum mismatch, unknown type,
 // nonzero flags or reserved word, and lengths or part counts the type
-// forbids (HELLO not kHelloBodyBytes, GOODBYE with payload, ERROR above
+// forbids (HELLO not kHelloBodyBytes, CHALLENGE not kChallengeBodyBytes,
+// PROOF not kProofBodyBytes, GOODBYE or WELCOME with payload, ERROR above
 // kMaxErrorMessageBytes, WRITE with part_count 0). The version is returned,
 // not checked: the handshake reports a mismatch with both versions.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes);

@@ -162,10 +162,13 @@ FrameReceiver::Result FrameReceiver::BeginFrame(const FrameHeader& header) {
       return result;
     }
     case FrameType::kHello:
-      return Fail(
-          absl::DataLossError(absl::StrCat(
-              "unexpected HELLO from ", name_(peer_), " after the handshake")),
-          true);
+    case FrameType::kChallenge:
+    case FrameType::kProof:
+    case FrameType::kWelcome:
+      return Fail(absl::DataLossError(absl::StrCat(
+                      "unexpected ", FrameTypeName(header.type), " from ",
+                      name_(peer_), " after the handshake")),
+                  true);
   }
   message_.assign(header.length, std::byte{0});
   dst_ = message_.data();

@@ -122,6 +122,41 @@ TEST(Frame, UnknownTypeIsDataLoss) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("type 42")));
 }
 
+TEST(Frame, HandshakeFramesHaveFixedLengths) {
+  uint8_t bytes[kFrameHeaderBytes];
+  FrameHeader h;
+  h.type = FrameType::kChallenge;
+  h.length = kChallengeBodyBytes;
+  EncodeFrameHeader(h, bytes);
+  EXPECT_OK(DecodeFrameHeader(bytes).status());
+  h.length = kChallengeBodyBytes + 1;
+  EncodeFrameHeader(h, bytes);
+  EXPECT_THAT(DecodeFrameHeader(bytes),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("CHALLENGE frame length is 41 bytes")));
+  h.type = FrameType::kProof;
+  h.length = kProofBodyBytes - 1;
+  EncodeFrameHeader(h, bytes);
+  EXPECT_THAT(DecodeFrameHeader(bytes),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("PROOF frame length is 31 bytes")));
+  h.type = FrameType::kWelcome;
+  h.length = 1;
+  EncodeFrameHeader(h, bytes);
+  EXPECT_THAT(DecodeFrameHeader(bytes),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("WELCOME frame carries 1 payload bytes")));
+  h.length = 0;
+  EncodeFrameHeader(h, bytes);
+  ASSERT_OK_AND_ASSIGN(FrameHeader decoded, DecodeFrameHeader(bytes));
+  EXPECT_EQ(decoded.type, FrameType::kWelcome);
+  EXPECT_STREQ(FrameTypeName(decoded.type), "WELCOME");
+  h.type = static_cast<FrameType>(10);
+  EncodeFrameHeader(h, bytes);
+  EXPECT_THAT(DecodeFrameHeader(bytes),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("type 10")));
+}
+
 TEST(Frame, RetiredAckTypeIsDataLoss) {
   uint8_t bytes[kFrameHeaderBytes];
   FrameHeader h;

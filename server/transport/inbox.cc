@@ -47,6 +47,11 @@ absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
     if (shut_down_) {
       return absl::FailedPreconditionError("transport is shutting down");
     }
+    if (retired_.Contains(id)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("region ", RegionName(id),
+                       " was retired and cannot be registered again"));
+    }
     auto [it, inserted] = regions_.try_emplace(id);
     if (!inserted) {
       return absl::AlreadyExistsError(
@@ -131,6 +136,57 @@ absl::Status Inbox::DeregisterRegion(RegionId id) {
   return absl::OkStatus();
 }
 
+bool Inbox::Stale(RegionId id) const {
+  return !regions_.contains(id) && retired_.Contains(id);
+}
+
+void Inbox::RetireRegions(RegionId first, RegionId end) {
+  {
+    absl::MutexLock lock(&mu_);
+    retired_.Add(first, end);
+    // Held pieces go now, except those still being received: EndWrite()
+    // drops them.
+    for (auto it = early_.begin(); it != early_.end();) {
+      if (!Stale(it->first)) {
+        ++it;
+        continue;
+      }
+      auto& pieces = it->second;
+      std::vector<std::unique_ptr<EarlyPiece>> keep;
+      for (auto& piece : pieces) {
+        if (piece->complete) {
+          early_bytes_ -= piece->data.size();
+        } else {
+          keep.push_back(std::move(piece));
+        }
+      }
+      pieces = std::move(keep);
+      if (pieces.empty()) {
+        early_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    // Whole writes held: each had its notice deferred. Writes still missing
+    // parts or earlier writes are counted when Publish() drops them.
+    for (auto it = deferred_notices_.begin(); it != deferred_notices_.end();) {
+      if (Stale(it->first)) {
+        stale_writes_dropped_ += it->second.size();
+        deferred_notices_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Paused connections may go on: their writes are dropped now, or fit.
+  if (options_.wake_io) options_.wake_io();
+}
+
+uint64_t Inbox::stale_writes_dropped() const {
+  absl::MutexLock lock(&mu_);
+  return stale_writes_dropped_;
+}
+
 absl::Status Inbox::BeginWrite(int peer, const FrameHeader& header,
                                Landing* landing, bool* must_wait) {
   *must_wait = false;
@@ -151,6 +207,12 @@ absl::Status Inbox::BeginWrite(int peer, const FrameHeader& header,
     ++region->pins;
     landing->region = region;
     landing->dst = region->memory.data() + header.offset;
+    return absl::OkStatus();
+  }
+  if (retired_.Contains(header.region)) {
+    // A late write of a finished op: read past, never held (Publish()
+    // counts it).
+    landing->discarded = true;
     return absl::OkStatus();
   }
   if (header.length > options_.max_early_bytes - early_bytes_ ||
@@ -209,9 +271,13 @@ absl::Status Inbox::EndWrite(int peer, Landing* landing) {
   if (landing->region != nullptr) Unpin(landing->region);
   if (landing->piece != nullptr) {
     landing->piece->complete = true;
-    // The region may have been registered while this piece was in flight.
+    // The region may have been registered, or retired, while this piece was
+    // in flight.
     auto it = regions_.find(landing->header.region);
-    if (it != regions_.end()) {
+    if (it == regions_.end() && retired_.Contains(landing->header.region)) {
+      DropPiece(landing->header.region, landing->piece);
+      landing->discarded = true;
+    } else if (it != regions_.end()) {
       absl::Status status = ApplyPiece(it->second.get(), landing->piece);
       DropPiece(landing->header.region, landing->piece);
       if (!status.ok()) {
@@ -273,6 +339,10 @@ void Inbox::NoteWritePart(int peer, const Landing& landing) {
 }
 
 void Inbox::Publish(int peer, const PendingWrite& write) {
+  if (Stale(write.region)) {
+    ++stale_writes_dropped_;
+    return;
+  }
   if (write.discarded) return;
   WriteNotice notice;
   notice.peer = peer;

@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "server/transport/frame.h"
 #include "server/transport/handshake.h"
+#include "server/transport/retired_regions.h"
 #include "server/transport/transport.h"
 
 namespace starling {
@@ -37,15 +38,16 @@ class Inbox {
     int rank = 0;
     int size = 1;
     // Bound on bytes held for regions not registered yet; a write that does
-    // not fit waits (BeginWrite says so) until a registration frees room.
+    // not fit waits (BeginWrite says so) until a registration or a
+    // retirement frees room.
     size_t max_early_bytes = 0;
     RankNamer name;
     // The inbox found a peer's data invalid outside the I/O path (an early
     // write past the end of the region registered for it): the transport
     // fails the peer's connection with `why` (already the sticky status).
     std::function<void(int peer, const absl::Status& why)> on_peer_error;
-    // A registration or deregistration happened: the I/O thread must retry
-    // paused writes and re-check landings with LandingValid().
+    // A registration, deregistration or retirement happened: the I/O thread
+    // must retry paused writes and re-check landings with LandingValid().
     std::function<void()> wake_io;
     // WaitForWrite() with nothing to return spins this long (no lock held)
     // before it sleeps, sparing a small write the sleeping thread's wake-up.
@@ -74,6 +76,8 @@ class Inbox {
   // Transport calls; see transport.h for contracts.
   absl::Status RegisterRegion(RegionId id, absl::Span<std::byte> memory);
   absl::Status DeregisterRegion(RegionId id);
+  void RetireRegions(RegionId first, RegionId end);
+  uint64_t stale_writes_dropped() const;
   absl::StatusOr<WriteNotice> WaitForWrite(const WriteMatch& match,
                                            absl::Time deadline);
   absl::StatusOr<std::vector<std::byte>> RecvControl(int peer, uint32_t tag,
@@ -88,10 +92,11 @@ class Inbox {
   void Shutdown();
 
   // I/O side. Starts receiving WRITE frame `header` from `peer`. Ok: fill
-  // `landing->dst` with header.length bytes (or skip them when dst is null),
-  // then call EndWrite(). *must_wait: the region is not registered and the
-  // early-arrival room is full; call again after wake_io. DataLoss (the
-  // peer's new sticky status) if the range is outside the registered region.
+  // `landing->dst` with header.length bytes (or skip them when dst is null:
+  // e.g. the region was retired), then call EndWrite(). *must_wait: the
+  // region is not registered and the early-arrival room is full; call again
+  // after wake_io. DataLoss (the peer's new sticky status) if the range is
+  // outside the registered region.
   absl::Status BeginWrite(int peer, const FrameHeader& header, Landing* landing,
                           bool* must_wait);
 
@@ -135,6 +140,8 @@ class Inbox {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish(int peer, const PendingWrite& write)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retired and not registered: its writes are dropped.
+  bool Stale(RegionId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyPiece(Region* region, EarlyPiece* piece)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPiece(RegionId region, EarlyPiece* piece)
@@ -166,6 +173,8 @@ class Inbox {
   absl::flat_hash_map<RegionId, std::vector<WriteNotice>> deferred_notices_
       ABSL_GUARDED_BY(mu_);
   size_t early_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  RetiredRegions retired_ ABSL_GUARDED_BY(mu_);
+  uint64_t stale_writes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::deque<std::vector<std::byte>>> control_
       ABSL_GUARDED_BY(mu_);
   std::vector<PeerState> peers_ ABSL_GUARDED_BY(mu_);

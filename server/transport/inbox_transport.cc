@@ -39,6 +39,14 @@ absl::Status InboxTransport::DeregisterRegion(RegionId id) {
   return inbox_.DeregisterRegion(id);
 }
 
+void InboxTransport::RetireRegions(RegionId first, RegionId end) {
+  inbox_.RetireRegions(first, end);
+}
+
+uint64_t InboxTransport::stale_writes_dropped() const {
+  return inbox_.stale_writes_dropped();
+}
+
 void InboxTransport::Write(int peer, absl::Span<const std::byte> data,
                            RegionId remote, uint64_t remote_offset_bytes,
                            uint32_t imm, Completion* done) {

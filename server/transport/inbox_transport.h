@@ -37,6 +37,8 @@ class InboxTransport : public Transport {
   int size() const final { return size_; }
   absl::Status RegisterRegion(RegionId id, absl::Span<std::byte> memory) final;
   absl::Status DeregisterRegion(RegionId id) final;
+  void RetireRegions(RegionId first, RegionId end) final;
+  uint64_t stale_writes_dropped() const final;
   // InvalidArgument for a bad peer or an offset + length that overflows; the
   // peer's sticky status if it failed; else PostWrite().
   void Write(int peer, absl::Span<const std::byte> data, RegionId remote,

@@ -72,13 +72,27 @@ class Transport {
   // in it. Writes that arrived before the registration are held by the
   // transport (bounded) and applied, with their notices, at registration.
   // REQUIRES: `memory` stays valid until DeregisterRegion(id) returns.
-  // Returns AlreadyExists if `id` is registered.
+  // Returns AlreadyExists if `id` is registered, FailedPrecondition if it
+  // was retired (RetireRegions()).
   virtual absl::Status RegisterRegion(RegionId id,
                                       absl::Span<std::byte> memory) = 0;
 
   // Ends the registration; notices not yet consumed are dropped. NotFound if
   // `id` is not registered.
   virtual absl::Status DeregisterRegion(RegionId id) = 0;
+
+  // Retires every region id in [first, end): writes held for them are
+  // dropped now, and later writes addressed to them are dropped on arrival
+  // instead of being held (counted; see stale_writes_dropped()), so late
+  // writes of finished ops never fill the room for early ones. A region
+  // registered now keeps its registration until DeregisterRegion(); a
+  // retired id cannot be registered again. Only grows: a later call may
+  // extend the range (or add another); nothing is ever un-retired.
+  virtual void RetireRegions(RegionId first, RegionId end) = 0;
+
+  // Writes dropped because their region was retired, since creation: each
+  // whole write counts once, however many frames it travelled in.
+  virtual uint64_t stale_writes_dropped() const = 0;
 
   // Posts a one-sided write of `data` into `peer`'s region `remote` at
   // `remote_offset_bytes`. Returns at once; `done` is completed (with the

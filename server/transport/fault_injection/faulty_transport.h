@@ -60,6 +60,12 @@ class FaultyTransport : public Transport {
   absl::Status DeregisterRegion(RegionId id) override {
     return base_->DeregisterRegion(id);
   }
+  void RetireRegions(RegionId first, RegionId end) override {
+    base_->RetireRegions(first, end);
+  }
+  uint64_t stale_writes_dropped() const override {
+    return base_->stale_writes_dropped();
+  }
   void Write(int peer, absl::Span<const std::byte> data, RegionId remote,
              uint64_t remote_offset_bytes, uint32_t imm,
              Completion* done) override;

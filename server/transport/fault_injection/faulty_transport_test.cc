@@ -92,6 +92,20 @@ TEST_F(FaultyTransportTest, DroppedControlAndClosedPeer) {
                        HasSubstr("closed the connection")));
 }
 
+TEST_F(FaultyTransportTest, ForwardsRetirement) {
+  faulty_->RetireRegions(100, 200);
+  Completion done;
+  peer_->Write(0, data_, 150, 0, 0, &done);
+  peer_->Write(0, data_, 2, 0, 0, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  // Published in post order: once the second is in, the first was dropped.
+  std::vector<std::byte> region(8);
+  ASSERT_OK(faulty_->RegisterRegion(2, absl::MakeSpan(region)));
+  ASSERT_OK(faulty_->WaitForWrite(WriteMatch{2, 1, {}}, Soon()).status());
+  EXPECT_EQ(faulty_->stale_writes_dropped(), 1u);
+  EXPECT_EQ(faulty_->base()->stale_writes_dropped(), 1u);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace starling

@@ -39,6 +39,11 @@ absl::Status LoopbackTransport::CheckPeer(int peer) const {
 absl::Status LoopbackTransport::RegisterRegion(RegionId id,
                                                absl::Span<std::byte> memory) {
   absl::MutexLock lock(&mu_);
+  if (retired_.Contains(id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Name(rank_), ": region ", id,
+                     " was retired and cannot be registered again"));
+  }
   if (regions_.count(id) > 0) {
     return absl::AlreadyExistsError(
         absl::StrCat(Name(rank_), ": region ", id, " is already registered"));
@@ -80,6 +85,27 @@ absl::Status LoopbackTransport::DeregisterRegion(RegionId id) {
   return absl::OkStatus();
 }
 
+void LoopbackTransport::RetireRegions(RegionId first, RegionId end) {
+  absl::MutexLock lock(&mu_);
+  retired_.Add(first, end);
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (!retired_.Contains(it->first)) {
+      ++it;
+      continue;
+    }
+    for (const HeldWrite& write : it->second) {
+      held_bytes_ -= write.bytes.size();
+    }
+    stale_writes_dropped_ += it->second.size();
+    it = held_.erase(it);
+  }
+}
+
+uint64_t LoopbackTransport::stale_writes_dropped() const {
+  absl::MutexLock lock(&mu_);
+  return stale_writes_dropped_;
+}
+
 absl::Status LoopbackTransport::Deliver(int from,
                                         absl::Span<const std::byte> data,
                                         RegionId region, uint64_t offset_bytes,
@@ -87,6 +113,11 @@ absl::Status LoopbackTransport::Deliver(int from,
   absl::MutexLock lock(&mu_);
   if (!peer_status_[from].ok()) return peer_status_[from];
   auto it = regions_.find(region);
+  if (it == regions_.end() && retired_.Contains(region)) {
+    // A late write of a finished op: the writer is done with it either way.
+    ++stale_writes_dropped_;
+    return absl::OkStatus();
+  }
   if (it == regions_.end()) {
     if (held_bytes_ + data.size() > fabric_->options().max_held_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(

@@ -3,7 +3,8 @@
 // A LoopbackFabric owns N endpoints, one per rank, all in one process. A
 // Write() copies the bytes straight into the peer's registered region (or,
 // before the peer has registered it, into a held copy applied at
-// registration) and completes at once; control messages are queued per
+// registration, or dropped and counted if the region was retired, as the
+// stream transports do) and completes at once; control messages are queued per
 // (sender, tag). KillRankForTesting() makes a rank vanish: every peer's
 // waits on it fail with Unavailable naming "rank R (loopback)", and the
 // killed rank's own operations fail too. AbortPeer() closes the pair in both
@@ -32,6 +33,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/transport/completion.h"
+#include "server/transport/retired_regions.h"
 #include "server/transport/transport.h"
 
 namespace starling {
@@ -54,6 +56,8 @@ class LoopbackTransport : public Transport {
   absl::Status RegisterRegion(RegionId id,
                               absl::Span<std::byte> memory) override;
   absl::Status DeregisterRegion(RegionId id) override;
+  void RetireRegions(RegionId first, RegionId end) override;
+  uint64_t stale_writes_dropped() const override;
   void Write(int peer, absl::Span<const std::byte> data, RegionId remote,
              uint64_t remote_offset_bytes, uint32_t imm,
              Completion* done) override;
@@ -98,6 +102,8 @@ class LoopbackTransport : public Transport {
   std::map<RegionId, std::deque<WriteNotice>> notices_ ABSL_GUARDED_BY(mu_);
   std::map<RegionId, std::vector<HeldWrite>> held_ ABSL_GUARDED_BY(mu_);
   size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  RetiredRegions retired_ ABSL_GUARDED_BY(mu_);
+  uint64_t stale_writes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::pair<int, uint32_t>, std::deque<std::vector<std::byte>>>
       control_ ABSL_GUARDED_BY(mu_);
 };

@@ -143,6 +143,54 @@ TEST(LoopbackTransport, RegisteringTwiceIsAlreadyExists) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+// As over TCP (tcp/late_write_test.cc): retired regions drop and count
+// late writes, held ones included, without using the early-write room.
+TEST(LoopbackTransport, RetiredRegionsDropAndCountLateWrites) {
+  LoopbackFabric::Options options;
+  options.max_held_bytes = 4;
+  LoopbackFabric fabric(2, options);
+  LoopbackTransport* writer = fabric.endpoint(0);
+  LoopbackTransport* owner = fabric.endpoint(1);
+  const std::vector<std::byte> data = Bytes({1, 2, 3});
+  Completion done;
+  writer->Write(1, data, 10, 0, 0, &done);  // held
+  ASSERT_OK(done.Wait(Soon()));
+  owner->RetireRegions(10, 20);
+  EXPECT_EQ(owner->stale_writes_dropped(), 1u);
+  // Far more than max_held_bytes, all dropped on arrival.
+  for (int i = 0; i < 10; ++i) writer->Write(1, data, 10 + i, 0, 0, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  EXPECT_EQ(owner->stale_writes_dropped(), 11u);
+  // The room is untouched: an unretired early write is held, then applied.
+  writer->Write(1, data, 20, 0, 5, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  std::vector<std::byte> region(3);
+  ASSERT_OK(owner->RegisterRegion(20, absl::MakeSpan(region)));
+  ASSERT_OK(owner->WaitForWrite(WriteMatch{20, 0, 5}, Soon()).status());
+  EXPECT_EQ(region, data);
+  EXPECT_THAT(
+      owner->RegisterRegion(15, absl::MakeSpan(region)),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("retired")));
+  EXPECT_EQ(writer->stale_writes_dropped(), 0u);
+}
+
+TEST(LoopbackTransport, RetiredRegisteredRegionReceivesUntilDeregistered) {
+  LoopbackFabric fabric(2);
+  std::vector<std::byte> region(3);
+  ASSERT_OK(fabric.endpoint(1)->RegisterRegion(4, absl::MakeSpan(region)));
+  fabric.endpoint(1)->RetireRegions(0, 8);
+  const std::vector<std::byte> data = Bytes({7, 8, 9});
+  Completion done;
+  fabric.endpoint(0)->Write(1, data, 4, 0, 0, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  ASSERT_OK(
+      fabric.endpoint(1)->WaitForWrite(WriteMatch{4, 0, 0}, Soon()).status());
+  ASSERT_OK(fabric.endpoint(1)->DeregisterRegion(4));
+  fabric.endpoint(0)->Write(1, data, 4, 0, 0, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  EXPECT_EQ(fabric.endpoint(1)->stale_writes_dropped(), 1u);
+}
+
 }  // namespace
 }  // namespace loopback
 }  // namespace transport

@@ -215,6 +215,25 @@ TEST(ShmTransport, TimeoutAbortAndShutdownNameThePeer) {
                              HasSubstr("shut down"))));
 }
 
+// Late writes are dropped and counted here as over TCP (the Inbox is
+// shared): a flood larger than max_early_bytes does not stall a live region.
+TEST(ShmTransport, RetiredRegionsDropLateWritesWithoutStalling) {
+  auto group = CreateGroup(
+      2, [](ShmOptions& options) { options.max_early_bytes = 16 << 10; });
+  ASSERT_EQ(group.size(), 2u);
+  group[0]->RetireRegions(1000, 2000);
+  std::vector<std::byte> data(8 << 10, std::byte{3});
+  Completion done;
+  for (int i = 0; i < 16; ++i) group[1]->Write(0, data, 1000 + i, 0, 0, &done);
+  std::vector<std::byte> live(8);
+  ASSERT_OK(group[0]->RegisterRegion(1, absl::MakeSpan(live)));
+  group[1]->Write(0, absl::MakeConstSpan(data.data(), 8), 1, 0, 9, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  ASSERT_OK(group[0]->WaitForWrite(WriteMatch{1, 1, 9}, Soon()).status());
+  EXPECT_EQ(group[0]->stale_writes_dropped(), 16u);
+  EXPECT_EQ(group[0]->early_bytes(), 0u);
+}
+
 TEST(ShmTransport, VersionMismatchNamesBothSides) {
   const std::string job = UniqueJobId();
   absl::StatusOr<std::unique_ptr<ShmTransport>> results[2];

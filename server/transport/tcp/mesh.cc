@@ -1,78 +1,137 @@
 #include "server/transport/tcp/mesh.h"
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/transport/auth.h"
+#include "server/transport/tcp/acceptor.h"
 
 namespace starling {
 namespace transport {
 namespace tcp {
 namespace {
 
-// A stray or silent client gets this long to say HELLO, so that it cannot
-// hold up the group's accept loop for the whole connect window.
-constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+// What one connecting attempt ended with.
+struct Attempt {
+  absl::StatusOr<ScopedFd> fd;
+  // The connection failed below the handshake (closed, reset, timed out)
+  // without a refusal: another attempt may succeed.
+  bool retry = false;
+};
 
-// Sends an ERROR frame with `why` (best effort) so the other side can report
-// what we refused.
-void SendRefusal(int fd, const absl::Status& why, absl::Time deadline) {
-  const std::string text(why.message().substr(0, kMaxErrorMessageBytes));
-  FrameHeader header;
-  header.type = FrameType::kError;
-  header.imm = static_cast<uint32_t>(why.code());
-  header.length = text.size();
-  uint8_t bytes[kFrameHeaderBytes];
-  EncodeFrameHeader(header, bytes);
-  // Best effort: the refusal is also logged and returned locally.
-  (void)SendAllUntil(fd, bytes, sizeof(bytes), deadline, "peer");
-  (void)SendAllUntil(fd, text.data(), text.size(), deadline, "peer");
-}
-
-// Reads a HELLO, or the ERROR frame a refusing peer sent instead (returned
-// as its status).
-absl::StatusOr<Hello> ReadHello(int fd, absl::Time deadline,
-                                const std::string& who) {
-  uint8_t frame[kHelloFrameBytes];
-  STARLING_RETURN_IF_ERROR(
-      RecvAllUntil(fd, frame, kFrameHeaderBytes, deadline, who));
-  STARLING_ASSIGN_OR_RETURN(
-      FrameHeader header,
-      DecodeFrameHeader(absl::MakeConstSpan(frame, kFrameHeaderBytes)));
-  if (header.type == FrameType::kError) {
-    std::string text(header.length, '\0');
-    STARLING_RETURN_IF_ERROR(
-        RecvAllUntil(fd, text.data(), text.size(), deadline, who));
-    absl::StatusCode code = static_cast<absl::StatusCode>(header.imm);
-    if (header.imm == 0 || header.imm > 16) code = absl::StatusCode::kUnknown;
-    return absl::Status(code, absl::StrCat(who, " refused: ", text));
+// One connection to `peer` and its handshake, driven with blocking reads of
+// exactly the bytes the handshake wants.
+Attempt TryDial(const TcpOptions& options, int peer, int socket_index,
+                absl::Time deadline, const RankNamer& name) {
+  const std::string who = name(peer);
+  Attempt attempt;
+  absl::StatusOr<ScopedFd> connected =
+      ConnectWithRetry(options.peers[peer], who, deadline,
+                       options.initial_backoff, options.max_backoff);
+  if (!connected.ok()) {
+    attempt.fd = connected.status();
+    return attempt;
   }
-  if (header.type != FrameType::kHello) {
-    return absl::DataLossError(absl::StrCat(
-        who, " sent ", FrameTypeName(header.type), " instead of HELLO"));
+  ScopedFd fd = std::move(*connected);
+  absl::StatusOr<RemoteEndpoint> endpoint = GetRemoteEndpoint(fd.get());
+  if (!endpoint.ok()) {
+    attempt.fd = endpoint.status();
+    attempt.retry = true;
+    return attempt;
   }
-  STARLING_RETURN_IF_ERROR(RecvAllUntil(fd, frame + kFrameHeaderBytes,
-                                        kHelloBodyBytes, deadline, who));
-  return DecodeHelloFrame(absl::MakeConstSpan(frame, kHelloFrameBytes));
-}
-
-Hello LocalHello(const TcpOptions& options, int socket_index, int receiver) {
-  Hello hello;
-  hello.version = options.protocol_version_for_testing;
-  hello.sender_rank = options.rank;
-  hello.group_size = options.peers.size();
-  hello.socket_index = socket_index;
-  hello.sockets_per_peer = options.sockets_per_peer;
-  hello.receiver_rank = receiver;
-  return hello;
+  absl::StatusOr<Nonce> nonce = RandomNonce();
+  if (!nonce.ok()) {
+    attempt.fd = nonce.status();
+    return attempt;
+  }
+  HandshakeConfig config =
+      HandshakeConfigFor(options, HandshakeConfig::Role::kConnect, name);
+  config.local.socket_index = socket_index;
+  config.local.receiver_rank = peer;
+  config.peer_is_loopback = endpoint->loopback;
+  config.peer_address = endpoint->address;
+  config.nonce = *nonce;
+  Handshaker handshaker(std::move(config));
+  std::vector<uint8_t> out;
+  absl::Status status = handshaker.Start(&out);
+  uint8_t buffer[kFrameHeaderBytes + kMaxErrorMessageBytes];
+  while (status.ok()) {
+    if (!out.empty()) {
+      absl::Status sent =
+          SendAllUntil(fd.get(), out.data(), out.size(), deadline, who);
+      out.clear();
+      if (!sent.ok()) {
+        attempt.fd = sent;
+        attempt.retry = true;
+        return attempt;
+      }
+    }
+    if (handshaker.state() == Handshaker::State::kDone) {
+      attempt.fd = std::move(fd);
+      return attempt;
+    }
+    const size_t want = std::min(handshaker.BytesWanted(), sizeof(buffer));
+    absl::Status received = RecvAllUntil(fd.get(), buffer, want, deadline, who);
+    if (!received.ok()) {
+      attempt.fd = received;
+      attempt.retry = true;
+      return attempt;
+    }
+    status = handshaker.Consume(buffer, want, &out);
+  }
+  if (!out.empty()) {
+    // Best effort: the refusal is returned here either way.
+    (void)SendAllUntil(fd.get(), out.data(), out.size(),
+                       std::min(deadline, absl::Now() + absl::Seconds(1)), who);
+  }
+  attempt.fd = status;
+  return attempt;
 }
 
 }  // namespace
+
+HandshakeConfig HandshakeConfigFor(const TcpOptions& options,
+                                   HandshakeConfig::Role role,
+                                   const RankNamer& name) {
+  HandshakeConfig config;
+  config.role = role;
+  config.local.version = options.protocol_version_for_testing;
+  config.local.sender_rank = options.rank;
+  config.local.group_size = options.peers.size();
+  config.local.sockets_per_peer = options.sockets_per_peer;
+  config.secret = options.cluster_secret;
+  config.insecure = options.insecure;
+  config.name = name;
+  return config;
+}
+
+absl::StatusOr<ScopedFd> DialPeer(const TcpOptions& options, int peer,
+                                  int socket_index, absl::Time deadline,
+                                  const RankNamer& name) {
+  absl::Duration backoff = options.initial_backoff;
+  while (true) {
+    Attempt attempt = TryDial(options, peer, socket_index, deadline, name);
+    if (attempt.fd.ok()) return std::move(attempt.fd);
+    const absl::Status& status = attempt.fd.status();
+    const absl::Time now = absl::Now();
+    if (!attempt.retry || now >= deadline) {
+      return Annotate(
+          status, absl::StrCat("while connecting ", name(options.rank), " to ",
+                               name(peer)));
+    }
+    STARLING_LOG(INFO) << name(options.rank) << " retries connecting to "
+                       << name(peer) << ": " << status;
+    absl::SleepFor(std::min(backoff, deadline - now));
+    backoff = std::min(backoff * 2, options.max_backoff);
+  }
+}
 
 absl::StatusOr<std::vector<std::vector<ScopedFd>>> FormMesh(
     const TcpOptions& options, int listen_fd, const RankNamer& name) {
@@ -85,92 +144,23 @@ absl::StatusOr<std::vector<std::vector<ScopedFd>>> FormMesh(
     if (r != me) mesh[r].resize(per_peer);
   }
 
-  // Connect to every lower rank. Lower ranks accept only after their own
-  // connects, so dependencies point down and the mesh cannot deadlock.
+  // Higher ranks connect to us: accept them meanwhile, each connection
+  // handshaking on its own.
+  std::unique_ptr<Acceptor> acceptor;
+  if (me < size - 1) {
+    STARLING_ASSIGN_OR_RETURN(acceptor,
+                              Acceptor::Start(options, listen_fd, name));
+  }
+  // Connect to every lower rank.
   for (int peer = 0; peer < me; ++peer) {
-    const std::string who = name(peer);
     for (int s = 0; s < per_peer; ++s) {
-      STARLING_ASSIGN_OR_RETURN(
-          ScopedFd fd,
-          ConnectWithRetry(options.peers[peer], who, deadline,
-                           options.initial_backoff, options.max_backoff));
-      uint8_t frame[kHelloFrameBytes];
-      const Hello local = LocalHello(options, s, peer);
-      EncodeHelloFrame(local, frame);
-      STARLING_RETURN_IF_ERROR(
-          SendAllUntil(fd.get(), frame, sizeof(frame), deadline, who));
-      absl::StatusOr<Hello> remote = ReadHello(fd.get(), deadline, who);
-      if (!remote.ok()) {
-        return Annotate(remote.status(), absl::StrCat("while connecting ",
-                                                      name(me), " to ", who));
-      }
-      absl::Status checked = CheckHello(local, *remote, peer, name);
-      if (!checked.ok()) {
-        SendRefusal(fd.get(), checked, deadline);
-        return checked;
-      }
-      mesh[peer][s] = std::move(fd);
+      STARLING_ASSIGN_OR_RETURN(mesh[peer][s],
+                                DialPeer(options, peer, s, deadline, name));
     }
   }
-
-  // Accept from every higher rank.
-  int missing = (size - 1 - me) * per_peer;
-  absl::Status last_refusal;
-  while (missing > 0) {
-    absl::StatusOr<ScopedFd> accepted = AcceptUntil(listen_fd, deadline);
-    if (!accepted.ok()) {
-      if (!absl::IsDeadlineExceeded(accepted.status())) {
-        return accepted.status();
-      }
-      std::vector<std::string> absent;
-      for (int r = me + 1; r < size; ++r) {
-        for (int s = 0; s < per_peer; ++s) {
-          if (!mesh[r][s].valid()) {
-            absent.push_back(name(r));
-            break;
-          }
-        }
-      }
-      return absl::DeadlineExceededError(absl::StrCat(
-          name(me), " gave up after ",
-          absl::FormatDuration(options.connect_timeout),
-          " waiting for connections from ", absl::StrJoin(absent, ", "),
-          last_refusal.ok()
-              ? ""
-              : absl::StrCat("; last refused: ", last_refusal.message())));
-    }
-    ScopedFd fd = std::move(*accepted);
-    const absl::Time hello_deadline =
-        std::min(deadline, absl::Now() + kHelloTimeout);
-    absl::StatusOr<Hello> remote =
-        ReadHello(fd.get(), hello_deadline, "a connecting peer");
-    if (!remote.ok()) {
-      STARLING_LOG(WARNING)
-          << name(me) << " dropped a connection: " << remote.status();
-      last_refusal = remote.status();
-      continue;
-    }
-    const Hello local =
-        LocalHello(options, remote->socket_index, remote->sender_rank);
-    absl::Status checked = CheckHello(local, *remote, -1, name);
-    if (checked.ok() &&
-        mesh[remote->sender_rank][remote->socket_index].valid()) {
-      checked = absl::FailedPreconditionError(
-          absl::StrCat(name(remote->sender_rank), " connected socket ",
-                       remote->socket_index, " twice"));
-    }
-    if (!checked.ok()) {
-      STARLING_LOG(WARNING) << name(me) << " refused a connection: " << checked;
-      SendRefusal(fd.get(), checked, hello_deadline);
-      last_refusal = checked;
-      continue;
-    }
-    uint8_t frame[kHelloFrameBytes];
-    EncodeHelloFrame(local, frame);
-    STARLING_RETURN_IF_ERROR(SendAllUntil(fd.get(), frame, sizeof(frame),
-                                          deadline, name(remote->sender_rank)));
-    mesh[remote->sender_rank][remote->socket_index] = std::move(fd);
-    --missing;
+  if (acceptor != nullptr) {
+    STARLING_RETURN_IF_ERROR(acceptor->Wait(deadline));
+    acceptor->TakeConnections(&mesh);
   }
   return mesh;
 }

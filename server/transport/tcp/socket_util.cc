@@ -121,25 +121,87 @@ absl::StatusOr<ScopedFd> Listen(const PeerAddress& address, int rank) {
   if (!fd.valid()) return ErrnoStatus(errno, "socket");
   const int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const std::string whose =
+      rank >= 0 ? absl::StrCat(" (rank ", rank, ")") : std::string();
   if (bind(fd.get(), reinterpret_cast<struct sockaddr*>(&*storage), length) !=
       0) {
     const int err = errno;
     if (err == EADDRINUSE) {
-      return absl::UnavailableError(absl::StrCat(
-          "address ", address.ToString(), " already in use (rank ", rank, ")"));
+      return absl::UnavailableError(absl::StrCat("address ", address.ToString(),
+                                                 " already in use", whose));
     }
-    return ErrnoStatus(
-        err, absl::StrCat("bind ", address.ToString(), " (rank ", rank, ")"));
+    return ErrnoStatus(err, absl::StrCat("bind ", address.ToString(), whose));
   }
   if (listen(fd.get(), 1024) != 0) {
     const int err = errno;
     if (err == EADDRINUSE) {
-      return absl::UnavailableError(absl::StrCat(
-          "address ", address.ToString(), " already in use (rank ", rank, ")"));
+      return absl::UnavailableError(absl::StrCat("address ", address.ToString(),
+                                                 " already in use", whose));
     }
     return ErrnoStatus(err, absl::StrCat("listen on ", address.ToString()));
   }
   return fd;
+}
+
+absl::Status CheckListening(int fd) {
+  int listening = 0;
+  socklen_t length = sizeof(listening);
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0) {
+    char buffer[128];
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen_fd ", fd,
+        " is not a socket: ", strerror_r(errno, buffer, sizeof(buffer))));
+  }
+  if (!listening) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen_fd ", fd, " is a socket that is not listening"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> LocalPort(int fd) {
+  struct sockaddr_storage storage;
+  socklen_t length = sizeof(storage);
+  if (getsockname(fd, reinterpret_cast<struct sockaddr*>(&storage), &length) !=
+      0) {
+    return ErrnoStatus(errno, "getsockname");
+  }
+  if (storage.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<struct sockaddr_in*>(&storage)->sin_port);
+  }
+  if (storage.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<struct sockaddr_in6*>(&storage)->sin6_port);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("socket ", fd, " is not an IP socket"));
+}
+
+absl::StatusOr<RemoteEndpoint> GetRemoteEndpoint(int fd) {
+  struct sockaddr_storage storage;
+  socklen_t length = sizeof(storage);
+  if (getpeername(fd, reinterpret_cast<struct sockaddr*>(&storage), &length) !=
+      0) {
+    return absl::UnavailableError(absl::StrCat(
+        "peer address unknown: ", ErrnoStatus(errno, "getpeername").message()));
+  }
+  RemoteEndpoint endpoint;
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (storage.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const struct sockaddr_in*>(&storage);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    endpoint.address = absl::StrCat(text, ":", ntohs(in->sin_port));
+    endpoint.loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  } else if (storage.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const struct sockaddr_in6*>(&storage);
+    inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+    endpoint.address = absl::StrCat("[", text, "]:", ntohs(in6->sin6_port));
+    endpoint.loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
+                        (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) &&
+                         in6->sin6_addr.s6_addr[12] == 127);
+  } else {
+    endpoint.address = absl::StrCat("(address family ", storage.ss_family, ")");
+  }
+  return endpoint;
 }
 
 absl::StatusOr<ScopedFd> ConnectWithRetry(const PeerAddress& address,

@@ -41,8 +41,25 @@ absl::Status ErrnoStatus(int err, absl::string_view what);
 
 // Binds and listens on `address` (SO_REUSEADDR so a restarted daemon can
 // reuse a port in TIME_WAIT). Unavailable "address 127.0.0.1:7001 already in
-// use (rank 1)" if another socket listens there.
+// use (rank 1)" if another socket listens there; with a negative `rank` (a
+// daemon binding its data port before it knows its rank) the message has no
+// "(rank R)".
 absl::StatusOr<ScopedFd> Listen(const PeerAddress& address, int rank);
+
+// InvalidArgument unless `fd` is a listening socket.
+absl::Status CheckListening(int fd);
+
+// The port a bound socket has (for one bound to port 0).
+absl::StatusOr<int> LocalPort(int fd);
+
+// The other end of a connected socket: its address ("10.0.0.9:51234",
+// "[::1]:7000") and whether that is a loopback address (127.0.0.0/8, ::1,
+// or IPv4-mapped 127.0.0.0/8). Unavailable if the socket is not connected.
+struct RemoteEndpoint {
+  std::string address;
+  bool loopback = false;
+};
+absl::StatusOr<RemoteEndpoint> GetRemoteEndpoint(int fd);
 
 // Connects to `address`, retrying refused or unreachable attempts with
 // exponential backoff (from `initial_backoff`, doubling up to `max_backoff`)

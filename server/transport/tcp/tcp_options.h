@@ -26,6 +26,31 @@ struct TcpOptions {
   // is always peers[rank].port.
   std::string listen_host;
 
+  // An already bound and listening socket to use instead of binding one
+  // (listen_host is then ignored), so that a daemon can take its data port
+  // before it joins the group (Listen() in socket_util.h binds one). -1:
+  // Create() binds. Create() owns it from the call on, whatever it returns,
+  // and closes it once the mesh has formed or failed.
+  int listen_fd = -1;
+
+  // The cluster secret (raw bytes, e.g. from ReadClusterSecret() in
+  // auth.h). Set: every connection proves both ways that it knows it
+  // (HMAC-SHA256 over both sides' nonces, frame_format.md) before any data
+  // moves, and every rank must have the same one. Empty: peers are accepted
+  // only from loopback addresses, unless `insecure`.
+  std::string cluster_secret;
+
+  // With no cluster_secret: accept peers from any address, unauthenticated
+  // (a trusted network only; the caller should log a warning). Ignored when
+  // cluster_secret is set.
+  bool insecure = false;
+
+  // Each accepted connection must finish its handshake within this of being
+  // accepted, or it is dropped. Handshakes run concurrently, so a stray,
+  // idle or forged connection delays no one; this only bounds how long one
+  // holds its few bytes of state.
+  absl::Duration handshake_timeout = absl::Seconds(5);
+
   // Connections per pair of ranks. Writes of at least stripe_min_bytes are
   // split into one part per connection, so that several streams (and the
   // peer's receive path) share the load where one cannot fill the link.

@@ -48,11 +48,18 @@ TcpOptions TestOptions(const std::vector<PeerAddress>& peers, int rank) {
 absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroup(
     int n, const std::function<void(TcpOptions&)>& tweak) {
   PortReservation ports(n);
+  return CreateGroupOn(ports.peers(), tweak);
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroupOn(
+    const std::vector<PeerAddress>& peers,
+    const std::function<void(TcpOptions&)>& tweak) {
+  const int n = peers.size();
   std::vector<absl::StatusOr<std::unique_ptr<TcpTransport>>> results(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      TcpOptions options = TestOptions(ports.peers(), r);
+      TcpOptions options = TestOptions(peers, r);
       if (tweak) tweak(options);
       results[r] = TcpTransport::Create(options);
     });

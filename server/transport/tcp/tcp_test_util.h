@@ -37,6 +37,11 @@ TcpOptions TestOptions(const std::vector<PeerAddress>& peers, int rank);
 absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroup(
     int n, const std::function<void(TcpOptions&)>& tweak = nullptr);
 
+// The same on given addresses (e.g. ports the test already listens on).
+absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroupOn(
+    const std::vector<PeerAddress>& peers,
+    const std::function<void(TcpOptions&)>& tweak = nullptr);
+
 }  // namespace tcp
 }  // namespace transport
 }  // namespace starling

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/transport/auth.h"
 #include "server/transport/tcp/mesh.h"
 #include "server/transport/tcp/socket_util.h"
 #include "server/transport/tcp/tcp_connection.h"
@@ -46,6 +47,14 @@ absl::Status ValidateOptions(const TcpOptions& options) {
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("connect_timeout must be positive");
   }
+  if (options.handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("handshake_timeout must be positive");
+  }
+  if (options.cluster_secret.size() > kMaxClusterSecretBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster_secret holds ", options.cluster_secret.size(),
+                     " bytes, more than ", kMaxClusterSecretBytes));
+  }
   return absl::OkStatus();
 }
 
@@ -69,11 +78,16 @@ TcpTransport::TcpTransport(const TcpOptions& options)
 
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
     const TcpOptions& options) {
+  // Owned from here on, whatever happens.
+  ScopedFd listener(options.listen_fd);
   STARLING_RETURN_IF_ERROR(ValidateOptions(options));
-  PeerAddress listen_address = options.peers[options.rank];
-  if (!options.listen_host.empty()) listen_address.host = options.listen_host;
-  STARLING_ASSIGN_OR_RETURN(ScopedFd listener,
-                            Listen(listen_address, options.rank));
+  if (listener.valid()) {
+    STARLING_RETURN_IF_ERROR(CheckListening(listener.get()));
+  } else {
+    PeerAddress listen_address = options.peers[options.rank];
+    if (!options.listen_host.empty()) listen_address.host = options.listen_host;
+    STARLING_ASSIGN_OR_RETURN(listener, Listen(listen_address, options.rank));
+  }
   std::unique_ptr<TcpTransport> transport(new TcpTransport(options));
   STARLING_RETURN_IF_ERROR(transport->Start(listener.get()));
   return transport;

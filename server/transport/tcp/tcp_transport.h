@@ -1,7 +1,7 @@
 // TcpTransport: the Transport over TCP (transport.h), the default between
-// machines. Create() listens, forms the all-to-all mesh with a versioned
-// handshake (mesh.h) and starts one event-loop thread; frames follow
-// frame_format.md.
+// machines. Create() listens, forms the all-to-all mesh with a versioned,
+// authenticated handshake (mesh.h) and starts one event-loop thread; frames
+// follow frame_format.md.
 //
 // Data path. Write() runs on the caller's thread: it encodes a header and,
 // when nothing is queued on the socket, gathers header + payload into it
@@ -32,7 +32,8 @@
 // it has not yet handed to its kernel; writes already sent stay Ok.
 //
 // Thread-safe (every Transport method, from any thread). Threads: one event
-// loop, named in logs by its thread id.
+// loop, named in logs by its thread id; while Create() forms the mesh, one
+// more accepts and handshakes (acceptor.h).
 #ifndef STARLING_SERVER_TRANSPORT_TCP_TCP_TRANSPORT_H_
 #define STARLING_SERVER_TRANSPORT_TCP_TCP_TRANSPORT_H_
 
@@ -61,8 +62,11 @@ class TcpConnection;
 class TcpTransport : public InboxTransport {
  public:
   // Binds peers[rank] (Unavailable "address 127.0.0.1:7001 already in use
-  // (rank 1)"), connects to every other rank and handshakes, then returns.
-  // InvalidArgument for bad options; see FormMesh() for the rest.
+  // (rank 1)"), or takes over options.listen_fd, connects to every other rank
+  // and handshakes (authenticating with options.cluster_secret), then
+  // returns; the listening socket is closed either way. InvalidArgument for
+  // bad options or a listen_fd that is not a listening socket; see
+  // FormMesh() for the rest.
   static absl::StatusOr<std::unique_ptr<TcpTransport>> Create(
       const TcpOptions& options);
 
