@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "server/base/logging.h"
+#include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
 #include "server/coordinator/shard_map.h"
 
@@ -45,7 +46,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
                          CoordinatorMetrics metrics)
-    : options_(std::move(options)), clock_(clock), metrics_(metrics) {}
+    : options_(std::move(options)),
+      clock_(clock),
+      metrics_(metrics),
+      runs_(options_.parameter_count) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -65,10 +69,12 @@ absl::Status Coordinator::CheckJobId(absl::string_view job_id,
 
 // --- Rendezvous ------------------------------------------------------------
 
-absl::Status Coordinator::CheckJoinLocked(const proto::JoinRequest& request) {
+absl::Status Coordinator::CheckNodeLocked(const proto::JoinRequest& request,
+                                          absl::string_view what) const {
   const std::string who = absl::StrCat("node ", request.hostname(), " (",
                                        request.data_address(), ")");
-  STARLING_RETURN_IF_ERROR(CheckJobId(request.job_id(), "join from " + who));
+  STARLING_RETURN_IF_ERROR(
+      CheckJobId(request.job_id(), absl::StrCat(what, " from ", who)));
   if (request.version() != options_.version) {
     return absl::FailedPreconditionError(absl::StrCat(
         who, " runs starling ",
@@ -77,12 +83,12 @@ absl::Status Coordinator::CheckJoinLocked(const proto::JoinRequest& request) {
   }
   if (request.hostname().empty() || request.data_address().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "join from ", who, " must give a hostname and a data address"));
+        what, " from ", who, " must give a hostname and a data address"));
   }
   const int workers = request.capabilities().local_workers();
   if (workers < 0 || workers > kMaxLocalWorkers) {
     return absl::InvalidArgumentError(
-        absl::StrCat("join from ", who, " declares ", workers,
+        absl::StrCat(what, " from ", who, " declares ", workers,
                      " local workers; expected 0..", kMaxLocalWorkers));
   }
   if (shutdown_) {
@@ -105,7 +111,7 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
   const absl::Time start = absl::Now();
   deadline = std::min(deadline, start + options_.max_join_wait);
   absl::MutexLock lock(&mu_);
-  STARLING_RETURN_IF_ERROR(CheckJoinLocked(request));
+  STARLING_RETURN_IF_ERROR(CheckNodeLocked(request, "join"));
 
   if (formed_) {
     // The same node asking again (its first answer was lost) gets the same
@@ -134,7 +140,7 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
     }
   }
 
-  const uint64_t id = next_join_id_++;
+  const uint64_t id = next_call_id_++;
   pending_.push_back({id, request});
   STARLING_LOG(INFO) << "node " << request.hostname() << " ("
                      << request.data_address() << ", version "
@@ -169,6 +175,11 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
   for (const auto& [join_id, rank] : rank_of_join_) {
     if (join_id == id) return JoinResponseLocked(rank);
   }
+  if (!adopted_from_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", request.hostname(), " (", request.data_address(),
+                     ") cannot join: ", adopted_from_));
+  }
   return absl::InternalError(absl::StrCat("join ", id, " of node ",
                                           request.hostname(),
                                           " has no rank in the formed group"));
@@ -183,7 +194,6 @@ void Coordinator::FormGroupLocked() {
   const int n = static_cast<int>(pending_.size());
   shard_map_ = ComputeShardMap(options_.parameter_count, n);
   const absl::Time now = clock_->Now();
-  std::vector<int> workers_per_rank;
   for (int rank = 0; rank < n; ++rank) {
     Member member;
     member.join = pending_[rank].request;
@@ -191,28 +201,157 @@ void Coordinator::FormGroupLocked() {
     member.last_heartbeat = now;
     member.shard_elements =
         shard_map_[rank].end_element() - shard_map_[rank].begin_element();
-    workers_per_rank.push_back(member.local_workers);
     members_.push_back(std::move(member));
     rank_of_join_.emplace_back(pending_[rank].id, rank);
   }
   pending_.clear();
-  planner_ = std::make_unique<SchedulePlanner>(
-      options_.partitions_per_epoch, options_.epochs,
-      options_.iterations_per_schedule, std::move(workers_per_rank));
+  RebuildPlannerLocked();
   formed_ = true;
   group_epoch_ = 1;
   UpdateGroupGaugesLocked();
   changed_.SignalAll();
   STARLING_LOG(INFO) << "job '" << options_.job_id << "' formed a group of "
-                     << n << " nodes (" << options_.parameter_count
-                     << " parameters, " << planner_->total_workers()
-                     << " workers, " << planner_->iterations_per_epoch()
+                     << n << " nodes ("
+                     << (options_.parameter_count == 0
+                             ? std::string("parameters as declared")
+                             : absl::StrCat(options_.parameter_count,
+                                            " parameters"))
+                     << ", " << planner_->total_workers() << " workers, "
+                     << planner_->iterations_per_epoch()
                      << " iterations per epoch)";
   for (int rank = 0; rank < n; ++rank) {
     STARLING_LOG(INFO) << "  " << DescribeLocked(rank) << " shard ["
                        << shard_map_[rank].begin_element() << ", "
                        << shard_map_[rank].end_element() << ")";
   }
+}
+
+void Coordinator::RebuildPlannerLocked() {
+  std::vector<int> workers_per_rank;
+  for (const Member& m : members_) {
+    workers_per_rank.push_back(std::max(1, m.local_workers));
+  }
+  planner_ = std::make_unique<SchedulePlanner>(
+      options_.partitions_per_epoch, options_.epochs,
+      options_.iterations_per_schedule, std::move(workers_per_rank));
+}
+
+// --- Re-registration after a coordinator restart ----------------------------
+
+void Coordinator::AdoptGroupLocked(const proto::RejoinRequest& request) {
+  const int n = request.peers_size();
+  const absl::Time now = clock_->Now();
+  if (request.shard_map_size() == n) {
+    shard_map_.assign(request.shard_map().begin(), request.shard_map().end());
+  } else {
+    shard_map_ = ComputeShardMap(options_.parameter_count, n);
+  }
+  for (int rank = 0; rank < n; ++rank) {
+    const proto::PeerInfo& peer = request.peers(rank);
+    Member member;
+    member.join.set_job_id(options_.job_id);
+    member.join.set_hostname(peer.hostname());
+    member.join.set_data_address(peer.data_address());
+    member.join.set_admin_address(peer.admin_address());
+    member.health = proto::NODE_HEALTH_JOINING;
+    member.registered = false;
+    member.last_heartbeat = now;
+    member.shard_elements =
+        shard_map_[rank].end_element() - shard_map_[rank].begin_element();
+    members_.push_back(std::move(member));
+  }
+  group_epoch_ = request.group_epoch();
+  formed_ = true;
+  adopted_from_ = absl::StrCat("the coordinator adopted the running group of ",
+                               n, " nodes (group epoch ", group_epoch_,
+                               ") that rank ", request.rank(), " (",
+                               request.node().hostname(), ") re-registered");
+  // Joins still waiting for a fresh group cannot have one now.
+  pending_.clear();
+  STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << adopted_from_
+                        << " after a restart; waiting for the other members "
+                           "to re-register";
+}
+
+absl::Status Coordinator::CheckSameGroupLocked(
+    const proto::RejoinRequest& request) const {
+  bool same = request.group_epoch() == group_epoch_ &&
+              request.peers_size() == static_cast<int>(members_.size());
+  for (int rank = 0; same && rank < request.peers_size(); ++rank) {
+    same = request.peers(rank).data_address() ==
+           members_[rank].join.data_address();
+  }
+  if (same) return absl::OkStatus();
+  std::vector<std::string> mine;
+  for (const Member& m : members_) mine.push_back(m.join.data_address());
+  std::vector<std::string> theirs;
+  for (const proto::PeerInfo& p : request.peers()) {
+    theirs.push_back(p.data_address());
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", request.rank(), " (", request.node().hostname(),
+      ") reports group epoch ", request.group_epoch(), " of ",
+      request.peers_size(), " nodes [", absl::StrJoin(theirs, ", "),
+      "], but this coordinator runs group epoch ", group_epoch_, " of ",
+      members_.size(), " nodes [", absl::StrJoin(mine, ", "), "]"));
+}
+
+absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
+    const proto::RejoinRequest& request) {
+  const proto::JoinRequest& node = request.node();
+  const int rank = request.rank();
+  absl::MutexLock lock(&mu_);
+  STARLING_RETURN_IF_ERROR(CheckNodeLocked(node, "re-registration"));
+  if (rank < 0 || rank >= request.peers_size() ||
+      request.peers(rank).data_address() != node.data_address() ||
+      request.group_epoch() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "re-registration from node ", node.hostname(), " (",
+        node.data_address(), ") as rank ", rank, " of group epoch ",
+        request.group_epoch(), " lists ", request.peers_size(),
+        " peers; its rank must be one of them, with its own data address, "
+        "and the epoch >= 1"));
+  }
+  if (!formed_) {
+    if (request.peers_size() != options_.expected_nodes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, " (", node.hostname(), ") reports a running group of ",
+          request.peers_size(), " nodes, but this coordinator forms groups of ",
+          options_.expected_nodes, " (--expected_nodes)"));
+    }
+    AdoptGroupLocked(request);
+  } else {
+    STARLING_RETURN_IF_ERROR(CheckSameGroupLocked(request));
+  }
+  Member& member = members_[rank];
+  const proto::NodeHealth was = member.health;
+  const bool was_registered = member.registered;
+  member.join = node;
+  member.join.clear_wait_timeout_ms();
+  member.local_workers = LocalWorkers(node);
+  member.registered = true;
+  member.health = proto::NODE_HEALTH_HEALTHY;
+  member.last_heartbeat = clock_->Now();
+  member.run = request.run();
+  runs_.Adopt(request.run(), request.highest_run_id(),
+              static_cast<int>(members_.size()));
+  RebuildPlannerLocked();
+  UpdateGroupGaugesLocked();
+  changed_.SignalAll();
+  if (!was_registered || was != proto::NODE_HEALTH_HEALTHY) {
+    int registered = 0;
+    for (const Member& m : members_) registered += m.registered ? 1 : 0;
+    STARLING_LOG(INFO) << DescribeLocked(rank) << " re-registered"
+                       << (was == proto::NODE_HEALTH_LOST ? " (was LOST)" : "")
+                       << " with group epoch " << group_epoch_
+                       << (request.run().run_id() != 0
+                               ? absl::StrCat(", in run ",
+                                              request.run().run_id())
+                               : std::string())
+                       << "; " << registered << " of " << members_.size()
+                       << " members registered";
+  }
+  return JoinResponseLocked(rank);
 }
 
 proto::JoinResponse Coordinator::JoinResponseLocked(int rank) const {
@@ -231,26 +370,7 @@ proto::JoinResponse Coordinator::JoinResponseLocked(int rank) const {
   for (const proto::ShardRange& range : shard_map_) {
     *response.add_shard_map() = range;
   }
-  proto::JobConfig* config = response.mutable_config();
-  config->set_mode(options_.mode);
-  config->set_iterations_per_schedule(options_.iterations_per_schedule);
-  config->set_optimizer(options_.optimizer);
-  config->set_learning_rate(options_.learning_rate);
-  config->set_collective_timeout_ms(
-      absl::ToInt64Milliseconds(options_.collective_timeout));
-  for (const proto::TensorSpec& tensor : options_.tensors) {
-    *config->add_tensors() = tensor;
-  }
-  config->set_parameter_count(options_.parameter_count);
-  config->set_dtype(options_.dtype);
-  config->set_partitions_per_epoch(options_.partitions_per_epoch);
-  config->set_epochs(options_.epochs);
-  // Five heartbeats per timeout: one or two lost ones do not make a node
-  // look dead.
-  config->set_heartbeat_interval_ms(std::max<int64_t>(
-      1, absl::ToInt64Milliseconds(options_.heartbeat_timeout / 5)));
-  config->set_heartbeat_timeout_ms(
-      absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+  *response.mutable_config() = JobConfigFor(options_);
   return response;
 }
 
@@ -262,25 +382,54 @@ std::string Coordinator::DescribeLocked(int rank) const {
                       m.join.data_address(), ")");
 }
 
-absl::StatusOr<Coordinator::Member*> Coordinator::LiveMemberLocked(
-    int rank, absl::string_view what) {
+absl::StatusOr<Coordinator::Member*> Coordinator::MemberLocked(
+    int rank, uint64_t group_epoch, absl::string_view what) {
   if (!formed_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, " from rank ", rank,
-                     " before the group formed: ", RendezvousProgressLocked()));
+    return absl::NotFoundError(absl::StrCat(
+        what, " from rank ", rank, ", but this coordinator has no group yet (",
+        RendezvousProgressLocked(),
+        "); a member of a running group re-registers (Rejoin)"));
   }
   if (rank < 0 || rank >= static_cast<int>(members_.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " from rank ", rank, ", but the group has ranks 0..",
                      members_.size() - 1));
   }
+  if (group_epoch != 0 && group_epoch != group_epoch_) {
+    return absl::NotFoundError(
+        absl::StrCat(what, " from rank ", rank, " of group epoch ", group_epoch,
+                     ", but this coordinator runs group epoch ", group_epoch_,
+                     "; re-register (Rejoin)"));
+  }
   Member* member = &members_[rank];
+  if (!member->registered) {
+    return absl::NotFoundError(absl::StrCat(
+        what, " from ", DescribeLocked(rank),
+        ", which has not re-registered since the coordinator restarted; "
+        "re-register (Rejoin)"));
+  }
+  return member;
+}
+
+absl::StatusOr<Coordinator::Member*> Coordinator::LiveMemberLocked(
+    int rank, absl::string_view what) {
+  STARLING_ASSIGN_OR_RETURN(Member * member, MemberLocked(rank, 0, what));
   if (member->health == proto::NODE_HEALTH_LOST) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, " from ", DescribeLocked(rank),
-        ", which was marked lost; re-joining is not supported yet"));
+        ", which is marked lost; its next heartbeat makes it healthy again"));
   }
   return member;
+}
+
+std::vector<int> Coordinator::LostRanksLocked() const {
+  std::vector<int> lost;
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    if (members_[rank].health == proto::NODE_HEALTH_LOST) {
+      lost.push_back(static_cast<int>(rank));
+    }
+  }
+  return lost;
 }
 
 std::vector<int> Coordinator::DetectFailures() {
@@ -299,28 +448,36 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
     if (silent <= options_.heartbeat_timeout) continue;
     m.health = proto::NODE_HEALTH_LOST;
     newly_lost.push_back(static_cast<int>(rank));
-    lost_ranks_.push_back(static_cast<int>(rank));
-    degraded_ = true;
-    last_error_ = absl::StrCat(DescribeLocked(rank), " lost: no heartbeat for ",
-                               Seconds(silent), " (timeout ",
-                               Seconds(options_.heartbeat_timeout), ")");
+    last_error_ = absl::StrCat(
+        DescribeLocked(rank),
+        " lost: ", m.registered ? "no heartbeat" : "did not re-register",
+        " for ", Seconds(silent), " (timeout ",
+        Seconds(options_.heartbeat_timeout), ")");
     STARLING_LOG(ERROR) << last_error_ << "; the group is degraded";
     metrics_.node_failures->Increment();
+    const uint64_t run_id =
+        runs_.current() != nullptr ? runs_.current()->run_id() : 0;
+    if (runs_.FailCurrent(static_cast<int>(rank), last_error_, now)) {
+      STARLING_LOG(ERROR) << "run " << run_id << " failed: " << last_error_;
+    }
   }
   if (!newly_lost.empty()) {
-    std::sort(lost_ranks_.begin(), lost_ranks_.end());
     UpdateGroupGaugesLocked();
+    // BeginRun waiters fail at once naming the lost ranks.
+    changed_.SignalAll();
   }
   return newly_lost;
 }
 
 void Coordinator::UpdateGroupGaugesLocked() {
   int healthy = 0;
+  bool degraded = false;
   for (const Member& m : members_) {
-    healthy += m.health != proto::NODE_HEALTH_LOST ? 1 : 0;
+    healthy += m.health == proto::NODE_HEALTH_HEALTHY ? 1 : 0;
+    degraded |= m.health == proto::NODE_HEALTH_LOST;
   }
   metrics_.group_size->Set(healthy);
-  metrics_.degraded->Set(degraded_ ? 1 : 0);
+  metrics_.degraded->Set(degraded ? 1 : 0);
 }
 
 void Coordinator::NoteIterationLocked(Member* member, uint64_t iteration) {
@@ -340,141 +497,52 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
       request.job_id(), absl::StrCat("heartbeat from rank ", request.rank())));
   absl::MutexLock lock(&mu_);
   // The sender proves itself alive before the others are judged.
-  STARLING_ASSIGN_OR_RETURN(Member * member,
-                            LiveMemberLocked(request.rank(), "heartbeat"));
-  member->last_heartbeat = clock_->Now();
+  STARLING_ASSIGN_OR_RETURN(
+      Member * member,
+      MemberLocked(request.rank(), request.group_epoch(), "heartbeat"));
+  const absl::Time now = clock_->Now();
+  if (member->health == proto::NODE_HEALTH_LOST) {
+    STARLING_LOG(WARNING) << DescribeLocked(request.rank()) << " is back after "
+                          << Seconds(now - member->last_heartbeat)
+                          << " without a heartbeat; healthy again (its peers "
+                             "may have dropped it from the data plane)";
+    member->health = proto::NODE_HEALTH_HEALTHY;
+    UpdateGroupGaugesLocked();
+  }
+  member->last_heartbeat = now;
   NoteIterationLocked(member, request.iteration());
   member->reported_shard_bytes = request.shard_bytes();
   member->reported_optimizer_state_bytes = request.optimizer_state_bytes();
+  member->workers.assign(request.workers().begin(), request.workers().end());
+  member->run = request.run();
+  const proto::RunStatus& run = request.run();
+  if (run.run_id() != 0) {
+    runs_.NoteSteps(run.run_id(), run.steps());
+    if (run.state() == proto::RunStatus::STATE_FAILED ||
+        run.state() == proto::RunStatus::STATE_FINISHED) {
+      // The node's own view of its run: a failure shows in status within
+      // one heartbeat even if its EndRun is late.
+      proto::EndRunRequest ended;
+      ended.set_run_id(run.run_id());
+      ended.set_state(run.state());
+      ended.set_steps(run.steps());
+      ended.set_failed_step(-1);
+      ended.set_error(run.error());
+      EndRunLocked(request.rank(), ended);
+    }
+  }
   DetectFailuresLocked();
 
   proto::HeartbeatResponse response;
   response.set_group_epoch(group_epoch_);
-  response.set_degraded(degraded_);
-  for (int rank : lost_ranks_) response.add_lost_ranks(rank);
+  const std::vector<int> lost = LostRanksLocked();
+  response.set_degraded(!lost.empty());
+  for (int rank : lost) response.add_lost_ranks(rank);
+  for (proto::RunFailure& failure :
+       runs_.FailuresFor(request.rank(), member->run)) {
+    *response.add_failed_runs() = std::move(failure);
+  }
   return response;
-}
-
-// --- Scheduling and reports -------------------------------------------------
-
-absl::StatusOr<proto::Schedule> Coordinator::GetSchedule(
-    const proto::GetScheduleRequest& request) {
-  STARLING_RETURN_IF_ERROR(
-      CheckJobId(request.job_id(),
-                 absl::StrCat("schedule request from rank ", request.rank())));
-  absl::MutexLock lock(&mu_);
-  DetectFailuresLocked();
-  STARLING_RETURN_IF_ERROR(
-      LiveMemberLocked(request.rank(), "schedule request").status());
-  metrics_.schedule_requests->Increment();
-  return planner_->Plan(request.rank(), request.next_iteration());
-}
-
-absl::Status Coordinator::ReportStep(const proto::StepReport& request) {
-  const std::string what =
-      absl::StrCat("step report for iteration ", request.iteration());
-  STARLING_RETURN_IF_ERROR(CheckJobId(
-      request.job_id(), absl::StrCat(what, " from rank ", request.rank())));
-  for (double seconds :
-       {request.compute_seconds(), request.communication_seconds()}) {
-    if (!std::isfinite(seconds) || seconds < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " from rank ", request.rank(), " has compute ",
-          request.compute_seconds(), "s and communication ",
-          request.communication_seconds(), "s: both must be finite and >= 0"));
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  DetectFailuresLocked();
-  STARLING_ASSIGN_OR_RETURN(Member * member,
-                            LiveMemberLocked(request.rank(), what));
-  NoteIterationLocked(member, request.iteration());
-  const std::vector<std::string> rank = {absl::StrCat(request.rank())};
-  if (!request.error().empty()) {
-    member->last_error = request.error();
-    last_error_ = absl::StrCat(DescribeLocked(request.rank()), " iteration ",
-                               request.iteration(), ": ", request.error());
-    metrics_.step_errors->WithLabels(rank)->Increment();
-    STARLING_LOG(WARNING) << last_error_;
-    return absl::OkStatus();
-  }
-  metrics_.step_duration->WithLabels(rank)->Observe(
-      request.compute_seconds() + request.communication_seconds());
-  metrics_.compute_seconds->WithLabels(rank)->Increment(
-      request.compute_seconds());
-  metrics_.communication_seconds->WithLabels(rank)->Increment(
-      request.communication_seconds());
-  metrics_.loss->WithLabels(rank)->Set(request.loss());
-  return absl::OkStatus();
-}
-
-absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
-    const proto::GetJobStatusRequest& request) {
-  if (!request.job_id().empty()) {
-    STARLING_RETURN_IF_ERROR(CheckJobId(request.job_id(), "status request"));
-  }
-  absl::MutexLock lock(&mu_);
-  DetectFailuresLocked();
-  const absl::Time now = clock_->Now();
-  proto::JobStatus status;
-  status.set_job_id(options_.job_id);
-  status.set_expected_nodes(options_.expected_nodes);
-  status.set_formed(formed_);
-  status.set_group_epoch(group_epoch_);
-  status.set_degraded(degraded_);
-  status.set_epochs(options_.epochs);
-  status.set_last_error(last_error_);
-  if (!formed_) {
-    for (const PendingJoin& p : pending_) {
-      proto::NodeStatus* node = status.add_nodes();
-      proto::PeerInfo* peer = node->mutable_peer();
-      peer->set_rank(-1);
-      peer->set_hostname(p.request.hostname());
-      peer->set_data_address(p.request.data_address());
-      peer->set_admin_address(p.request.admin_address());
-      peer->set_health(proto::NODE_HEALTH_JOINING);
-      node->set_local_workers(LocalWorkers(p.request));
-      node->set_version(p.request.version());
-    }
-    return status;
-  }
-  status.set_group_size(static_cast<int32_t>(members_.size()));
-  status.set_iterations_per_epoch(planner_->iterations_per_epoch());
-  const uint64_t iteration = highest_iteration_.value_or(0);
-  status.set_iteration(iteration);
-  status.set_epoch(iteration / planner_->iterations_per_epoch());
-  const uint64_t element_bytes = BytesPerElement(options_.dtype);
-  const uint64_t slots = OptimizerStateSlots(options_.optimizer);
-  int healthy = 0;
-  for (size_t rank = 0; rank < members_.size(); ++rank) {
-    const Member& m = members_[rank];
-    healthy += m.health != proto::NODE_HEALTH_LOST ? 1 : 0;
-    proto::NodeStatus* node = status.add_nodes();
-    proto::PeerInfo* peer = node->mutable_peer();
-    peer->set_rank(static_cast<int32_t>(rank));
-    peer->set_hostname(m.join.hostname());
-    peer->set_data_address(m.join.data_address());
-    peer->set_admin_address(m.join.admin_address());
-    peer->set_health(m.health);
-    const uint64_t shard_bytes = m.shard_elements * element_bytes;
-    node->set_shard_bytes(m.reported_shard_bytes != 0 ? m.reported_shard_bytes
-                                                      : shard_bytes);
-    node->set_optimizer_state_bytes(m.reported_optimizer_state_bytes != 0
-                                        ? m.reported_optimizer_state_bytes
-                                        : slots * shard_bytes);
-    const int64_t nanos = absl::ToUnixNanos(m.last_heartbeat);
-    node->mutable_last_heartbeat()->set_seconds(nanos / 1000000000);
-    node->mutable_last_heartbeat()->set_nanos(
-        static_cast<int32_t>(nanos % 1000000000));
-    node->set_heartbeat_age_seconds(
-        absl::ToDoubleSeconds(now - m.last_heartbeat));
-    node->set_last_iteration(m.last_iteration.value_or(0));
-    node->set_local_workers(m.local_workers);
-    node->set_version(m.join.version());
-    node->set_last_error(m.last_error);
-  }
-  status.set_healthy_nodes(healthy);
-  return status;
 }
 
 }  // namespace coordinator

@@ -1,5 +1,5 @@
-// Coordinator: one job's control plane (DESIGN.md "Control plane"), version
-// 1, as a plain C++ class; coordinator_service.h puts it on gRPC.
+// Coordinator: one job's control plane (DESIGN.md "Control plane") as a
+// plain C++ class; coordinator_service.h puts it on gRPC.
 //
 // Rendezvous. Nodes Join; each Join waits until `expected_nodes` have
 // joined, then every waiting Join is answered with the same group: ranks
@@ -8,26 +8,42 @@
 // map splits the parameter count contiguously (shard_map.h). A Join with
 // another job id or version, or one that comes after the group formed, is
 // refused. A Join that waits past its deadline gives up and leaves the
-// rendezvous.
+// rendezvous. A member heartbeats from the moment its Join returned, while
+// it forms its data plane.
 //
 // Failure detection. Members heartbeat; one silent for longer than
 // heartbeat_timeout (by the injected Clock) is marked LOST: logged once,
 // counted in starling_coordinator_node_failures_total, recorded as the job's
-// last error, and the group is degraded from then on. Heartbeat answers
-// tell survivors the lost ranks. Detection runs at the start of every call
-// and whenever the owner calls DetectFailures() (main.cc does, on a timer).
-// Version 1 does not re-form the group: a lost node stays lost.
+// last error, and the current run fails. The group is degraded while a
+// member is LOST. Heartbeat answers tell survivors the lost ranks. A LOST
+// member that heartbeats again with the right group epoch is HEALTHY again
+// (logged); the data plane does not re-form yet (group_epoch leaves room).
+// Detection runs at the start of every call and whenever the owner calls
+// DetectFailures() (main.cc does, on a timer).
+//
+// Restarts. A coordinator that restarted knows no group: members' calls are
+// answered NotFound and the nodes re-register (Rejoin). The first Rejoin
+// makes it adopt the group the node reports (epoch, peers, shard map, its
+// run); the other members show as JOINING until they re-register too, and
+// are marked LOST if they do not within heartbeat_timeout.
+//
+// Runs (run_book.h). BeginRun waits until every member asked, then answers
+// all at once: a new run id, the agreed tensor table, the first op sequence
+// number. EndRun records a run's end on one rank; a failure is told to the
+// others in their heartbeat answers.
 //
 // Scheduling: GetSchedule hands out K iterations at once
 // (schedule_planner.h). ReportStep records timings, loss and errors.
 //
-// Thread-safe. Join blocks its calling thread (one gRPC thread per waiting
-// node); everything else returns at once and never blocks on I/O.
+// Thread-safe. Join and BeginRun block their calling thread (one gRPC thread
+// per waiting node); everything else returns at once and never blocks on
+// I/O.
 #ifndef STARLING_SERVER_COORDINATOR_COORDINATOR_H_
 #define STARLING_SERVER_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +58,7 @@
 #include "server/base/clock.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_options.h"
+#include "server/coordinator/run_book.h"
 #include "server/coordinator/schedule_planner.h"
 #include "server/metrics/metrics_registry.h"
 
@@ -80,18 +97,52 @@ class Coordinator {
       const proto::JoinRequest& request, absl::Time deadline,
       const std::function<bool()>& cancelled = nullptr);
 
-  // Records that `rank` is alive. FailedPrecondition before the group forms
-  // or when `rank` was already marked LOST; InvalidArgument for a wrong job
-  // id or unknown rank.
+  // Re-registers a member of a running group after a coordinator restart
+  // (see above) or confirms one this coordinator knows. Returns at once
+  // with the group as it now stands. Errors:
+  //   InvalidArgument     wrong job id; malformed request (rank outside the
+  //                       peers it lists, its own address differs)
+  //   FailedPrecondition  version differs; the node's group differs from
+  //                       the one this coordinator runs (epoch, size or
+  //                       addresses), or its size from expected_nodes
+  //   Unavailable         the coordinator is shutting down
+  absl::StatusOr<proto::JoinResponse> Rejoin(
+      const proto::RejoinRequest& request);
+
+  // Records that `rank` is alive and what it runs; revives it if it was
+  // LOST. InvalidArgument for a wrong job id or a rank outside the group;
+  // NotFound when this coordinator does not know the sender's group (no
+  // group, another group epoch, or not re-registered since a restart).
   absl::StatusOr<proto::HeartbeatResponse> Heartbeat(
       const proto::HeartbeatRequest& request);
 
+  // Waits until every member asked to begin a run, then answers all (see
+  // run_book.h RunBook::Begin). Returns at the latest at `deadline` (capped
+  // by options.max_join_wait) or when `cancelled` (polled, may be null)
+  // returns true. Errors, beside Heartbeat()'s:
+  //   InvalidArgument   the round's tables disagree, a rank reported an
+  //                     error, or --parameter_count differs (every waiting
+  //                     rank gets the same)
+  //   Unavailable       a member is LOST (naming the ranks), or shutdown
+  //   DeadlineExceeded  not every member asked in time (naming the ranks
+  //                     that have not ended their declarations)
+  //   Aborted           a newer BeginRun from the same rank replaced it
+  //   Cancelled         `cancelled` returned true
+  absl::StatusOr<proto::BeginRunResponse> BeginRun(
+      const proto::BeginRunRequest& request, absl::Time deadline,
+      const std::function<bool()>& cancelled = nullptr);
+
+  // Records that a run ended on `rank`. Heartbeat()'s errors, plus
+  // InvalidArgument for a run id of 0 or a state other than FINISHED or
+  // FAILED.
+  absl::Status EndRun(const proto::EndRunRequest& request);
+
   // The next K iterations for `rank` (schedule_planner.h). Same errors as
-  // Heartbeat().
+  // Heartbeat(), plus FailedPrecondition while `rank` is LOST.
   absl::StatusOr<proto::Schedule> GetSchedule(
       const proto::GetScheduleRequest& request);
 
-  // Records a finished (or failed) step. Same errors as Heartbeat(), plus
+  // Records a finished (or failed) step. Same errors as GetSchedule(), plus
   // InvalidArgument for negative or non-finite timings.
   absl::Status ReportStep(const proto::StepReport& request);
 
@@ -104,7 +155,8 @@ class Coordinator {
   // the ranks newly marked (usually none).
   std::vector<int> DetectFailures();
 
-  // Refuses waiting and later Joins with Unavailable. Idempotent.
+  // Refuses waiting and later Joins and BeginRuns with Unavailable.
+  // Idempotent.
   void Shutdown();
 
   const CoordinatorOptions& options() const { return options_; }
@@ -118,12 +170,21 @@ class Coordinator {
     proto::JoinRequest join;
     int local_workers = 1;
     proto::NodeHealth health = proto::NODE_HEALTH_HEALTHY;
+    // False after an adoption until this member re-registered (JOINING).
+    bool registered = true;
     absl::Time last_heartbeat;
     std::optional<uint64_t> last_iteration;
     std::string last_error;
     uint64_t shard_elements = 0;
     uint64_t reported_shard_bytes = 0;
     uint64_t reported_optimizer_state_bytes = 0;
+    // From the last heartbeat.
+    std::vector<proto::WorkerStatus> workers;
+    proto::RunStatus run;
+  };
+  struct BeginCall {
+    uint64_t id;
+    proto::BeginRunRequest request;
   };
 
   Coordinator(CoordinatorOptions options, const Clock* clock,
@@ -131,17 +192,34 @@ class Coordinator {
 
   absl::Status CheckJobId(absl::string_view job_id,
                           absl::string_view what) const;
-  absl::Status CheckJoinLocked(const proto::JoinRequest& request)
+  absl::Status CheckNodeLocked(const proto::JoinRequest& request,
+                               absl::string_view what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The member for `rank`, or the error a call from it deserves.
+  // The member for `rank` of `group_epoch` (0: not checked), or the error a
+  // call from it deserves (NotFound: unknown group; see Heartbeat()).
+  absl::StatusOr<Member*> MemberLocked(int rank, uint64_t group_epoch,
+                                       absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // MemberLocked, and FailedPrecondition while it is LOST.
   absl::StatusOr<Member*> LiveMemberLocked(int rank, absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdoptGroupLocked(const proto::RejoinRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSameGroupLocked(const proto::RejoinRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebuildPlannerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::JoinResponse JoinResponseLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> DetectFailuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteIterationLocked(Member* member, uint64_t iteration)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a run's end reported by `rank` (EndRun, or a heartbeat's run).
+  void EndRunLocked(int rank, const proto::EndRunRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DecideBeginLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string BeginProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<int> LostRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string RendezvousProgressLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,13 +230,17 @@ class Coordinator {
   const CoordinatorMetrics metrics_;
 
   mutable absl::Mutex mu_;
-  // Signalled when the group forms or shutdown begins.
+  // Signalled when the group forms or is adopted, a BeginRun round is
+  // decided or a waiting call is replaced, a member is lost, or shutdown
+  // begins.
   absl::CondVar changed_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t next_join_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<PendingJoin> pending_ ABSL_GUARDED_BY(mu_);
-  // Set once, when the group forms.
+  // Set once, when the group forms or is adopted.
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
+  // Why a Join waiting when the group was adopted gets no rank.
+  std::string adopted_from_ ABSL_GUARDED_BY(mu_);
   uint64_t group_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Index = rank.
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
@@ -166,10 +248,14 @@ class Coordinator {
   std::vector<std::pair<uint64_t, int>> rank_of_join_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::ShardRange> shard_map_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SchedulePlanner> planner_ ABSL_GUARDED_BY(mu_);
-  bool degraded_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<int> lost_ranks_ ABSL_GUARDED_BY(mu_);
   std::optional<uint64_t> highest_iteration_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  RunBook runs_ ABSL_GUARDED_BY(mu_);
+  // The BeginRun round in progress: rank -> its waiting call.
+  std::map<int, BeginCall> begin_waiting_ ABSL_GUARDED_BY(mu_);
+  // Answers for decided or replaced calls, by call id, until collected.
+  std::map<uint64_t, absl::StatusOr<proto::BeginRunResponse>> begin_answers_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace coordinator

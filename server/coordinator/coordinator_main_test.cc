@@ -50,13 +50,47 @@ TEST(CoordinatorMain, MissingRequiredFlagIsAUsageError) {
   EXPECT_EQ(result.output, "starling-coordinator: --job_id is required\n");
 }
 
+TEST(CoordinatorMain, UnimplementedModesAndBadOptionsAreRefusedAtStartUp) {
+  const struct {
+    const char* flag;
+    const char* message;
+  } cases[] = {
+      {"--mode=sync_easgd",
+       "starling-coordinator: --mode=sync_easgd is not implemented yet; "
+       "implemented modes: sync_sgd, async_sgd, parameter_server\n"},
+      {"--optimizer=easgd",
+       "starling-coordinator: --optimizer=easgd is not implemented yet; "
+       "implemented optimizers: none, sgd, momentum, adam\n"},
+      {"--learning_rate=inf",
+       "starling-coordinator: --learning_rate=inf: the learning rate must be "
+       "finite and > 0\n"},
+      {"--mode=turbo",
+       "starling-coordinator: --mode=turbo is not one of sync_sgd, async_sgd, "
+       "parameter_server, sync_easgd, async_easgd, async_measgd, "
+       "hogwild_easgd\n"},
+  };
+  for (const auto& c : cases) {
+    const RunResult result =
+        RunBinary({Coordinator(), "--listen=127.0.0.1:0", "--job_id=t",
+                   "--expected_nodes=1", "--metrics_port=0", c.flag},
+                  20);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_EQ(result.output, c.message);
+  }
+}
+
 TEST(CoordinatorMain, HelpDescribesTheFlags) {
   const RunResult result = RunBinary({Coordinator(), "--help"}, 20);
-  for (const char* flag : {"--listen", "--job_id", "--expected_nodes",
-                           "--heartbeat_timeout", "--iterations_per_schedule",
-                           "--epochs", "--metrics_port", "--log_level"}) {
+  for (const char* flag :
+       {"--listen", "--job_id", "--expected_nodes", "--heartbeat_timeout",
+        "--iterations_per_schedule", "--epochs", "--metrics_port",
+        "--log_level", "--parameter_count", "--mode", "--optimizer",
+        "--learning_rate"}) {
     EXPECT_THAT(result.output, HasSubstr(flag));
   }
+  EXPECT_THAT(result.output, HasSubstr("0 takes whatever the workers "
+                                       "declare"));
+  EXPECT_THAT(result.output, HasSubstr("not implemented yet"));
   EXPECT_THAT(result.output, HasSubstr("coordinator of one Starling"));
 }
 

@@ -1,22 +1,15 @@
 #include "server/coordinator/coordinator_options.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "proto/job_config_checks.h"
+#include "proto/tensor_table.h"
+#include "server/base/status_macros.h"
 
 namespace starling {
 namespace coordinator {
 namespace {
-
-struct OptimizerInfo {
-  const char* name;
-  int state_slots;
-};
-
-// sgd keeps nothing; momentum a velocity; adam first and second moments;
-// easgd keeps the centre variable in the shard itself; "none" is plain
-// all-reduce (sum only, no update).
-constexpr OptimizerInfo kOptimizers[] = {
-    {"none", 0}, {"sgd", 0}, {"momentum", 1}, {"adam", 2}, {"easgd", 0}};
 
 absl::Status Invalid(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(
@@ -24,19 +17,6 @@ absl::Status Invalid(absl::string_view field, absl::string_view why) {
 }
 
 }  // namespace
-
-std::vector<std::string> OptimizerNames() {
-  std::vector<std::string> names;
-  for (const OptimizerInfo& info : kOptimizers) names.push_back(info.name);
-  return names;
-}
-
-int OptimizerStateSlots(absl::string_view optimizer) {
-  for (const OptimizerInfo& info : kOptimizers) {
-    if (optimizer == info.name) return info.state_slots;
-  }
-  return 0;
-}
 
 int BytesPerElement(proto::DataType dtype) {
   switch (dtype) {
@@ -78,40 +58,21 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
         "iterations_per_schedule",
         absl::StrCat(options->iterations_per_schedule, " is not >= 1"));
   }
-  bool known_optimizer = false;
-  for (const OptimizerInfo& info : kOptimizers) {
-    known_optimizer |= options->optimizer == info.name;
-  }
-  if (!known_optimizer) {
-    return Invalid("optimizer",
-                   absl::StrCat("unknown optimizer '", options->optimizer,
-                                "': expected one of ",
-                                absl::StrJoin(OptimizerNames(), ", ")));
-  }
-  if (!(options->learning_rate >= 0)) {
-    return Invalid("learning_rate",
-                   absl::StrCat(options->learning_rate, " is not >= 0"));
-  }
+  proto::JobConfig rules;
+  rules.set_mode(options->mode);
+  rules.set_optimizer(options->optimizer);
+  rules.set_learning_rate(options->learning_rate);
+  STARLING_RETURN_IF_ERROR(proto::CheckJobConfig(rules));
   if (options->collective_timeout <= absl::ZeroDuration()) {
     return Invalid("collective_timeout", "must be positive");
   }
   if (BytesPerElement(options->dtype) == 0) {
     return Invalid("dtype", "must be set");
   }
-  uint64_t tensor_elements = 0;
-  for (const proto::TensorSpec& tensor : options->tensors) {
-    uint64_t elements = 1;
-    for (int64_t dim : tensor.shape()) {
-      if (dim < 0) {
-        return Invalid("tensors",
-                       absl::StrCat("tensor '", tensor.name(),
-                                    "' has negative dimension ", dim));
-      }
-      elements *= static_cast<uint64_t>(dim);
-    }
-    tensor_elements += elements;
-  }
   if (!options->tensors.empty()) {
+    const absl::Status tensors_ok = proto::CheckTensorSpecs(options->tensors);
+    if (!tensors_ok.ok()) return Invalid("tensors", tensors_ok.message());
+    const uint64_t tensor_elements = proto::TotalElements(options->tensors);
     if (options->parameter_count == 0) {
       options->parameter_count = tensor_elements;
     } else if (options->parameter_count != tensor_elements) {
@@ -126,6 +87,30 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
   }
   if (options->epochs < 1) return Invalid("epochs", "must be >= 1");
   return absl::OkStatus();
+}
+
+proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
+  proto::JobConfig config;
+  config.set_mode(options.mode);
+  config.set_iterations_per_schedule(options.iterations_per_schedule);
+  config.set_optimizer(options.optimizer);
+  config.set_learning_rate(options.learning_rate);
+  config.set_collective_timeout_ms(
+      absl::ToInt64Milliseconds(options.collective_timeout));
+  for (const proto::TensorSpec& tensor : options.tensors) {
+    *config.add_tensors() = tensor;
+  }
+  config.set_parameter_count(options.parameter_count);
+  config.set_dtype(options.dtype);
+  config.set_partitions_per_epoch(options.partitions_per_epoch);
+  config.set_epochs(options.epochs);
+  // Five heartbeats per timeout: one or two lost ones do not make a node
+  // look dead.
+  config.set_heartbeat_interval_ms(std::max<int64_t>(
+      1, absl::ToInt64Milliseconds(options.heartbeat_timeout / 5)));
+  config.set_heartbeat_timeout_ms(
+      absl::ToInt64Milliseconds(options.heartbeat_timeout));
+  return config;
 }
 
 }  // namespace coordinator

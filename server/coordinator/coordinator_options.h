@@ -12,14 +12,14 @@
 #include "absl/time/time.h"
 #include "proto/common.pb.h"
 #include "proto/coordinator.pb.h"
+#include "server/base/version.h"
 
 namespace starling {
 namespace coordinator {
 
-// The Starling version this build speaks. A node whose Join carries another
-// version is refused. TODO(#coordinator-v1): move to server/base once the
-// node daemon needs it too.
-inline constexpr char kStarlingVersion[] = "0.1.0";
+// The version moved to server/base/version.h. TODO(#coordinator-runs):
+// drop this alias once server/node includes the base header.
+using ::starling::kStarlingVersion;
 
 struct CoordinatorOptions {
   // Required. Every request must name this job.
@@ -37,12 +37,18 @@ struct CoordinatorOptions {
   proto::JobConfig::Mode mode = proto::JobConfig::MODE_SYNC_SGD;
   // K: iterations per GetSchedule answer, >= 1.
   int iterations_per_schedule = 16;
-  // One of OptimizerNames().
+  // Mode, optimizer and learning rate are checked by
+  // proto::CheckJobConfig, the rules the daemons enforce: an implemented
+  // mode, an implemented optimizer (server/base/optimizer_names.h), a
+  // finite learning rate > 0.
   std::string optimizer = "sgd";
   double learning_rate = 0.01;
   absl::Duration collective_timeout = absl::Seconds(30);
-  // Elements of the flat parameter vector. 0 with `tensors` given: their
-  // sum. Given together with tensors, it must equal their sum.
+  // Elements of the flat parameter vector. 0 (the default) = whatever the
+  // workers declare: every run takes the sum of its agreed tensor table.
+  // Non-zero: every run's table must add up to it (BeginRun refuses
+  // others). With `tensors` given, 0 becomes their sum, and a non-zero
+  // value must equal it.
   uint64_t parameter_count = 0;
   std::vector<proto::TensorSpec> tensors;
   // Element type of the parameters.
@@ -53,15 +59,13 @@ struct CoordinatorOptions {
 };
 
 // Checks `options` and fills derived fields (parameter_count from tensors).
-// InvalidArgument naming the bad field otherwise.
+// InvalidArgument naming the bad field (or, for the rules the daemons
+// enforce, the flag and its value) otherwise.
 absl::Status ValidateAndComplete(CoordinatorOptions* options);
 
-// The optimizers a job may name and how many per-element state slots each
-// keeps beside the parameters (momentum 1, Adam 2, ...): optimizer state
-// bytes of a shard = slots x shard bytes.
-std::vector<std::string> OptimizerNames();
-// REQUIRES: `optimizer` is one of OptimizerNames().
-int OptimizerStateSlots(absl::string_view optimizer);
+// The JobConfig sent to every node in JoinResponse.config.
+// REQUIRES: ValidateAndComplete(&options) succeeded.
+proto::JobConfig JobConfigFor(const CoordinatorOptions& options);
 
 // Bytes per element of `dtype`; 0 for DATA_TYPE_UNSPECIFIED.
 int BytesPerElement(proto::DataType dtype);

@@ -1,5 +1,7 @@
 #include "server/coordinator/coordinator_service.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -9,11 +11,33 @@ namespace starling {
 namespace coordinator {
 namespace {
 
+// Marks the answer as the coordinator's own (see the header).
+grpc::Status Answer(grpc::ServerContext* context, const absl::Status& status) {
+  context->AddTrailingMetadata(CoordinatorService::kAnsweredByKey,
+                               "coordinator");
+  return ToGrpcStatus(status);
+}
+
 template <typename T>
-grpc::Status Reply(absl::StatusOr<T> result, T* response) {
-  if (!result.ok()) return ToGrpcStatus(result.status());
+grpc::Status Reply(grpc::ServerContext* context, absl::StatusOr<T> result,
+                   T* response) {
+  if (!result.ok()) return Answer(context, result.status());
   *response = *std::move(result);
-  return grpc::Status::OK;
+  return Answer(context, absl::OkStatus());
+}
+
+// How long a waiting call (Join, BeginRun) may be held: the RPC deadline
+// less `margin`, shortened by the request's wait timeout (ms, 0 = none).
+absl::Time WaitDeadline(const grpc::ServerContext* context,
+                        absl::Duration margin, int64_t wait_timeout_ms) {
+  // gRPC reports "no deadline" as a time point far in the future, which
+  // absl maps to InfiniteFuture.
+  absl::Time deadline = absl::FromChrono(context->deadline()) - margin;
+  if (wait_timeout_ms > 0) {
+    deadline =
+        std::min(deadline, absl::Now() + absl::Milliseconds(wait_timeout_ms));
+  }
+  return deadline;
 }
 
 }  // namespace
@@ -21,41 +45,60 @@ grpc::Status Reply(absl::StatusOr<T> result, T* response) {
 grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
                                       const proto::JoinRequest* request,
                                       proto::JoinResponse* response) {
-  // gRPC reports "no deadline" as a time point far in the future, which
-  // absl maps to InfiniteFuture.
-  absl::Time deadline =
-      absl::FromChrono(context->deadline()) - kJoinDeadlineMargin;
-  if (request->wait_timeout_ms() > 0) {
-    deadline = std::min(
-        deadline, absl::Now() + absl::Milliseconds(request->wait_timeout_ms()));
-  }
-  return Reply(coordinator_->Join(*request, deadline,
+  return Reply(context,
+               coordinator_->Join(*request,
+                                  WaitDeadline(context, kJoinDeadlineMargin,
+                                               request->wait_timeout_ms()),
                                   [context] { return context->IsCancelled(); }),
                response);
 }
 
+grpc::Status CoordinatorService::Rejoin(grpc::ServerContext* context,
+                                        const proto::RejoinRequest* request,
+                                        proto::JoinResponse* response) {
+  return Reply(context, coordinator_->Rejoin(*request), response);
+}
+
+grpc::Status CoordinatorService::BeginRun(grpc::ServerContext* context,
+                                          const proto::BeginRunRequest* request,
+                                          proto::BeginRunResponse* response) {
+  return Reply(
+      context,
+      coordinator_->BeginRun(*request,
+                             WaitDeadline(context, kJoinDeadlineMargin,
+                                          request->wait_timeout_ms()),
+                             [context] { return context->IsCancelled(); }),
+      response);
+}
+
+grpc::Status CoordinatorService::EndRun(grpc::ServerContext* context,
+                                        const proto::EndRunRequest* request,
+                                        proto::EndRunResponse*) {
+  return Answer(context, coordinator_->EndRun(*request));
+}
+
 grpc::Status CoordinatorService::Heartbeat(
-    grpc::ServerContext*, const proto::HeartbeatRequest* request,
+    grpc::ServerContext* context, const proto::HeartbeatRequest* request,
     proto::HeartbeatResponse* response) {
-  return Reply(coordinator_->Heartbeat(*request), response);
+  return Reply(context, coordinator_->Heartbeat(*request), response);
 }
 
 grpc::Status CoordinatorService::GetSchedule(
-    grpc::ServerContext*, const proto::GetScheduleRequest* request,
+    grpc::ServerContext* context, const proto::GetScheduleRequest* request,
     proto::Schedule* response) {
-  return Reply(coordinator_->GetSchedule(*request), response);
+  return Reply(context, coordinator_->GetSchedule(*request), response);
 }
 
-grpc::Status CoordinatorService::ReportStep(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportStep(grpc::ServerContext* context,
                                             const proto::StepReport* request,
                                             proto::StepReportAck*) {
-  return ToGrpcStatus(coordinator_->ReportStep(*request));
+  return Answer(context, coordinator_->ReportStep(*request));
 }
 
 grpc::Status CoordinatorService::GetJobStatus(
-    grpc::ServerContext*, const proto::GetJobStatusRequest* request,
+    grpc::ServerContext* context, const proto::GetJobStatusRequest* request,
     proto::JobStatus* response) {
-  return Reply(coordinator_->GetJobStatus(*request), response);
+  return Reply(context, coordinator_->GetJobStatus(*request), response);
 }
 
 }  // namespace coordinator

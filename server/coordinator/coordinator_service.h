@@ -2,10 +2,16 @@
 // Each handler only reads the request, calls the Coordinator and converts
 // the absl::Status (server/base/grpc_status.h).
 //
-// A Join is held until the group forms, for at most the RPC's deadline less
-// kJoinDeadlineMargin, so the node receives the coordinator's own
-// DEADLINE_EXCEEDED (saying how many nodes joined) rather than gRPC's bare
-// one; JoinRequest.wait_timeout_ms shortens the wait further.
+// A Join is held until the group forms, and a BeginRun until every member
+// asked, for at most the RPC's deadline less kJoinDeadlineMargin, so the
+// node receives the coordinator's own DEADLINE_EXCEEDED (saying how many
+// nodes joined, or which ranks have not begun) rather than gRPC's bare one;
+// the requests' wait_timeout_ms shortens the wait further.
+//
+// Every answer, success or error, carries the trailing metadata
+// kAnsweredByKey, so that a node can tell the coordinator's own errors
+// (e.g. UNAVAILABLE: a rank is LOST) from a transport's (UNAVAILABLE:
+// connection refused) and retry only the latter.
 //
 // Thread-safe; the Coordinator is borrowed and must outlive the service
 // (and the grpc::Server it is registered with).
@@ -22,6 +28,8 @@ namespace coordinator {
 class CoordinatorService final : public proto::Coordinator::Service {
  public:
   static constexpr absl::Duration kJoinDeadlineMargin = absl::Milliseconds(100);
+  // Trailing metadata key (value "coordinator") on every answer.
+  static constexpr char kAnsweredByKey[] = "starling-answered-by";
 
   explicit CoordinatorService(Coordinator* coordinator)
       : coordinator_(coordinator) {}
@@ -41,6 +49,15 @@ class CoordinatorService final : public proto::Coordinator::Service {
   grpc::Status GetJobStatus(grpc::ServerContext* context,
                             const proto::GetJobStatusRequest* request,
                             proto::JobStatus* response) override;
+  grpc::Status Rejoin(grpc::ServerContext* context,
+                      const proto::RejoinRequest* request,
+                      proto::JoinResponse* response) override;
+  grpc::Status BeginRun(grpc::ServerContext* context,
+                        const proto::BeginRunRequest* request,
+                        proto::BeginRunResponse* response) override;
+  grpc::Status EndRun(grpc::ServerContext* context,
+                      const proto::EndRunRequest* request,
+                      proto::EndRunResponse* response) override;
 
  private:
   Coordinator* const coordinator_;

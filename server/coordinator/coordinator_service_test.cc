@@ -178,6 +178,105 @@ TEST_F(CoordinatorServiceTest, ErrorsKeepTheirCodeOverTheWire) {
                        HasSubstr("names job 'other'")));
 }
 
+TEST_F(CoordinatorServiceTest, RunsBeginAndEndOverGrpc) {
+  Start(2);
+  std::vector<proto::JoinResponse> joins(2);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        EXPECT_OK(Join(JoinRequestFor(i), absl::Seconds(20), &joins[i]));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  // A lone BeginRun times out with the coordinator's own message.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    proto::BeginRunRequest request;
+    request.set_job_id("grpc-job");
+    request.set_rank(0);
+    request.set_wait_timeout_ms(100);
+    proto::BeginRunResponse response;
+    EXPECT_THAT(
+        FromGrpcStatus(stub_->BeginRun(&context, request, &response)),
+        StatusIs(absl::StatusCode::kDeadlineExceeded,
+                 HasSubstr("rank 1 has not ended its declarations (1 of 2 "
+                           "ranks waiting)")));
+  }
+  std::vector<proto::BeginRunResponse> runs(2);
+  std::vector<absl::Status> statuses(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+      proto::BeginRunRequest request;
+      request.set_job_id("grpc-job");
+      request.set_rank(rank);
+      request.set_group_epoch(joins[rank].group_epoch());
+      request.set_local_workers(1);
+      request.set_next_op_seq(3);
+      proto::TensorSpec* spec = request.add_tensors();
+      spec->set_name("w");
+      spec->add_shape(4096);
+      spec->set_dtype(proto::DATA_TYPE_FLOAT32);
+      statuses[rank] =
+          FromGrpcStatus(stub_->BeginRun(&context, request, &runs[rank]));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_OK(statuses[rank]);
+    EXPECT_EQ(runs[rank].run_id(), 1u);
+    EXPECT_EQ(runs[rank].first_op_seq(), 4u);
+    EXPECT_EQ(runs[rank].total_workers(), 2);
+  }
+  grpc::ClientContext end_context;
+  end_context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  proto::EndRunRequest end;
+  end.set_job_id("grpc-job");
+  end.set_rank(1);
+  end.set_run_id(1);
+  end.set_state(proto::RunStatus::STATE_FAILED);
+  end.set_failed_step(2);
+  end.set_error("boom");
+  proto::EndRunResponse end_response;
+  ASSERT_OK(FromGrpcStatus(stub_->EndRun(&end_context, end, &end_response)));
+
+  grpc::ClientContext status_context;
+  status_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  proto::JobStatus status;
+  ASSERT_OK(FromGrpcStatus(stub_->GetJobStatus(&status_context, {}, &status)));
+  EXPECT_THAT(FormatJobStatusTable(status),
+              HasSubstr("  run 1 FAILED after 0 steps (2 workers, 4096 "
+                        "parameters, 0.0s): rank 1 (host1, 127.0.0.1:30001) "
+                        "step 2: boom\n"));
+}
+
+TEST_F(CoordinatorServiceTest, RejoinOverGrpcAdoptsTheGroup) {
+  Start(1);
+  proto::RejoinRequest request;
+  *request.mutable_node() = JoinRequestFor(0);
+  request.set_rank(0);
+  request.set_group_epoch(3);
+  proto::PeerInfo* peer = request.add_peers();
+  peer->set_rank(0);
+  peer->set_hostname("host0");
+  peer->set_data_address("127.0.0.1:30000");
+  request.mutable_run()->set_run_id(9);
+  request.mutable_run()->set_state(proto::RunStatus::STATE_RUNNING);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  proto::JoinResponse response;
+  ASSERT_OK(FromGrpcStatus(stub_->Rejoin(&context, request, &response)));
+  EXPECT_EQ(response.group_epoch(), 3u);
+  EXPECT_EQ(response.rank(), 0);
+  EXPECT_EQ(response.config().parameter_count(), 4096u);
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace starling

@@ -1,6 +1,7 @@
 #include "server/coordinator/coordinator.h"
 
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -283,16 +284,45 @@ TEST_F(CoordinatorTest, SilentNodeIsMarkedLostOnceAndSurvivorsLearnIt) {
   EXPECT_EQ(status.nodes(0).peer().health(), proto::NODE_HEALTH_HEALTHY);
   EXPECT_THAT(status.last_error(), HasSubstr("rank 2 (node-2"));
 
-  // The lost node is told so, and its schedule requests are refused.
-  EXPECT_THAT(coordinator_->Heartbeat(Beat(2)),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("marked lost")));
+  // While lost, its schedule requests are refused.
   proto::GetScheduleRequest schedule;
   schedule.set_job_id("job-a");
   schedule.set_rank(2);
   EXPECT_THAT(coordinator_->GetSchedule(schedule),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("marked lost")));
+
+  // It is not refused forever: a heartbeat with the right group epoch makes
+  // it healthy again, and the group whole.
+  std::vector<std::string> warnings;
+  SetLogSinkForTesting(
+      [&warnings](LogSeverity severity, absl::string_view line) {
+        if (severity == LogSeverity::kWarning) warnings.emplace_back(line);
+      });
+  ASSERT_OK_AND_ASSIGN(proto::HeartbeatResponse back,
+                       coordinator_->Heartbeat(Beat(2)));
+  SetLogSinkForTesting(nullptr);
+  EXPECT_FALSE(back.degraded());
+  EXPECT_THAT(back.lost_ranks(), IsEmpty());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("rank 2 (node-2, 10.0.0.2:29500) is back "
+                                     "after 6s without a heartbeat"));
+  ASSERT_OK_AND_ASSIGN(status, coordinator_->GetJobStatus({}));
+  EXPECT_FALSE(status.degraded());
+  EXPECT_EQ(status.healthy_nodes(), 4);
+  EXPECT_EQ(status.nodes(2).peer().health(), proto::NODE_HEALTH_HEALTHY);
+  EXPECT_OK(coordinator_->GetSchedule(schedule).status());
+  // The loss stays the job's last error, and counted once.
+  EXPECT_THAT(status.last_error(), HasSubstr("rank 2 (node-2"));
   EXPECT_EQ(Failures(), 1);
+
+  // A heartbeat from another group epoch is not from this group.
+  proto::HeartbeatRequest stale = Beat(2);
+  stale.set_group_epoch(7);
+  EXPECT_THAT(coordinator_->Heartbeat(stale),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("of group epoch 7, but this coordinator runs "
+                                 "group epoch 1")));
 }
 
 TEST_F(CoordinatorTest, DetectFailuresAloneFindsASilentGroup) {
@@ -305,11 +335,28 @@ TEST_F(CoordinatorTest, DetectFailuresAloneFindsASilentGroup) {
   EXPECT_EQ(Failures(), 2);
 }
 
-TEST_F(CoordinatorTest, CallsBeforeTheGroupFormsAreRefused) {
+TEST_F(CoordinatorTest, CallsFromAGroupThisCoordinatorDoesNotKnowAreNotFound) {
   Create(2);
+  // E.g. the coordinator restarted: the node must re-register.
   EXPECT_THAT(coordinator_->Heartbeat(Beat(0)),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("before the group formed: 0 of 2 nodes")));
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("this coordinator has no group yet (0 of 2 "
+                                 "nodes have joined ()); a member of a running "
+                                 "group re-registers (Rejoin)")));
+}
+
+TEST_F(CoordinatorTest, HeartbeatsAreAcceptedFromJoinWhileTheDataPlaneForms) {
+  Create(2);
+  for (const auto& r : JoinAll(2)) ASSERT_OK(r.status());
+  // Forming the data plane takes a while; heartbeats keep the members in.
+  for (int second = 1; second <= 20; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    for (int rank : {0, 1}) ASSERT_OK(coordinator_->Heartbeat(Beat(rank)));
+  }
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, coordinator_->GetJobStatus({}));
+  EXPECT_EQ(status.healthy_nodes(), 2);
+  EXPECT_FALSE(status.degraded());
+  EXPECT_EQ(Failures(), 0);
 }
 
 TEST_F(CoordinatorTest, ScheduleGivesKIterationsCoveringEachEpochOnce) {
@@ -426,6 +473,17 @@ TEST_F(CoordinatorTest, BadOptionsAreRefused) {
   EXPECT_THAT(Coordinator::Create(options, &clock_, &registry_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("unknown optimizer 'lbfgs'")));
+  // What the daemons would refuse after joining is refused at start-up.
+  options = TestOptions(2);
+  options.mode = proto::JobConfig::MODE_ASYNC_EASGD;
+  EXPECT_THAT(Coordinator::Create(options, &clock_, &registry_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--mode=async_easgd is not implemented yet")));
+  options = TestOptions(2);
+  options.learning_rate = std::nan("");
+  EXPECT_THAT(Coordinator::Create(options, &clock_, &registry_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--learning_rate=nan")));
 }
 
 TEST_F(CoordinatorTest, MetricsPassPromtool) {

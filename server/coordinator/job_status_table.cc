@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 
 namespace starling {
@@ -26,6 +27,63 @@ std::string HealthName(proto::NodeHealth health) {
   }
 }
 
+std::string RunStateName(proto::RunStatus::State state) {
+  switch (state) {
+    case proto::RunStatus::STATE_DECLARING:
+      return "DECLARING";
+    case proto::RunStatus::STATE_RUNNING:
+      return "RUNNING";
+    case proto::RunStatus::STATE_FINISHED:
+      return "FINISHED";
+    case proto::RunStatus::STATE_FAILED:
+      return "FAILED";
+    default:
+      return "?";
+  }
+}
+
+std::string WorkerStateName(proto::WorkerStatus::State state) {
+  switch (state) {
+    case proto::WorkerStatus::STATE_ATTACHED:
+      return "ATTACHED";
+    case proto::WorkerStatus::STATE_MISSING:
+      return "MISSING";
+    case proto::WorkerStatus::STATE_FINISHED:
+      return "FINISHED";
+    default:
+      return "?";
+  }
+}
+
+// Cells left-aligned in columns two spaces apart, each line after `indent`.
+void AppendColumns(const std::vector<std::vector<std::string>>& rows,
+                   const std::string& indent, std::string* out) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c) {
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c + 1 == row.size()) {
+        absl::StrAppend(&line, row[c]);
+      } else {
+        absl::StrAppend(&line, row[c],
+                        std::string(widths[c] - row[c].size() + 2, ' '));
+      }
+    }
+    absl::StrAppend(out, line, "\n");
+  }
+}
+
+// "1 worker", "2 workers".
+std::string Count(int64_t n, absl::string_view noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
 // A cell never spans lines.
 std::string OneLine(const std::string& text) {
   return text.empty() ? "-" : absl::StrReplaceAll(text, {{"\n", " "}});
@@ -43,6 +101,38 @@ std::string FormatBytes(uint64_t bytes) {
     ++unit;
   }
   return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string FormatRun(const proto::RunStatus& run, double now_unix_seconds) {
+  if (run.state() == proto::RunStatus::STATE_DECLARING && run.run_id() == 0) {
+    return "next run DECLARING (some ranks wait in BeginRun)";
+  }
+  std::string out =
+      absl::StrCat("run ", run.run_id(), " ", RunStateName(run.state()));
+  const bool running = run.state() == proto::RunStatus::STATE_RUNNING;
+  absl::StrAppend(&out, running ? ", " : " after ", Count(run.steps(), "step"));
+  std::vector<std::string> facts;
+  if (run.total_workers() > 0) {
+    facts.push_back(Count(run.total_workers(), "worker"));
+  }
+  if (run.parameter_count() > 0) {
+    facts.push_back(absl::StrCat(run.parameter_count(), " parameters"));
+  }
+  if (run.started_unix_seconds() > 0) {
+    const double end = run.ended_unix_seconds() > 0 ? run.ended_unix_seconds()
+                       : running                    ? now_unix_seconds
+                                                    : 0;
+    if (end >= run.started_unix_seconds()) {
+      facts.push_back(absl::StrFormat(running ? "for %.1fs" : "%.1fs",
+                                      end - run.started_unix_seconds()));
+    }
+  }
+  if (!facts.empty()) {
+    absl::StrAppend(&out, running ? ", " : " (", absl::StrJoin(facts, ", "),
+                    running ? "" : ")");
+  }
+  if (!run.error().empty()) absl::StrAppend(&out, ": ", OneLine(run.error()));
+  return out;
 }
 
 std::string FormatJobStatusTable(const proto::JobStatus& status) {
@@ -63,12 +153,6 @@ std::string FormatJobStatusTable(const proto::JobStatus& status) {
         OneLine(node.last_error()),
     });
   }
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      widths[c] = std::max(widths[c], row[c].size());
-    }
-  }
 
   std::string out;
   if (status.formed()) {
@@ -80,23 +164,58 @@ std::string FormatJobStatusTable(const proto::JobStatus& status) {
                     status.nodes_size(), " of ", status.expected_nodes(),
                     " nodes joined\n");
   }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      if (c + 1 == row.size()) {
-        absl::StrAppend(&line, row[c]);
-      } else {
-        absl::StrAppend(&line, row[c],
-                        std::string(widths[c] - row[c].size() + 2, ' '));
-      }
+  AppendColumns(rows, "", &out);
+
+  // Per node: its run and its workers, when it reported them.
+  bool workers_header = false;
+  for (const proto::NodeStatus& node : status.nodes()) {
+    const bool has_run =
+        node.run().run_id() != 0 ||
+        node.run().state() != proto::RunStatus::STATE_UNSPECIFIED;
+    if (node.workers().empty() && !has_run) continue;
+    if (!workers_header) {
+      absl::StrAppend(&out, "workers:\n");
+      workers_header = true;
     }
-    absl::StrAppend(&out, line, "\n");
+    absl::StrAppend(&out, "  rank ", node.peer().rank(), " (",
+                    OneLine(node.peer().hostname()),
+                    "): ", has_run ? FormatRun(node.run(), 0) : "no run", ", ",
+                    Count(node.workers_size(), "worker"), "\n");
+    std::vector<std::vector<std::string>> worker_rows;
+    for (const proto::WorkerStatus& w : node.workers()) {
+      std::vector<std::string> row = {
+          absl::StrCat(w.index()), OneLine(w.name()),
+          WorkerStateName(w.state()),
+          absl::StrCat("next step ", w.next_step())};
+      std::string note;
+      if (w.state() == proto::WorkerStatus::STATE_MISSING) {
+        note = absl::StrFormat("gone %.1fs, grace left %.1fs",
+                               w.missing_seconds(), w.grace_left_seconds());
+      } else if (w.pid() > 0) {
+        note = absl::StrCat("pid ", w.pid());
+      }
+      row.push_back(note.empty() ? "-" : note);
+      worker_rows.push_back(std::move(row));
+    }
+    AppendColumns(worker_rows, "    ", &out);
   }
+
   if (status.formed()) {
     absl::StrAppend(
         &out, "epoch ", status.epoch(), " of ", status.epochs(), ", iteration ",
         status.iteration(), " (", status.iterations_per_epoch(),
         " per epoch); degraded: ", status.degraded() ? "yes" : "no", "\n");
+  }
+  if (status.has_current_run() || status.recent_runs_size() > 0) {
+    absl::StrAppend(&out, "runs:\n");
+    if (status.has_current_run()) {
+      absl::StrAppend(
+          &out, "  current: ",
+          FormatRun(status.current_run(), status.status_unix_seconds()), "\n");
+    }
+    for (const proto::RunStatus& run : status.recent_runs()) {
+      absl::StrAppend(&out, "  ", FormatRun(run, 0), "\n");
+    }
   }
   absl::StrAppend(&out, "last error: ", OneLine(status.last_error()), "\n");
   return out;

@@ -55,6 +55,85 @@ TEST(JobStatusTable, PrintsOneRowPerRankThenTheJob) {
             "last error: rank 1 (node-b, 10.0.0.2:29500) lost\n");
 }
 
+TEST(JobStatusTable, ShowsEachNodesWorkersAndTheRuns) {
+  proto::JobStatus status;
+  status.set_job_id("demo");
+  status.set_formed(true);
+  status.set_group_size(2);
+  status.set_healthy_nodes(2);
+  status.set_group_epoch(1);
+  status.set_epochs(1);
+  status.set_iterations_per_epoch(16);
+  status.set_status_unix_seconds(1000);
+  for (int rank = 0; rank < 2; ++rank) {
+    proto::NodeStatus* node = status.add_nodes();
+    node->mutable_peer()->set_rank(rank);
+    node->mutable_peer()->set_hostname(rank == 0 ? "node-a" : "node-b");
+    node->mutable_peer()->set_data_address("10.0.0.1:29500");
+    node->mutable_peer()->set_health(proto::NODE_HEALTH_HEALTHY);
+  }
+  proto::NodeStatus* a = status.mutable_nodes(0);
+  a->mutable_run()->set_run_id(3);
+  a->mutable_run()->set_state(proto::RunStatus::STATE_RUNNING);
+  a->mutable_run()->set_steps(12);
+  proto::WorkerStatus* w0 = a->add_workers();
+  w0->set_index(0);
+  w0->set_name("trainer-0");
+  w0->set_state(proto::WorkerStatus::STATE_ATTACHED);
+  w0->set_next_step(12);
+  w0->set_pid(4242);
+  proto::WorkerStatus* w1 = a->add_workers();
+  w1->set_index(1);
+  w1->set_name("trainer-1");
+  w1->set_state(proto::WorkerStatus::STATE_MISSING);
+  w1->set_next_step(11);
+  w1->set_missing_seconds(3);
+  w1->set_grace_left_seconds(27);
+  proto::RunStatus* current = status.mutable_current_run();
+  current->set_run_id(3);
+  current->set_state(proto::RunStatus::STATE_RUNNING);
+  current->set_steps(12);
+  current->set_total_workers(4);
+  current->set_parameter_count(1010);
+  current->set_started_unix_seconds(988);
+  proto::RunStatus* failed = status.add_recent_runs();
+  failed->set_run_id(2);
+  failed->set_state(proto::RunStatus::STATE_FAILED);
+  failed->set_steps(7);
+  failed->set_total_workers(4);
+  failed->set_parameter_count(1010);
+  failed->set_started_unix_seconds(900);
+  failed->set_ended_unix_seconds(905.5);
+  failed->set_error("rank 1 (node-b, 10.0.0.2:29500) step 7: nan\ngradient");
+  proto::RunStatus* finished = status.add_recent_runs();
+  finished->set_run_id(1);
+  finished->set_state(proto::RunStatus::STATE_FINISHED);
+  finished->set_steps(500);
+  status.set_last_error(failed->error());
+
+  const std::string table = FormatJobStatusTable(status);
+  EXPECT_THAT(table,
+              testing::HasSubstr(
+                  "workers:\n"
+                  "  rank 0 (node-a): run 3 RUNNING, 12 steps, 2 workers\n"
+                  "    0  trainer-0  ATTACHED  next step 12  pid 4242\n"
+                  "    1  trainer-1  MISSING   next step 11  gone 3.0s, "
+                  "grace left 27.0s\n"
+                  "epoch 0 of 1"));
+  EXPECT_THAT(table, testing::Not(testing::HasSubstr("rank 1 (node-b):")));
+  EXPECT_THAT(table,
+              testing::EndsWith(
+                  "runs:\n"
+                  "  current: run 3 RUNNING, 12 steps, 4 workers, 1010 "
+                  "parameters, for 12.0s\n"
+                  "  run 2 FAILED after 7 steps (4 workers, 1010 parameters, "
+                  "5.5s): rank 1 (node-b, 10.0.0.2:29500) step 7: nan "
+                  "gradient\n"
+                  "  run 1 FINISHED after 500 steps\n"
+                  "last error: rank 1 (node-b, 10.0.0.2:29500) step 7: nan "
+                  "gradient\n"));
+}
+
 TEST(JobStatusTable, ShowsWaitingNodesBeforeTheGroupForms) {
   proto::JobStatus status;
   status.set_job_id("demo");

@@ -1,32 +1,17 @@
-// Listen addresses ("host:port", "[::]:port") for the coordinator's
-// servers: parsing, and a bind probe so that main.cc can say in one line
-// that a port is taken before gRPC or cpp-httplib try (and log their own
-// multi-line complaints). Stateless functions; thread-safe.
+// Forwarding header: listen addresses moved to server/base/listen_address.h
+// (//server/base:listen_address). TODO(#coordinator-runs): delete once
+// server/node/main.cc includes the base header.
 #ifndef STARLING_SERVER_COORDINATOR_LISTEN_ADDRESS_H_
 #define STARLING_SERVER_COORDINATOR_LISTEN_ADDRESS_H_
 
-#include <string>
-
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "server/base/listen_address.h"
 
 namespace starling {
 namespace coordinator {
 
-struct HostPort {
-  // Without brackets: "0.0.0.0", "::", "node7".
-  std::string host;
-  int port = 0;
-};
-
-// "host:port" or "[v6]:port" with port 0..65535. InvalidArgument otherwise.
-absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
-
-// Binds (with SO_REUSEADDR, as gRPC and cpp-httplib do) and releases a TCP
-// socket at `address`. OK if a server could listen there now; Unavailable
-// naming the address and the system's reason (e.g. "Address already in
-// use") otherwise; InvalidArgument if the host does not resolve.
-absl::Status CheckCanListen(const HostPort& address);
+using ::starling::CheckCanListen;
+using ::starling::HostPort;
+using ::starling::ParseHostPort;
 
 }  // namespace coordinator
 }  // namespace starling

@@ -23,13 +23,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/job_config_checks.h"
 #include "server/base/clock.h"
 #include "server/base/command_line.h"
+#include "server/base/listen_address.h"
 #include "server/base/logging.h"
+#include "server/base/version.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/coordinator_service.h"
-#include "server/coordinator/listen_address.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/metrics/metrics_registry.h"
 
@@ -51,13 +53,17 @@ ABSL_FLAG(uint64_t, epochs, 1, "epochs to train");
 ABSL_FLAG(uint64_t, partitions_per_epoch, 1024,
           "data partitions per epoch; each is read once per epoch");
 ABSL_FLAG(uint64_t, parameter_count, 0,
-          "elements of the model's flat parameter vector (split into shards)");
+          "elements of the model's flat parameter vector (split into shards); "
+          "optional: 0 takes whatever the workers declare, otherwise every "
+          "run's declared tensors must add up to it");
 ABSL_FLAG(std::string, mode, "sync_sgd",
-          "training mode: sync_sgd, async_sgd, parameter_server, sync_easgd, "
-          "async_easgd, async_measgd, hogwild_easgd");
+          "training mode: sync_sgd, async_sgd (runs as sync_sgd for now), "
+          "parameter_server; sync_easgd, async_easgd, async_measgd and "
+          "hogwild_easgd are not implemented yet");
 ABSL_FLAG(std::string, optimizer, "sgd",
-          "optimizer applied to the shards: none, sgd, momentum, adam, easgd");
-ABSL_FLAG(double, learning_rate, 0.01, "learning rate");
+          "optimizer applied to the shards: none (plain all-reduce), sgd, "
+          "momentum, adam; easgd is not implemented yet");
+ABSL_FLAG(double, learning_rate, 0.01, "learning rate, finite and > 0");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(30),
           "timeout of one collective on the nodes");
 ABSL_FLAG(int, metrics_port, 29401,
@@ -71,20 +77,6 @@ namespace coordinator {
 namespace {
 
 constexpr char kProgram[] = "starling-coordinator";
-
-struct ModeName {
-  const char* name;
-  proto::JobConfig::Mode mode;
-};
-constexpr ModeName kModes[] = {
-    {"sync_sgd", proto::JobConfig::MODE_SYNC_SGD},
-    {"async_sgd", proto::JobConfig::MODE_ASYNC_SGD},
-    {"parameter_server", proto::JobConfig::MODE_PARAMETER_SERVER},
-    {"sync_easgd", proto::JobConfig::MODE_SYNC_EASGD},
-    {"async_easgd", proto::JobConfig::MODE_ASYNC_EASGD},
-    {"async_measgd", proto::JobConfig::MODE_ASYNC_MEASGD},
-    {"hogwild_easgd", proto::JobConfig::MODE_HOGWILD_EASGD},
-};
 
 // One line on stderr, then the exit code: the whole of a failed start.
 int Fail(int code, absl::string_view message) {
@@ -111,16 +103,18 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options->collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   const std::string mode = absl::GetFlag(FLAGS_mode);
-  options->mode = proto::JobConfig::MODE_UNSPECIFIED;
-  std::vector<std::string> names;
-  for (const ModeName& m : kModes) {
-    names.push_back(m.name);
-    if (mode == m.name) options->mode = m.mode;
-  }
-  if (options->mode == proto::JobConfig::MODE_UNSPECIFIED) {
+  const proto::ModeInfo* info = proto::FindMode(mode);
+  if (info == nullptr) {
+    std::vector<std::string> names;
+    for (const proto::ModeInfo& m : proto::KnownModes()) {
+      names.push_back(m.name);
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         "--mode=", mode, " is not one of ", absl::StrJoin(names, ", ")));
   }
+  options->mode = info->mode;
+  // Unimplemented modes and optimizers, and a bad learning rate, are
+  // refused here with the daemons' own rules (proto/job_config_checks.h).
   return ValidateAndComplete(options);
 }
 
@@ -145,7 +139,12 @@ int Main(int argc, char** argv) {
            "Forms the group once N node daemons joined (ranks by hostname, "
            "then address), marks nodes LOST after --heartbeat_timeout without "
            "a heartbeat, hands out K iterations per schedule request, and "
-           "serves Prometheus metrics at http://HOST:METRICS_PORT/metrics.")},
+           "serves Prometheus metrics at http://HOST:METRICS_PORT/metrics. "
+           "Runs follow one another on the same daemons: each begins when "
+           "every node's workers ended their declarations (BeginRun) and "
+           "ends when they all finished, or a step failed (EndRun). A "
+           "restarted coordinator adopts the running group as its nodes "
+           "re-register.")},
       argc, argv);
   if (positional.size() > 1) {
     return Fail(2, absl::StrCat("unexpected argument '", positional[1],

@@ -1,10 +1,8 @@
 // The shard map: which contiguous range of the flat parameter vector each
-// rank owns. `count` elements split into `ranks` blocks; block r starts at
-// r * (count / ranks) + min(r, count % ranks), so the first count % ranks
-// ranks hold one extra element. This is the ShardLayout rule of
-// server/collective (reduce-scatter leaves block r on rank r), restated
-// here because the coordinator depends only on proto and base.
-// Stateless; thread-safe.
+// rank owns, as proto::ShardRange. The split itself is the one definition
+// in server/base/block_split.h, which server/collective's ShardLayout
+// (reduce-scatter leaves block r on rank r) uses too. Stateless;
+// thread-safe.
 #ifndef STARLING_SERVER_COORDINATOR_SHARD_MAP_H_
 #define STARLING_SERVER_COORDINATOR_SHARD_MAP_H_
 

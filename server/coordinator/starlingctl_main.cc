@@ -19,7 +19,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "server/base/command_line.h"
 #include "server/base/grpc_status.h"
-#include "server/coordinator/coordinator_options.h"
+#include "server/base/version.h"
 #include "server/coordinator/job_status_table.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
@@ -72,8 +72,10 @@ int Main(int argc, char** argv) {
        "  starlingctl status --coordinator=host:port [--job_id=NAME] "
        "[--timeout=5s]\n\n"
        "status: the group as a table (rank, hostname, address, health, shard "
-       "and optimizer state sizes, heartbeat age, last error), then the job's "
-       "epoch, iteration, degraded flag and last error."},
+       "and optimizer state sizes, heartbeat age, last error); each node's "
+       "run and workers (a MISSING worker with its grace left); the job's "
+       "epoch, iteration and degraded flag; the runs (the current one and "
+       "the recent ones with their outcome and error); the last error."},
       argc, argv);
   if (args.size() < 2) {
     return Fail(2,

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "server/coordinator/coordinator_options.h"
+#include "server/base/version.h"
 #include "server/coordinator/test_binaries.h"
 
 namespace starling {
@@ -91,6 +91,33 @@ TEST(StarlingctlMain, ShowsALiveJobThenTheCoordinatorStopsCleanly) {
     proto::JoinResponse response;
     EXPECT_TRUE(stub->Join(&context, join, &response).ok());
 
+    // One run begins; the node reports its workers.
+    grpc::ClientContext begin_context;
+    begin_context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    proto::BeginRunRequest begin;
+    begin.set_job_id("e2e");
+    begin.set_local_workers(1);
+    proto::TensorSpec* spec = begin.add_tensors();
+    spec->set_name("w");
+    spec->add_shape(1000);
+    spec->set_dtype(proto::DATA_TYPE_FLOAT32);
+    proto::BeginRunResponse run;
+    EXPECT_TRUE(stub->BeginRun(&begin_context, begin, &run).ok());
+    grpc::ClientContext beat_context;
+    beat_context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    proto::HeartbeatRequest beat;
+    beat.set_job_id("e2e");
+    beat.set_group_epoch(response.group_epoch());
+    beat.mutable_run()->set_run_id(run.run_id());
+    beat.mutable_run()->set_state(proto::RunStatus::STATE_RUNNING);
+    proto::WorkerStatus* worker = beat.add_workers();
+    worker->set_name("trainer-0");
+    worker->set_state(proto::WorkerStatus::STATE_ATTACHED);
+    proto::HeartbeatResponse beat_response;
+    EXPECT_TRUE(stub->Heartbeat(&beat_context, beat, &beat_response).ok());
+
     const RunResult status = RunBinary(
         {Ctl(), "status", absl::StrCat("--coordinator=", address)}, 20);
     EXPECT_EQ(status.exit_code, 0) << status.output;
@@ -99,6 +126,12 @@ TEST(StarlingctlMain, ShowsALiveJobThenTheCoordinatorStopsCleanly) {
     EXPECT_THAT(status.output, HasSubstr("0     only-node  127.0.0.1:1  "
                                          "HEALTHY  3.9 KiB"));
     EXPECT_THAT(status.output, HasSubstr("degraded: no"));
+    EXPECT_THAT(status.output,
+                HasSubstr("workers:\n  rank 0 (only-node): run 1 RUNNING, 0 "
+                          "steps, 1 worker\n    0  trainer-0  ATTACHED"));
+    EXPECT_THAT(status.output,
+                HasSubstr("runs:\n  current: run 1 RUNNING, 0 steps, 1 "
+                          "worker, 1000 parameters, for "));
 
     httplib::Client client("127.0.0.1", metrics_port);
     client.set_connection_timeout(5, 0);

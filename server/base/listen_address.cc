@@ -1,4 +1,4 @@
-#include "server/coordinator/listen_address.h"
+#include "server/base/listen_address.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -7,11 +7,24 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace starling {
-namespace coordinator {
+namespace {
+
+bool IsHostChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+         c == '-' || c == '_';
+}
+
+bool IsV6Char(char c) {
+  return absl::ascii_isxdigit(static_cast<unsigned char>(c)) || c == ':' ||
+         c == '.' || c == '%';
+}
+
+}  // namespace
 
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   const size_t colon = address.rfind(':');
@@ -21,8 +34,17 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   }
   HostPort out;
   absl::string_view host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+  const bool bracketed =
+      host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  if (bracketed) host = host.substr(1, host.size() - 2);
+  bool host_ok = !host.empty();
+  for (char c : host)
+    host_ok = host_ok && (bracketed ? IsV6Char(c) : IsHostChar(c));
+  if (!host_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address '", address,
+        "' has no valid host before the last ':' "
+        "(a host name, an IPv4 address or a bracketed IPv6 address)"));
   }
   out.host = std::string(host);
   if (!absl::SimpleAtoi(address.substr(colon + 1), &out.port) || out.port < 0 ||
@@ -71,5 +93,4 @@ absl::Status CheckCanListen(const HostPort& address) {
   return absl::OkStatus();
 }
 
-}  // namespace coordinator
 }  // namespace starling

@@ -1,4 +1,4 @@
-#include "server/coordinator/listen_address.h"
+#include "server/base/listen_address.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +9,6 @@
 #include "server/base/status_matchers.h"
 
 namespace starling {
-namespace coordinator {
 namespace {
 
 using ::testing::HasSubstr;
@@ -30,6 +29,16 @@ TEST(ListenAddress, RefusesMalformedAddresses) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(bad)))
         << bad;
   }
+}
+
+TEST(ListenAddress, RefusesHostsThatAreNotHostNames) {
+  for (const char* bad : {"not a host!!:80", "[]:80", "a/b:80", "[zz::1]:80"}) {
+    EXPECT_THAT(ParseHostPort(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("has no valid host")))
+        << bad;
+  }
+  ASSERT_OK_AND_ASSIGN(HostPort named, ParseHostPort("node-7.cluster_a:1"));
+  EXPECT_EQ(named.host, "node-7.cluster_a");
 }
 
 TEST(ListenAddress, ProbeSeesAPortInUse) {
@@ -53,5 +62,4 @@ TEST(ListenAddress, ProbeSeesAPortInUse) {
 }
 
 }  // namespace
-}  // namespace coordinator
 }  // namespace starling

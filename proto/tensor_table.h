@@ -1,0 +1,56 @@
+// Tensor tables (the model's tensors, repeated TensorSpec in declaration
+// order) as both ends of the control plane see them: how a declaration is
+// written in messages ("[4, 5] float32"), its element count, and the
+// comparison of two tables that names the first difference. A node daemon
+// compares its local workers' lists; the coordinator compares the ranks'
+// tables at BeginRun. Depends only on the protos. Stateless; thread-safe.
+#ifndef STARLING_PROTO_TENSOR_TABLE_H_
+#define STARLING_PROTO_TENSOR_TABLE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "proto/common.pb.h"
+
+namespace starling {
+namespace proto {
+
+// "float32", "bfloat16", ...; "unspecified" for DATA_TYPE_UNSPECIFIED.
+const char* DataTypeName(DataType type);
+
+// "[4, 5] float32"; a scalar is "[] float32".
+std::string DescribeSpec(const TensorSpec& spec);
+
+// Product of the dimensions (1 for a scalar). REQUIRES: CheckTensorSpec ok.
+uint64_t ElementsOf(const TensorSpec& spec);
+
+// Sum of ElementsOf over `table`. REQUIRES: CheckTensorSpecs ok.
+uint64_t TotalElements(const std::vector<TensorSpec>& table);
+
+// Same name, dtype and shape.
+bool SameSpec(const TensorSpec& a, const TensorSpec& b);
+
+// InvalidArgument naming the tensor when its name is empty, a dimension is
+// negative, the dtype is unspecified, or the element count overflows.
+absl::Status CheckTensorSpec(const TensorSpec& spec);
+// CheckTensorSpec for each, the total must not overflow either, and no name
+// may repeat.
+absl::Status CheckTensorSpecs(const std::vector<TensorSpec>& table);
+
+// OK when `a` (declared by `a_who`, e.g. "rank 0") equals `b` (by `b_who`):
+// same tensors in the same order. Otherwise InvalidArgument naming the
+// first difference, both declarations and both declarers:
+//   tensor 'w' declared as [1000] float32 by rank 0 but as [999] float32
+//   by rank 1
+absl::Status CompareTensorTables(const std::vector<TensorSpec>& a,
+                                 absl::string_view a_who,
+                                 const std::vector<TensorSpec>& b,
+                                 absl::string_view b_who);
+
+}  // namespace proto
+}  // namespace starling
+
+#endif  // STARLING_PROTO_TENSOR_TABLE_H_

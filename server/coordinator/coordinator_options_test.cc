@@ -1,0 +1,111 @@
+#include "server/coordinator/coordinator_options.h"
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/base/status_matchers.h"
+
+namespace starling {
+namespace coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+CoordinatorOptions Valid() {
+  CoordinatorOptions options;
+  options.job_id = "job";
+  options.expected_nodes = 2;
+  return options;
+}
+
+TEST(CoordinatorOptions, ParameterCountIsOptional) {
+  CoordinatorOptions options = Valid();
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(options.parameter_count, 0u);
+  EXPECT_EQ(JobConfigFor(options).parameter_count(), 0u);
+}
+
+TEST(CoordinatorOptions, TensorsFixTheParameterCount) {
+  CoordinatorOptions options = Valid();
+  proto::TensorSpec w;
+  w.set_name("w");
+  w.add_shape(10);
+  w.add_shape(3);
+  w.set_dtype(proto::DATA_TYPE_FLOAT32);
+  options.tensors = {w};
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(options.parameter_count, 30u);
+  options.parameter_count = 31;
+  EXPECT_THAT(ValidateAndComplete(&options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "coordinator option parameter_count: 31 elements, but "
+                       "the tensors hold 30"));
+  options.tensors[0].set_shape(0, -1);
+  EXPECT_THAT(ValidateAndComplete(&options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("negative dimension")));
+}
+
+TEST(CoordinatorOptions, RefusesWhatTheDaemonsWouldRefuseNamingTheFlag) {
+  const struct {
+    void (*set)(CoordinatorOptions&);
+    const char* message;
+  } cases[] = {
+      {[](CoordinatorOptions& o) { o.learning_rate = INFINITY; },
+       "--learning_rate=inf: the learning rate must be finite and > 0"},
+      {[](CoordinatorOptions& o) { o.learning_rate = std::nan(""); },
+       "--learning_rate=nan"},
+      {[](CoordinatorOptions& o) { o.learning_rate = 0; },
+       "--learning_rate=0:"},
+      {[](CoordinatorOptions& o) { o.learning_rate = -1; },
+       "--learning_rate=-1:"},
+      {[](CoordinatorOptions& o) { o.optimizer = "easgd"; },
+       "--optimizer=easgd is not implemented yet"},
+      {[](CoordinatorOptions& o) { o.optimizer = "lbfgs"; },
+       "--optimizer=lbfgs: unknown optimizer 'lbfgs': expected one of none, "
+       "sgd, momentum, adam"},
+      {[](CoordinatorOptions& o) {
+         o.mode = proto::JobConfig::MODE_SYNC_EASGD;
+       },
+       "--mode=sync_easgd is not implemented yet; implemented modes: "
+       "sync_sgd, async_sgd, parameter_server"},
+      {[](CoordinatorOptions& o) {
+         o.mode = proto::JobConfig::MODE_HOGWILD_EASGD;
+       },
+       "--mode=hogwild_easgd is not implemented yet"},
+  };
+  for (const auto& c : cases) {
+    CoordinatorOptions options = Valid();
+    c.set(options);
+    EXPECT_THAT(
+        ValidateAndComplete(&options),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)))
+        << c.message;
+  }
+  for (auto mode :
+       {proto::JobConfig::MODE_SYNC_SGD, proto::JobConfig::MODE_ASYNC_SGD,
+        proto::JobConfig::MODE_PARAMETER_SERVER}) {
+    CoordinatorOptions options = Valid();
+    options.mode = mode;
+    EXPECT_OK(ValidateAndComplete(&options)) << mode;
+  }
+}
+
+TEST(CoordinatorOptions, JobConfigCarriesTheOptionsAndHeartbeatPeriod) {
+  CoordinatorOptions options = Valid();
+  options.optimizer = "momentum";
+  options.learning_rate = 0.5;
+  options.heartbeat_timeout = absl::Seconds(2);
+  ASSERT_OK(ValidateAndComplete(&options));
+  const proto::JobConfig config = JobConfigFor(options);
+  EXPECT_EQ(config.optimizer(), "momentum");
+  EXPECT_EQ(config.learning_rate(), 0.5);
+  EXPECT_EQ(config.heartbeat_timeout_ms(), 2000);
+  EXPECT_EQ(config.heartbeat_interval_ms(), 400);
+  EXPECT_EQ(config.mode(), proto::JobConfig::MODE_SYNC_SGD);
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace starling
