@@ -146,6 +146,8 @@ int Client::local_workers() const {
 }
 int Client::total_workers() const { return connection_->total_workers(); }
 int Client::worker_index() const { return connection_->options().worker_index; }
+uint64_t Client::run_id() const { return connection_->run_id(); }
+int64_t Client::first_step() const { return connection_->next_step(); }
 const std::string& Client::daemon_address() const {
   return connection_->hello().daemon_address();
 }
@@ -179,7 +181,7 @@ Future Client::PushGradientsAsync(int64_t step,
   status = AddSlices(connection_.get(), what, gradients,
                      request.mutable_push_gradients()->mutable_slices());
   if (!status.ok()) return Failed(status);
-  return Future(connection_->Send(std::move(request), what, nullptr));
+  return Future(connection_->Send(std::move(request), what));
 }
 
 absl::Status Client::PushGradients(int64_t step,
@@ -198,7 +200,7 @@ Future Client::PullParametersAsync(int64_t version,
   status = AddSlices(connection_.get(), what, parameters,
                      request.mutable_pull_parameters()->mutable_slices());
   if (!status.ok()) return Failed(status);
-  return Future(connection_->Send(std::move(request), what, nullptr));
+  return Future(connection_->Send(std::move(request), what));
 }
 
 absl::Status Client::PullParameters(int64_t version,
@@ -217,7 +219,7 @@ Future Client::AllReduceAsync(absl::Span<float> data) {
   if (!slice.ok()) return Failed(slice.status());
   proto::WorkerRequest request;
   *request.mutable_all_reduce()->mutable_slice() = *slice;
-  return Future(connection_->Send(std::move(request), what, nullptr));
+  return Future(connection_->Send(std::move(request), what));
 }
 
 absl::Status Client::AllReduce(absl::Span<float> data) {
@@ -229,8 +231,19 @@ absl::Status Client::Barrier() {
   if (!status.ok()) return Annotate(status, "barrier");
   proto::WorkerRequest request;
   request.mutable_barrier();
-  return Future(connection_->Send(std::move(request), "barrier", nullptr))
+  return Future(connection_->Send(std::move(request), "barrier"))
       .Wait(connection_->options().timeout);
+}
+
+absl::Status Client::Finish() {
+  absl::Status status = connection_->EnsureCommitted();
+  if (!status.ok()) return Annotate(status, "finish");
+  proto::WorkerRequest request;
+  request.mutable_finish();
+  status = Future(connection_->Send(std::move(request), "finish"))
+               .Wait(connection_->options().timeout);
+  if (status.ok()) connection_->ResetRun();
+  return status;
 }
 
 }  // namespace client

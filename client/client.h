@@ -9,11 +9,12 @@
 //   (*client)->DeclareTensor("w", {1024}, DataType::kFloat32);
 //   absl::Span<float> w = *(*client)->AllocateTensor("w");  // shared memory
 //   absl::Span<float> g = *(*client)->AllocateTensor("w");
-//   for (int64_t step = 0; step < steps; ++step) {
+//   for (int64_t step = (*client)->first_step(); step < steps; ++step) {
 //     (*client)->PullParameters(step, {{"w", w}});    // after `step` updates
 //     ... compute g from w ...
 //     (*client)->PushGradients(step, {{"w", g}});
 //   }
+//   (*client)->Finish();                      // the run ends when all did
 //
 // Data: the worker's tensor buffers live in a shared-memory pool the client
 // creates (a memfd) and hands to the daemon at Connect(); Allocate*() carve
@@ -36,6 +37,19 @@
 // `version` updates, so PullParameters(0) gives the initial parameters
 // (zeros). Parameter-server mode: a push is applied by the shard owners at
 // once and a pull reads their current values (`version` is ignored).
+//
+// Runs: the daemons outlive the workers. A run begins when every worker of
+// the job ended its declarations and ends when every worker called
+// Finish(); its memory (parameters, optimizer state) is then released and
+// the next workers' declarations begin a new run on the same daemons. A
+// worker that leaves a running run without Finish() (it crashed, was
+// killed, or exited) can be replaced: a new worker with the same index
+// that connects within the daemon's grace (starling-node --worker_grace,
+// default 60 s) takes its place; first_step() tells it where its
+// predecessor stopped, it declares the same tensors, pulls that version
+// and goes on; no update is lost or applied twice. Past the grace the run
+// fails on every daemon with an error naming the missing worker. A worker
+// that connects and leaves before its run began changes nothing.
 //
 // Errors are absl::Status with what and where: the op, tensor, step, this
 // worker, the daemon's rank and address. Unavailable when the daemon went
@@ -139,6 +153,14 @@ class Client {
   int worker_index() const;
   // The daemon's data-plane address.
   const std::string& daemon_address() const;
+  // The run this worker takes part in: 0 until its declarations ended
+  // (unless it resumes a running run, known at Connect).
+  uint64_t run_id() const;
+  // The first step this worker pushes (and the parameter version it pulls
+  // first): 0 in a new run; when it took the place of a worker that left a
+  // running run, the step that worker had reached. Final once the
+  // declarations ended (after the first data op).
+  int64_t first_step() const;
 
   // Declares a tensor. InvalidArgument for an empty name, a negative
   // dimension, a name declared twice, or a declaration other than another
@@ -170,6 +192,11 @@ class Client {
 
   // Returns once every worker of the job entered the barrier.
   absl::Status Barrier();
+
+  // This worker is done with the run: returns once every worker of the job
+  // called Finish() (a barrier) and the run ended. Declarations after it
+  // begin the next run. Bounded by ClientOptions::timeout.
+  absl::Status Finish();
 
  private:
   explicit Client(std::unique_ptr<Connection> connection);

@@ -113,23 +113,44 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   }
   STARLING_RETURN_IF_ERROR(ToStatus(response));
   connection->hello_ = response.hello();
+  connection->next_step_ = response.hello().next_step();
+  connection->run_id_ = response.hello().run_id();
   connection->where_ =
       absl::StrCat(options.worker_name, " of rank ", connection->hello_.rank(),
                    " (daemon ", connection->hello_.daemon_address(),
                    ", socket ", options.socket_path, ")");
   connection->reader_ = std::thread([c = connection.get()] { c->ReadLoop(); });
+  connection->writer_ = std::thread([c = connection.get()] { c->WriteLoop(); });
   return connection;
 }
 
 Connection::~Connection() {
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+  }
   ::shutdown(fd_, SHUT_RDWR);
+  if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) reader_.join();
   ::close(fd_);
 }
 
+void Connection::Break(const absl::Status& why) {
+  std::map<uint64_t, Pending> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) broken_ = why;
+    pending.swap(pending_);
+    outgoing_.clear();
+  }
+  for (auto& entry : pending) {
+    entry.second.state->Complete(
+        Annotate(why, absl::StrCat(entry.second.what, " (", where_, ")")));
+  }
+}
+
 std::shared_ptr<internal::FutureState> Connection::Send(
-    proto::WorkerRequest request, std::string what,
-    proto::WorkerResponse* reply) {
+    proto::WorkerRequest request, std::string what) {
   auto state = std::make_shared<internal::FutureState>(
       absl::StrCat(what, " (", where_, ")"));
   absl::Status broken;
@@ -138,30 +159,38 @@ std::shared_ptr<internal::FutureState> Connection::Send(
     broken = broken_;
     if (broken.ok()) {
       request.set_id(next_id_++);
-      pending_[request.id()] = Pending{state, what, reply};
+      pending_[request.id()] = Pending{state, what};
+      outgoing_.push_back(request.SerializeAsString());
     }
   }
   if (!broken.ok()) {
     state->Complete(Annotate(broken, absl::StrCat(what, " (", where_, ")")));
-    return state;
-  }
-  absl::Status status;
-  {
-    absl::MutexLock lock(&write_mu_);
-    status = WriteFrame(fd_, request.SerializeAsString());
-  }
-  if (!status.ok()) {
-    // The same words whether the write or the reader noticed first.
-    const absl::Status lost = absl::UnavailableError(
-        absl::StrCat("connection to the node daemon lost: ", status.message()));
-    {
-      absl::MutexLock lock(&mu_);
-      pending_.erase(request.id());
-      if (broken_.ok()) broken_ = lost;
-    }
-    state->Complete(Annotate(lost, absl::StrCat(what, " (", where_, ")")));
   }
   return state;
+}
+
+void Connection::WriteLoop() {
+  while (true) {
+    std::string frame;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+            return !c->outgoing_.empty() || c->closing_ || !c->broken_.ok();
+          },
+          this));
+      if (closing_ || !broken_.ok()) return;
+      frame = std::move(outgoing_.front());
+      outgoing_.pop_front();
+    }
+    absl::Status status = WriteFrame(fd_, frame);
+    if (!status.ok()) {
+      // The same words whether the write or the reader noticed first.
+      Break(absl::UnavailableError(absl::StrCat(
+          "connection to the node daemon lost: ", status.message())));
+      return;
+    }
+  }
 }
 
 void Connection::ReadLoop() {
@@ -172,18 +201,15 @@ void Connection::ReadLoop() {
       frame = absl::DataLossError("unparsable response from the daemon");
     }
     if (!frame.ok()) {
-      std::map<uint64_t, Pending> pending;
-      const absl::Status broken = absl::UnavailableError(absl::StrCat(
-          "connection to the node daemon lost: ", frame.status().message()));
-      {
-        absl::MutexLock lock(&mu_);
-        broken_ = broken;
-        pending.swap(pending_);
-      }
-      for (auto& entry : pending) {
-        entry.second.state->Complete(Annotate(
-            broken, absl::StrCat(entry.second.what, " (", where_, ")")));
-      }
+      Break(absl::UnavailableError(absl::StrCat(
+          "connection to the node daemon lost: ", frame.status().message())));
+      return;
+    }
+    if (response.id() == 0 && response.code() != 0) {
+      // The daemon refused the connection (it could not read a request).
+      Break(absl::Status(static_cast<absl::StatusCode>(response.code()),
+                         absl::StrCat("the node daemon closed the connection: ",
+                                      response.message())));
       return;
     }
     Pending p;
@@ -194,12 +220,11 @@ void Connection::ReadLoop() {
       p = std::move(it->second);
       pending_.erase(it);
     }
-    if (p.reply != nullptr) *p.reply = response;
     absl::Status status = ToStatus(response);
     if (!status.ok()) {
       status = Annotate(status, absl::StrCat(p.what, " (", where_, ")"));
     }
-    p.state->Complete(std::move(status));
+    p.state->Complete(std::move(status), std::move(response));
   }
 }
 
@@ -215,9 +240,8 @@ absl::Status Connection::Declare(const proto::TensorSpec& spec) {
   }
   proto::WorkerRequest request;
   *request.mutable_declare_tensor()->mutable_spec() = spec;
-  auto state =
-      Send(std::move(request),
-           absl::StrCat("declare tensor '", spec.name(), "'"), nullptr);
+  auto state = Send(std::move(request),
+                    absl::StrCat("declare tensor '", spec.name(), "'"));
   STARLING_RETURN_IF_ERROR(state->Wait(absl::Now() + options_.timeout));
   absl::MutexLock lock(&mu_);
   declared_[spec.name()] = elements;
@@ -236,23 +260,59 @@ absl::StatusOr<uint64_t> Connection::ElementsOf(
 }
 
 absl::Status Connection::EnsureCommitted() {
-  absl::MutexLock lock(&commit_mu_);
-  if (committed_) return commit_status_;
-  proto::WorkerRequest request;
-  request.mutable_commit_tensors();
-  proto::WorkerResponse reply;
-  auto state = Send(std::move(request), "end of tensor declarations", &reply);
-  commit_status_ = state->Wait(absl::Now() + options_.timeout);
-  // A timeout leaves the round open on the daemon; retrying would send a
-  // second commit, so the timeout sticks.
-  committed_ = true;
-  if (commit_status_.ok()) total_workers_ = reply.commit().total_workers();
-  return commit_status_;
+  std::shared_ptr<internal::FutureState> commit;
+  {
+    absl::MutexLock lock(&mu_);
+    if (commit_ == nullptr) {
+      proto::WorkerRequest request;
+      request.mutable_commit_tensors();
+      // Send() takes mu_ itself: build the state here instead.
+      commit_ = std::make_shared<internal::FutureState>(
+          absl::StrCat("end of tensor declarations (", where_, ")"));
+      if (broken_.ok()) {
+        request.set_id(next_id_++);
+        pending_[request.id()] = Pending{commit_, "end of tensor declarations"};
+        outgoing_.push_back(request.SerializeAsString());
+      } else {
+        commit_->Complete(broken_);
+      }
+    }
+    commit = commit_;
+  }
+  // A timeout leaves the round open on the daemon; sending a second commit
+  // would be a different round, so every caller keeps waiting on this one.
+  absl::Status status = commit->Wait(absl::Now() + options_.timeout);
+  if (status.ok()) {
+    const proto::WorkerResponse response = commit->response();
+    absl::MutexLock lock(&mu_);
+    total_workers_ = response.commit().total_workers();
+    run_id_ = response.commit().run_id();
+    next_step_ = response.commit().next_step();
+  }
+  return status;
+}
+
+void Connection::ResetRun() {
+  absl::MutexLock lock(&mu_);
+  commit_ = nullptr;
+  declared_.clear();
+  run_id_ = 0;
+  next_step_ = 0;
 }
 
 int Connection::total_workers() const {
-  absl::MutexLock lock(&commit_mu_);
+  absl::MutexLock lock(&mu_);
   return total_workers_;
+}
+
+uint64_t Connection::run_id() const {
+  absl::MutexLock lock(&mu_);
+  return run_id_;
+}
+
+int64_t Connection::next_step() const {
+  absl::MutexLock lock(&mu_);
+  return next_step_;
 }
 
 }  // namespace client

@@ -1,12 +1,16 @@
 // Connection: the client's end of the unix socket to its node daemon
-// (proto/worker.proto): the pool, the Hello handshake, request ids, and a
-// reader thread that completes each request's future from its response.
-// Thread-safe. Threads: the reader thread (started by Open, joined by the
-// destructor) completes futures and runs Then() callbacks.
+// (proto/worker.proto): the pool, the Hello handshake, request ids, one
+// outgoing queue drained by a writer thread, and a reader thread that
+// completes each request's future from its response (matched by id).
+// No lock is held across a socket write or read, or a callback.
+// Thread-safe. Threads: the writer and reader threads (started by Open,
+// joined by the destructor); the reader completes futures and runs Then()
+// callbacks.
 #ifndef STARLING_CLIENT_CONNECTION_H_
 #define STARLING_CLIENT_CONNECTION_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,24 +43,32 @@ class Connection {
   // "worker 1 of rank 2 (daemon 127.0.0.1:29500)": where, for messages.
   const std::string& where() const { return where_; }
 
-  // Sends `request` (its id is set here); the future completes with the
-  // daemon's answer, annotated with `what` and where(). `reply` (may be
-  // null) receives the response; it must outlive the future's completion.
+  // Queues `request` (its id is set here); the future completes with the
+  // daemon's answer (kept in the future's state), annotated with `what`
+  // and where().
   std::shared_ptr<internal::FutureState> Send(proto::WorkerRequest request,
-                                              std::string what,
-                                              proto::WorkerResponse* reply);
+                                              std::string what);
 
   // Declarations, kept here for AllocateTensor and to check buffer sizes.
   absl::Status Declare(const proto::TensorSpec& spec);
   absl::StatusOr<uint64_t> ElementsOf(absl::string_view tensor) const;
-  // Ends the declarations (once, collectively); later calls return the
+  // Ends the declarations (once per run, collectively): the first caller
+  // sends the commit, every caller waits for its answer (bounded by the
+  // options' timeout; no lock held while waiting). Later calls return the
   // first call's result.
   absl::Status EnsureCommitted();
   int total_workers() const;
+  uint64_t run_id() const;
+  int64_t next_step() const;
+  // After Finish(): the next declarations start the next run.
+  void ResetRun();
 
  private:
   Connection(ClientOptions options, std::unique_ptr<SharedPool> pool, int fd);
   void ReadLoop();
+  void WriteLoop();
+  // Fails every pending op and later sends with `why`.
+  void Break(const absl::Status& why);
 
   const ClientOptions options_;
   std::unique_ptr<SharedPool> pool_;
@@ -64,24 +76,27 @@ class Connection {
   proto::HelloReply hello_;
   std::string where_;
   std::thread reader_;
+  std::thread writer_;
 
-  absl::Mutex write_mu_;  // one writer at a time on fd_
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   struct Pending {
     std::shared_ptr<internal::FutureState> state;
     std::string what;
-    proto::WorkerResponse* reply = nullptr;
   };
   std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Serialized requests waiting for the writer thread.
+  std::deque<std::string> outgoing_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the connection broke; fails later sends.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> declared_ ABSL_GUARDED_BY(mu_);
 
-  mutable absl::Mutex commit_mu_;  // held across the commit round trip
-  bool committed_ ABSL_GUARDED_BY(commit_mu_) = false;
-  absl::Status commit_status_ ABSL_GUARDED_BY(commit_mu_);
-  int total_workers_ ABSL_GUARDED_BY(commit_mu_) = 0;
+  // The current run's commit: null until the first data op sends it.
+  std::shared_ptr<internal::FutureState> commit_ ABSL_GUARDED_BY(mu_);
+  int total_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t run_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace client

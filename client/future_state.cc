@@ -7,16 +7,23 @@ namespace starling {
 namespace client {
 namespace internal {
 
-void FutureState::Complete(absl::Status status) {
+void FutureState::Complete(absl::Status status,
+                           proto::WorkerResponse response) {
   std::vector<std::function<void(const absl::Status&)>> callbacks;
   {
     absl::MutexLock lock(&mu_);
     if (done_) return;
     done_ = true;
     status_ = status;
+    response_ = std::move(response);
     callbacks.swap(callbacks_);
   }
   for (auto& callback : callbacks) callback(status);
+}
+
+proto::WorkerResponse FutureState::response() const {
+  absl::MutexLock lock(&mu_);
+  return response_;
 }
 
 bool FutureState::done() const {

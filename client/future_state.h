@@ -1,6 +1,7 @@
 // FutureState: the shared state behind client::Future. Completed once by
-// the client's reader thread (or by the caller when sending fails).
-// Thread-safe.
+// the client's reader thread (or by the caller when sending fails), with
+// the daemon's response kept here, so that nothing points into a caller's
+// stack after a Wait() timed out. Thread-safe.
 #ifndef STARLING_CLIENT_FUTURE_STATE_H_
 #define STARLING_CLIENT_FUTURE_STATE_H_
 
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/worker.pb.h"
 
 namespace starling {
 namespace client {
@@ -25,7 +27,10 @@ class FutureState {
 
   // The first call wins; later ones are ignored. Runs the callbacks on the
   // calling thread, without holding the lock.
-  void Complete(absl::Status status);
+  void Complete(absl::Status status,
+                proto::WorkerResponse response = proto::WorkerResponse());
+  // The response it completed with (empty before, or if it failed locally).
+  proto::WorkerResponse response() const;
 
   bool done() const;
   absl::Status Wait(absl::Time deadline) const;
@@ -36,6 +41,7 @@ class FutureState {
   mutable absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  proto::WorkerResponse response_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const absl::Status&)>> callbacks_
       ABSL_GUARDED_BY(mu_);
 };

@@ -1,6 +1,7 @@
 #include "client/shared_pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -16,7 +17,8 @@ absl::StatusOr<std::unique_ptr<SharedPool>> SharedPool::Create(size_t bytes) {
   if (bytes == 0) {
     return absl::InvalidArgumentError("pool_bytes must be > 0");
   }
-  const int fd = ::memfd_create("starling-client-pool", MFD_CLOEXEC);
+  const int fd =
+      ::memfd_create("starling-client-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "memfd_create for the shared-memory pool: ", strerror(errno)));
@@ -26,6 +28,16 @@ absl::StatusOr<std::unique_ptr<SharedPool>> SharedPool::Create(size_t bytes) {
     ::close(fd);
     return absl::ResourceExhaustedError(absl::StrCat(
         "sizing the shared-memory pool to ", bytes, " bytes: ", strerror(e)));
+  }
+  // The daemon maps the pool too: sealed against changing size, so that
+  // nothing (not this process either) can pull memory from under it. The
+  // daemon refuses a pool without F_SEAL_SHRINK.
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+      0) {
+    const int e = errno;
+    ::close(fd);
+    return absl::InternalError(
+        absl::StrCat("sealing the shared-memory pool: ", strerror(e)));
   }
   void* base =
       ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
