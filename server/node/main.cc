@@ -13,14 +13,15 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/base/command_line.h"
+#include "server/base/listen_address.h"
 #include "server/base/logging.h"
-#include "server/coordinator/coordinator_options.h"
-#include "server/coordinator/listen_address.h"
+#include "server/base/version.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/metrics/metrics_registry.h"
 #include "server/node/node_admin_service.h"
 #include "server/node/node_daemon.h"
 #include "server/node/node_options.h"
+#include "server/transport/auth.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
           "host:port of the job's starling-coordinator");
@@ -44,6 +45,17 @@ ABSL_FLAG(int, metrics_port, 29700,
           "port of the Prometheus /metrics endpoint; 0 turns it off");
 ABSL_FLAG(std::string, log_level, "info",
           "lowest severity logged: debug, info, warning, error");
+ABSL_FLAG(absl::Duration, worker_grace, absl::Seconds(60),
+          "how long a worker that left a running run without finishing "
+          "(crash, kill) holds the run for a worker with the same index to "
+          "take its place; past it the run fails on every node, naming it");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "file holding the cluster secret (mode 600): peers authenticate "
+          "with HMAC-SHA256 before any data moves. Without one, only "
+          "loopback peers are accepted (or any, with --insecure)");
+ABSL_FLAG(bool, insecure, false,
+          "without --cluster_secret_file, accept unauthenticated peers from "
+          "any address (a trusted network only)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "bound on joining: reaching the coordinator, the group forming, "
           "connecting to the peers");
@@ -66,7 +78,7 @@ absl::Status CheckPort(const std::string& host, int port,
         absl::StrCat(flag, "=", port, " is outside 0..65535"));
   }
   if (port == 0) return absl::OkStatus();
-  absl::Status status = coordinator::CheckCanListen({host, port});
+  absl::Status status = CheckCanListen({host, port});
   if (!status.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "port ", port, " (", flag, ") is not usable: ", status.message()));
@@ -76,7 +88,7 @@ absl::Status CheckPort(const std::string& host, int port,
 
 int Main(int argc, char** argv) {
   const std::vector<char*> positional = ParseProgramCommandLine(
-      {kProgram, "server/node/main.cc", coordinator::kStarlingVersion,
+      {kProgram, "server/node/main.cc", kStarlingVersion,
        absl::StrCat(
            "one machine's Starling node daemon.\n\n  ", kProgram,
            " --coordinator=HOST:PORT --job_id=NAME [--data_address=HOST] "
@@ -105,6 +117,23 @@ int Main(int argc, char** argv) {
   options.worker_socket = absl::GetFlag(FLAGS_worker_socket);
   options.local_workers = absl::GetFlag(FLAGS_local_workers);
   options.join_timeout = absl::GetFlag(FLAGS_timeout);
+  options.worker_grace = absl::GetFlag(FLAGS_worker_grace);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
+  if (options.worker_grace < absl::ZeroDuration()) {
+    return Fail(2, "--worker_grace must not be negative");
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_cluster_secret_file);
+      !path.empty()) {
+    absl::StatusOr<std::string> secret = transport::ReadClusterSecret(path);
+    if (!secret.ok()) {
+      return Fail(2, absl::StrCat("--cluster_secret_file: ",
+                                  secret.status().message()));
+    }
+    options.cluster_secret = *std::move(secret);
+  } else if (options.insecure) {
+    STARLING_LOG(WARNING)
+        << "--insecure: peers are accepted unauthenticated from any address";
+  }
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (options.job_id.empty()) return Fail(2, "--job_id is required");
   if (options.data_port < 1 || options.data_port > 65535) {
@@ -146,11 +175,9 @@ int Main(int argc, char** argv) {
     metrics_server = *std::move(started);
   }
 
-  absl::StatusOr<std::unique_ptr<NodeDaemon>> daemon =
-      NodeDaemon::Start(options, &registry);
-  if (!daemon.ok()) return Fail(1, daemon.status().message());
-
-  NodeAdminService admin(daemon->get());
+  // The admin service is up before the daemon joins, so that a port clash
+  // fails now rather than after the group formed with this node in it.
+  NodeAdminService admin;
   std::unique_ptr<grpc::Server> server;
   if (options.admin_port > 0) {
     grpc::ServerBuilder builder;
@@ -167,6 +194,11 @@ int Main(int argc, char** argv) {
           1, absl::StrCat("cannot serve gRPC on ", address, " (--admin_port)"));
     }
   }
+
+  absl::StatusOr<std::unique_ptr<NodeDaemon>> daemon =
+      NodeDaemon::Start(options, &registry);
+  if (!daemon.ok()) return Fail(1, daemon.status().message());
+  admin.set_daemon(daemon->get());
   STARLING_LOG(INFO) << kProgram << " rank " << (*daemon)->rank()
                      << ": workers on " << options.worker_socket
                      << ", data plane " << options.data_host << ":"

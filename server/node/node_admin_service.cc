@@ -2,25 +2,39 @@
 
 namespace starling {
 namespace node {
+namespace {
+
+grpc::Status Joining() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "the node daemon is still joining its group");
+}
+
+}  // namespace
 
 grpc::Status NodeAdminService::GetStatus(grpc::ServerContext*,
                                          const proto::GetNodeStatusRequest*,
                                          proto::NodeStatusReply* reply) {
-  *reply = daemon_->Status();
+  const NodeDaemon* d = daemon();
+  if (d == nullptr) return Joining();
+  *reply = d->Status();
   return grpc::Status::OK;
 }
 
 grpc::Status NodeAdminService::ListShards(grpc::ServerContext*,
                                           const proto::ListShardsRequest*,
                                           proto::ListShardsReply* reply) {
-  *reply = daemon_->Shards();
+  const NodeDaemon* d = daemon();
+  if (d == nullptr) return Joining();
+  *reply = d->Shards();
   return grpc::Status::OK;
 }
 
 grpc::Status NodeAdminService::GetGroup(grpc::ServerContext*,
                                         const proto::GetGroupRequest*,
                                         proto::GroupReply* reply) {
-  *reply = daemon_->Group();
+  const NodeDaemon* d = daemon();
+  if (d == nullptr) return Joining();
+  *reply = d->Group();
   return grpc::Status::OK;
 }
 

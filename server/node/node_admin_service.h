@@ -1,8 +1,12 @@
 // NodeAdminService: the daemon's NodeAdmin gRPC service (proto/
 // node_admin.proto): status, shards, group. Handlers only call NodeDaemon
-// and convert. Thread-safe (gRPC threads).
+// and convert. The service is served before the daemon joins (so that an
+// admin-port clash fails before the group forms): until set_daemon(), calls
+// get UNAVAILABLE "still joining". Thread-safe (gRPC threads).
 #ifndef STARLING_SERVER_NODE_NODE_ADMIN_SERVICE_H_
 #define STARLING_SERVER_NODE_NODE_ADMIN_SERVICE_H_
+
+#include <atomic>
 
 #include "grpcpp/grpcpp.h"
 #include "proto/node_admin.grpc.pb.h"
@@ -13,8 +17,13 @@ namespace node {
 
 class NodeAdminService final : public proto::NodeAdmin::Service {
  public:
+  NodeAdminService() = default;
   // `daemon` is borrowed and must outlive the service.
   explicit NodeAdminService(const NodeDaemon* daemon) : daemon_(daemon) {}
+  void set_daemon(const NodeDaemon* daemon) {
+    // release: the daemon is fully started before handlers see it.
+    daemon_.store(daemon, std::memory_order_release);
+  }
 
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const proto::GetNodeStatusRequest* request,
@@ -27,7 +36,11 @@ class NodeAdminService final : public proto::NodeAdmin::Service {
                         proto::GroupReply* reply) override;
 
  private:
-  const NodeDaemon* const daemon_;
+  // acquire: pairs with set_daemon().
+  const NodeDaemon* daemon() const {
+    return daemon_.load(std::memory_order_acquire);
+  }
+  std::atomic<const NodeDaemon*> daemon_{nullptr};
 };
 
 }  // namespace node

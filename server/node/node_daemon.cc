@@ -11,9 +11,9 @@
 #include "server/base/grpc_status.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
-#include "server/coordinator/coordinator_options.h"
-#include "server/shard/optimizer/optimizer_factory.h"
+#include "server/base/version.h"
 #include "server/transport/peer_address.h"
+#include "server/transport/tcp/socket_util.h"
 #include "server/transport/tcp/tcp_options.h"
 #include "server/transport/tcp/tcp_transport.h"
 
@@ -55,10 +55,33 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
   STARLING_ASSIGN_OR_RETURN(NodeMetrics metrics,
                             NodeMetrics::Register(registry));
   std::unique_ptr<NodeDaemon> daemon(new NodeDaemon(options, metrics));
+  // Everything this daemon listens on is taken before it joins, so that a
+  // clash fails here and the group never forms with a dead member.
+  STARLING_RETURN_IF_ERROR(daemon->Listen());
   STARLING_RETURN_IF_ERROR(daemon->Join());
-  STARLING_RETURN_IF_ERROR(daemon->OpenDataPlane());
+  // Heartbeats start at the join: forming the mesh may take a while, and
+  // the coordinator must not take this node for dead meanwhile.
   daemon->heartbeat_ = std::thread([d = daemon.get()] { d->HeartbeatLoop(); });
+  STARLING_RETURN_IF_ERROR(daemon->OpenDataPlane());
+  daemon->worker_server_->Serve(daemon.get());
   return daemon;
+}
+
+absl::Status NodeDaemon::Listen() {
+  STARLING_ASSIGN_OR_RETURN(worker_server_,
+                            WorkerServer::Listen(options_.worker_socket));
+  transport::PeerAddress self;
+  self.host = options_.data_host;
+  self.port = options_.data_port;
+  absl::StatusOr<transport::tcp::ScopedFd> fd =
+      transport::tcp::Listen(self, -1);
+  if (!fd.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on the data port ", options_.data_host, ":",
+        options_.data_port, " (--data_port): ", fd.status().message()));
+  }
+  data_listen_fd_ = fd->release();
+  return absl::OkStatus();
 }
 
 absl::Status NodeDaemon::Join() {
@@ -78,7 +101,7 @@ absl::Status NodeDaemon::Join() {
     request.set_admin_address(
         absl::StrCat(options_.data_host, ":", options_.admin_port));
   }
-  request.set_version(coordinator::kStarlingVersion);
+  request.set_version(kStarlingVersion);
   request.mutable_capabilities()->set_local_workers(options_.local_workers);
   while (true) {
     if (!channel_->WaitForConnected(absl::ToChronoTime(deadline))) {
@@ -117,6 +140,10 @@ absl::Status NodeDaemon::OpenDataPlane() {
     tcp.peers.push_back(parsed[0]);
   }
   tcp.connect_timeout = std::max(options_.join_timeout, absl::Seconds(5));
+  tcp.listen_fd = data_listen_fd_;
+  data_listen_fd_ = -1;  // the transport owns it now
+  tcp.cluster_secret = options_.cluster_secret;
+  tcp.insecure = options_.insecure;
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));
   transport_ = std::move(tcp_t);
@@ -127,38 +154,19 @@ absl::Status NodeDaemon::OpenDataPlane() {
   STARLING_ASSIGN_OR_RETURN(
       comm_, collective::Communicator::Create(transport_.get(), comm_options));
 
-  shard::ShardStoreOptions store_options;
-  store_options.total_elements = config.parameter_count();
-  store_options.ranks = size;
-  store_options.rank = rank;
-  STARLING_ASSIGN_OR_RETURN(store_, shard::ShardStore::Create(store_options));
-  shard::OptimizerOptions optimizer_options;
-  optimizer_options.name = config.optimizer();
-  optimizer_options.learning_rate = static_cast<float>(config.learning_rate());
-  if (optimizer_options.name == "none") {
-    // Plain all-reduce jobs: the shard is never updated.
-    optimizer_options.name = "sgd";
-    optimizer_options.learning_rate = 0.0f;
-  }
-  STARLING_ASSIGN_OR_RETURN(
-      optimizer_,
-      shard::CreateOptimizer(optimizer_options, store_->shard_elements()));
-  metrics_.shard_bytes->Set(static_cast<double>(store_->ShardBytes()));
-  metrics_.optimizer_state_bytes->Set(
-      static_cast<double>(optimizer_->StateBytes()));
   metrics_.group_size->Set(size);
 
-  declared_ = std::make_unique<DeclaredTensors>(rank);
   const bool ps = config.mode() == proto::JobConfig::MODE_PARAMETER_SERVER;
   SyncEngineOptions sync_options;
   sync_options.local_workers = options_.local_workers;
   sync_options.pushes_are_rounds = !ps;
   sync_options.timeout = comm_options.timeout;
-  sync_options.parameter_count = config.parameter_count();
+  sync_options.grace = options_.worker_grace;
+  sync_options.optimizer = config.optimizer();
+  sync_options.learning_rate = static_cast<float>(config.learning_rate());
   sync_options.self = Self();
   sync_ = std::make_unique<SyncEngine>(
-      sync_options, comm_.get(), transport_.get(), declared_.get(),
-      store_.get(), optimizer_.get(), &metrics_,
+      sync_options, comm_.get(), transport_.get(), &metrics_, this,
       [this](int64_t step, const absl::Status& status) {
         OnStep(step, status);
       });
@@ -167,12 +175,12 @@ absl::Status NodeDaemon::OpenDataPlane() {
     PsEngineOptions ps_options;
     ps_options.timeout = comm_options.timeout;
     ps_options.self = Self();
-    ps_ = std::make_unique<PsEngine>(ps_options, transport_.get(), store_.get(),
-                                     optimizer_.get(), sync_.get(), &metrics_);
+    ps_ = std::make_unique<PsEngine>(ps_options, transport_.get(), sync_.get(),
+                                     &metrics_);
     ps_->Start();
   }
-  STARLING_ASSIGN_OR_RETURN(worker_server_,
-                            WorkerServer::Start(options_.worker_socket, this));
+  absl::MutexLock lock(&mu_);
+  serving_ = true;
   return absl::OkStatus();
 }
 
@@ -189,6 +197,58 @@ void NodeDaemon::Stop() {
   if (worker_server_ != nullptr) worker_server_->Stop();
   stop_heartbeat_.Notify();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (data_listen_fd_ >= 0) {
+    ::close(data_listen_fd_);
+    data_listen_fd_ = -1;
+  }
+}
+
+absl::StatusOr<RunRendezvous::Begun> NodeDaemon::BeginRun(
+    const std::vector<proto::TensorSpec>& tensors,
+    const std::string& local_error, int local_workers, uint64_t next_op_seq,
+    absl::Time deadline) {
+  proto::BeginRunRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_rank(join_.rank());
+  request.set_group_epoch(join_.group_epoch());
+  request.set_local_workers(local_workers);
+  for (const proto::TensorSpec& spec : tensors) *request.add_tensors() = spec;
+  request.set_error(local_error);
+  request.set_next_op_seq(next_op_seq);
+  request.set_wait_timeout_ms(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+  grpc::ClientContext context;
+  // A little beyond the wait, so that the coordinator's own message (which
+  // ranks did not begin) arrives rather than gRPC's bare deadline.
+  context.set_deadline(absl::ToChronoTime(deadline + absl::Seconds(2)));
+  proto::BeginRunResponse response;
+  grpc::Status status = coordinator_->BeginRun(&context, request, &response);
+  if (!status.ok()) {
+    return FromGrpcStatus(status,
+                          absl::StrCat("beginning a run at the coordinator ",
+                                       options_.coordinator));
+  }
+  Begun begun;
+  begun.run_id = response.run_id();
+  begun.first_op_seq = response.first_op_seq();
+  begun.total_workers = response.total_workers();
+  return begun;
+}
+
+void NodeDaemon::EndRun(const proto::RunStatus& run) {
+  proto::EndRunRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_rank(join_.rank());
+  request.set_group_epoch(join_.group_epoch());
+  request.set_run_id(run.run_id());
+  request.set_state(run.state());
+  request.set_steps(run.steps());
+  request.set_failed_step(
+      run.state() == proto::RunStatus::STATE_FAILED ? run.steps() : -1);
+  request.set_error(run.error());
+  absl::MutexLock lock(&mu_);
+  if (!run.error().empty()) last_error_ = run.error();
+  ended_runs_.push_back(std::move(request));
 }
 
 void NodeDaemon::OnStep(int64_t step, const absl::Status& status) {
@@ -212,9 +272,20 @@ void NodeDaemon::HeartbeatLoop() {
   bool warned = false;
   while (!stop_heartbeat_.WaitForNotificationWithTimeout(period)) {
     std::vector<proto::StepReport> reports;
+    std::vector<proto::EndRunRequest> ended;
+    bool serving;
     {
       absl::MutexLock lock(&mu_);
       reports.swap(reports_);
+      ended.swap(ended_runs_);
+      serving = serving_;
+    }
+    for (const proto::EndRunRequest& end : ended) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + period));
+      proto::EndRunResponse ack;
+      // Best effort: the heartbeat carries the run's state too.
+      coordinator_->EndRun(&context, end, &ack).error_code();
     }
     for (const proto::StepReport& report : reports) {
       grpc::ClientContext context;
@@ -228,10 +299,21 @@ void NodeDaemon::HeartbeatLoop() {
     request.set_rank(join_.rank());
     request.set_group_epoch(join_.group_epoch());
     // Sync modes: steps applied; parameter-server mode: updates of the shard.
-    request.set_iteration(static_cast<uint64_t>(
-        ps_ != nullptr ? ps_->updates() : sync_->applied_version()));
-    request.set_shard_bytes(store_->ShardBytes());
-    request.set_optimizer_state_bytes(optimizer_->StateBytes());
+    if (serving) {
+      const proto::RunStatus run = sync_->run_status();
+      request.set_iteration(static_cast<uint64_t>(std::max<int64_t>(
+          0,
+          run.state() == proto::RunStatus::STATE_RUNNING ? run.steps() : 0)));
+      std::shared_ptr<Run> current = sync_->current_run();
+      if (current != nullptr) {
+        request.set_shard_bytes(current->store->ShardBytes());
+        request.set_optimizer_state_bytes(current->optimizer->StateBytes());
+      }
+      for (const proto::WorkerStatus& w : sync_->workers()) {
+        *request.add_workers() = w;
+      }
+      *request.mutable_run() = run;
+    }
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + period));
     proto::HeartbeatResponse response;
@@ -245,6 +327,14 @@ void NodeDaemon::HeartbeatLoop() {
       continue;
     }
     warned = false;
+    if (!serving) continue;
+    for (const proto::RunFailure& failure : response.failed_runs()) {
+      sync_->AbortRun(
+          failure.run_id(),
+          absl::AbortedError(absl::StrCat(
+              "the coordinator reports run ", failure.run_id(),
+              " failed on rank ", failure.rank(), ": ", failure.error())));
+    }
     for (int lost : response.lost_ranks()) {
       if (lost == join_.rank() || lost < 0 || lost >= transport_->size()) {
         continue;
@@ -260,14 +350,7 @@ void NodeDaemon::HeartbeatLoop() {
 }
 
 absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
-    const proto::HelloRequest& hello) {
-  if (hello.worker_index() < 0 ||
-      hello.worker_index() >= options_.local_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker index ", hello.worker_index(), " is outside 0..",
-                     options_.local_workers - 1, " (", Self(),
-                     " runs --local_workers=", options_.local_workers, ")"));
-  }
+    const WorkerHandle& worker, const proto::HelloRequest& hello) {
   proto::HelloReply reply;
   {
     absl::MutexLock lock(&mu_);
@@ -275,15 +358,9 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
       return absl::UnavailableError(
           absl::StrCat("daemon ", Self(), " is shutting down"));
     }
-    auto [it, inserted] =
-        attached_.emplace(hello.worker_index(), hello.worker_name());
-    if (!inserted) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("worker index ", hello.worker_index(), " on ", Self(),
-                       " is taken by '", it->second, "'"));
-    }
-    metrics_.attached_workers->Set(static_cast<double>(attached_.size()));
   }
+  STARLING_RETURN_IF_ERROR(sync_->Attach(worker, &reply));
+  metrics_.attached_workers->Set(sync_->attached_workers());
   reply.set_rank(join_.rank());
   reply.set_group_size(join_.group_size());
   reply.set_local_workers(options_.local_workers);
@@ -292,43 +369,31 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
   reply.set_parameter_count(join_.config().parameter_count());
   reply.set_mode(join_.config().mode());
   STARLING_LOG(INFO) << "worker '" << hello.worker_name() << "' (index "
-                     << hello.worker_index() << ") attached";
+                     << worker.index << ", pid " << worker.pid << ") attached"
+                     << (reply.run_id() != 0
+                             ? absl::StrCat(", resuming run ", reply.run_id(),
+                                            " at step ", reply.next_step())
+                             : std::string());
   return reply;
 }
 
-void NodeDaemon::Detach(int index) {
-  std::string name;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = attached_.find(index);
-    if (it != attached_.end()) name = it->second;
-    attached_.erase(index);
-    metrics_.attached_workers->Set(static_cast<double>(attached_.size()));
-  }
-  STARLING_LOG(INFO) << "worker '" << name << "' (index " << index
+void NodeDaemon::Detach(const WorkerHandle& worker) {
+  STARLING_LOG(INFO) << "worker '" << worker.name << "' (index " << worker.index
                      << ") detached";
-  sync_->DropWorker(index, name);
+  sync_->Detach(worker);
+  metrics_.attached_workers->Set(sync_->attached_workers());
 }
 
 void NodeDaemon::Handle(const WorkerHandle& worker,
                         const proto::WorkerRequest& request) {
   switch (request.kind_case()) {
-    case proto::WorkerRequest::kDeclareTensor: {
-      absl::Status status =
-          sync_->layout() != nullptr
-              ? absl::FailedPreconditionError(absl::StrCat(
-                    "tensor '", request.declare_tensor().spec().name(),
-                    "' declared after the declarations ended (first push, "
-                    "pull, all-reduce or barrier) on ",
-                    Self()))
-              : declared_->Declare(worker.index,
-                                   request.declare_tensor().spec());
-      worker.responder->Reply(request.id(), status);
+    case proto::WorkerRequest::kDeclareTensor:
+      sync_->Declare(worker, request);
       return;
-    }
     case proto::WorkerRequest::kCommitTensors:
     case proto::WorkerRequest::kAllReduce:
     case proto::WorkerRequest::kBarrier:
+    case proto::WorkerRequest::kFinish:
       sync_->Submit(worker, request);
       return;
     case proto::WorkerRequest::kPushGradients:
@@ -355,33 +420,48 @@ void NodeDaemon::Handle(const WorkerHandle& worker,
 proto::NodeStatusReply NodeDaemon::Status() const {
   proto::NodeStatusReply reply;
   reply.set_rank(join_.rank());
-  reply.set_version(coordinator::kStarlingVersion);
+  reply.set_version(kStarlingVersion);
   reply.set_transport("tcp");
-  reply.set_iteration(static_cast<uint64_t>(
-      ps_ != nullptr ? ps_->updates() : sync_->applied_version()));
-  reply.set_shard_bytes(store_->ShardBytes());
-  reply.set_optimizer_state_bytes(optimizer_->StateBytes());
-  absl::MutexLock lock(&mu_);
-  reply.set_attached_workers(static_cast<int>(attached_.size()));
-  reply.set_last_error(last_error_);
+  reply.set_local_workers(options_.local_workers);
+  {
+    absl::MutexLock lock(&mu_);
+    reply.set_last_error(last_error_);
+    if (!serving_) return reply;
+  }
+  const proto::RunStatus run = sync_->run_status();
+  *reply.mutable_run() = run;
+  if (run.state() == proto::RunStatus::STATE_RUNNING) {
+    reply.set_iteration(
+        static_cast<uint64_t>(std::max<int64_t>(0, run.steps())));
+  }
+  std::shared_ptr<Run> current = sync_->current_run();
+  if (current != nullptr) {
+    reply.set_shard_bytes(current->store->ShardBytes());
+    reply.set_optimizer_state_bytes(current->optimizer->StateBytes());
+  }
+  int attached = 0;
+  for (const proto::WorkerStatus& w : sync_->workers()) {
+    attached += w.state() == proto::WorkerStatus::STATE_ATTACHED ? 1 : 0;
+    *reply.add_workers() = w;
+  }
+  reply.set_attached_workers(attached);
+  for (const proto::RunStatus& r : sync_->recent_runs()) {
+    *reply.add_recent_runs() = r;
+  }
   return reply;
 }
 
 proto::ListShardsReply NodeDaemon::Shards() const {
   proto::ListShardsReply reply;
-  const uint64_t begin = store_->shard_begin();
-  const uint64_t end = store_->shard_end();
-  const TensorLayout* layout = sync_->layout();
-  if (layout == nullptr) {
-    proto::ShardInfo* info = reply.add_shards();
-    info->mutable_range()->set_rank(join_.rank());
-    info->mutable_range()->set_begin_element(begin);
-    info->mutable_range()->set_end_element(end);
-    info->set_dtype(proto::DATA_TYPE_FLOAT32);
-    info->set_bytes((end - begin) * sizeof(float));
-    return reply;
+  std::shared_ptr<Run> run;
+  {
+    absl::MutexLock lock(&mu_);
+    if (serving_) run = sync_->current_run();
   }
-  for (const TensorLayout::Entry& entry : layout->tensors) {
+  if (run == nullptr) return reply;  // no run: no shard
+  const uint64_t begin = run->store->shard_begin();
+  const uint64_t end = run->store->shard_end();
+  for (const TensorLayout::Entry& entry : run->layout.tensors) {
     const uint64_t b = std::max<uint64_t>(begin, entry.offset);
     const uint64_t e = std::min<uint64_t>(end, entry.offset + entry.elements);
     if (b >= e) continue;
@@ -402,7 +482,8 @@ proto::GroupReply NodeDaemon::Group() const {
   for (int r = 0; r < join_.peers_size(); ++r) {
     proto::PeerInfo* peer = reply.add_peers();
     *peer = join_.peers(r);
-    if (r != join_.rank() && !transport_->PeerStatus(r).ok()) {
+    if (r != join_.rank() && transport_ != nullptr &&
+        !transport_->PeerStatus(r).ok()) {
       peer->set_health(proto::NODE_HEALTH_LOST);
     }
   }

@@ -1,21 +1,27 @@
 // NodeDaemon: one machine's Starling daemon (DESIGN.md "The three
-// processes"). Start() joins the coordinator (rank, peers, shard map,
-// config), opens the TCP transport and a Communicator to the peers,
-// allocates the shard store (full parameters + gradients) and the optimizer
-// for its own shard only, and serves local workers on a unix socket; the
-// synchronous step runs in SyncEngine, parameter-server mode in PsEngine.
+// processes"), a long-running service. Start() binds the worker socket and
+// the data port first (a clash fails before the group forms), joins the
+// coordinator (rank, peers, config), starts heartbeating, opens the TCP
+// transport and a Communicator to the peers, and serves local workers on
+// the unix socket. Training runs follow one another on the same daemon
+// (SyncEngine: runs, worker slots, the synchronous step; PsEngine:
+// parameter-server mode); each run's shard and optimizer state exist from
+// its start to its end. The daemon is the SyncEngine's RunRendezvous: it
+// begins and ends runs with the coordinator.
 //
 // Threads:
 //   - the TCP transport's event loop(s) (server/transport/tcp);
 //   - the step thread (SyncEngine): every collective and optimizer update
-//     of the sync modes, the commit of the declarations;
-//   - the worker socket's accept thread, plus one reader thread per
-//     attached worker (parse requests, run pulls and parameter-server
-//     pushes/pulls for that worker);
+//     of the sync modes, the begin (BeginRun RPC) and end of each run;
+//   - the SyncEngine's abort listener (peers' run-failure notices);
+//   - the worker socket's accept thread, plus a reader and a writer thread
+//     per attached worker (parse requests, run pulls and parameter-server
+//     pushes/pulls for that worker; send its replies);
 //   - parameter-server mode: one server thread per peer (PsEngine);
-//   - the heartbeat thread: heartbeats to the coordinator (with shard and
-//     optimizer-state bytes), aborts peers the coordinator reports lost,
-//     reports failed steps;
+//   - the heartbeat thread (from the join on, before the mesh forms):
+//     heartbeats to the coordinator (shard and optimizer-state bytes,
+//     workers, the run), aborts peers the coordinator reports lost and
+//     runs it reports failed, sends step reports and run ends;
 //   - gRPC's threads for the NodeAdmin service (node_admin_service.h);
 //   - main.cc's /metrics server thread, and main, which waits for a signal.
 //
@@ -24,10 +30,10 @@
 #define STARLING_SERVER_NODE_NODE_DAEMON_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -40,21 +46,18 @@
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/metrics/metrics_registry.h"
-#include "server/node/declared_tensors.h"
 #include "server/node/node_metrics.h"
 #include "server/node/node_options.h"
 #include "server/node/ps_engine.h"
 #include "server/node/sync_engine.h"
 #include "server/node/worker_server.h"
 #include "server/node/worker_session.h"
-#include "server/shard/optimizer/optimizer.h"
-#include "server/shard/shard_store.h"
 #include "server/transport/transport.h"
 
 namespace starling {
 namespace node {
 
-class NodeDaemon : public WorkerRequestHandler {
+class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
  public:
   // Joins and starts serving. `registry` is borrowed and must outlive the
   // daemon. Errors, each one line:
@@ -86,13 +89,21 @@ class NodeDaemon : public WorkerRequestHandler {
 
   // WorkerRequestHandler (worker reader threads).
   absl::StatusOr<proto::HelloReply> Attach(
-      const proto::HelloRequest& hello) override;
+      const WorkerHandle& worker, const proto::HelloRequest& hello) override;
   void Handle(const WorkerHandle& worker,
               const proto::WorkerRequest& request) override;
-  void Detach(int index) override;
+  void Detach(const WorkerHandle& worker) override;
+
+  // RunRendezvous (the step thread): the coordinator's BeginRun / EndRun.
+  absl::StatusOr<Begun> BeginRun(const std::vector<proto::TensorSpec>& tensors,
+                                 const std::string& local_error,
+                                 int local_workers, uint64_t next_op_seq,
+                                 absl::Time deadline) override;
+  void EndRun(const proto::RunStatus& run) override;
 
  private:
   NodeDaemon(NodeOptions options, NodeMetrics metrics);
+  absl::Status Listen();
   absl::Status Join();
   absl::Status OpenDataPlane();
   void HeartbeatLoop();
@@ -104,11 +115,9 @@ class NodeDaemon : public WorkerRequestHandler {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Coordinator::Stub> coordinator_;
   proto::JoinResponse join_;  // set by Start(), then immutable
+  int data_listen_fd_ = -1;   // bound before joining; the transport takes it
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<collective::Communicator> comm_;
-  std::unique_ptr<shard::ShardStore> store_;
-  std::unique_ptr<shard::Optimizer> optimizer_;
-  std::unique_ptr<DeclaredTensors> declared_;
   std::unique_ptr<SyncEngine> sync_;
   std::unique_ptr<PsEngine> ps_;
   std::unique_ptr<WorkerServer> worker_server_;
@@ -117,10 +126,12 @@ class NodeDaemon : public WorkerRequestHandler {
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<int, std::string> attached_ ABSL_GUARDED_BY(mu_);
+  // Set once the data plane is open (the heartbeat thread starts before).
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
-  // Failed steps not yet reported to the coordinator.
+  // Failed steps and ended runs not yet reported to the coordinator.
   std::vector<proto::StepReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::vector<proto::EndRunRequest> ended_runs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace node

@@ -30,6 +30,15 @@ struct NodeOptions {
   // Bound on joining: reaching the coordinator, the group forming, and the
   // data-plane mesh connecting.
   absl::Duration join_timeout = absl::Seconds(60);
+  // How long a worker that left a running run without finishing holds the
+  // run's rounds, waiting for a worker with the same index to take its
+  // place; past it the run fails on every rank naming the worker.
+  absl::Duration worker_grace = absl::Seconds(60);
+  // The cluster secret's bytes (read from --cluster_secret_file by main):
+  // peers authenticate with it before any data moves. Empty: only loopback
+  // peers are accepted, unless `insecure`.
+  std::string cluster_secret;
+  bool insecure = false;
 };
 
 }  // namespace node

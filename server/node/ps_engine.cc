@@ -15,12 +15,25 @@ namespace {
 
 constexpr uint32_t kPush = 1;
 constexpr uint32_t kPull = 2;
-constexpr size_t kRequestHeaderBytes = 8;
+constexpr size_t kRequestHeaderBytes = 24;
+constexpr size_t kReplyHeaderBytes = 16;
 
 void PutU32(std::vector<std::byte>* out, uint32_t v) {
   const size_t at = out->size();
   out->resize(at + 4);
   std::memcpy(out->data() + at, &v, 4);
+}
+
+void PutU64(std::vector<std::byte>* out, uint64_t v) {
+  const size_t at = out->size();
+  out->resize(at + 8);
+  std::memcpy(out->data() + at, &v, 8);
+}
+
+uint64_t GetU64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
 }
 
 uint32_t GetU32(const std::byte* p) {
@@ -32,13 +45,10 @@ uint32_t GetU32(const std::byte* p) {
 }  // namespace
 
 PsEngine::PsEngine(PsEngineOptions options, transport::Transport* transport,
-                   shard::ShardStore* store, shard::Optimizer* optimizer,
-                   const SyncEngine* layout_source, NodeMetrics* metrics)
+                   const SyncEngine* runs, NodeMetrics* metrics)
     : options_(std::move(options)),
       transport_(transport),
-      store_(store),
-      optimizer_(optimizer),
-      layout_source_(layout_source),
+      runs_(runs),
       metrics_(metrics) {}
 
 PsEngine::~PsEngine() { Stop(); }
@@ -57,26 +67,27 @@ void PsEngine::Stop() {
 }
 
 int64_t PsEngine::updates() const {
-  absl::MutexLock lock(&mu_);
-  return updates_;
+  std::shared_ptr<Run> run = runs_->current_run();
+  if (run == nullptr) return 0;
+  absl::MutexLock lock(&run->ps_mu);
+  return run->ps_updates;
 }
 
-absl::Status PsEngine::ApplyLocal(absl::Span<const float> grads) {
-  absl::MutexLock lock(&mu_);
-  STARLING_RETURN_IF_ERROR(
-      optimizer_->Apply(store_->shard_parameters(), grads, updates_ + 1));
-  ++updates_;
+absl::Status PsEngine::ApplyLocal(Run& run, absl::Span<const float> grads) {
+  absl::MutexLock lock(&run.ps_mu);
+  STARLING_RETURN_IF_ERROR(run.optimizer->Apply(run.store->shard_parameters(),
+                                                grads, run.ps_updates + 1));
+  ++run.ps_updates;
   return absl::OkStatus();
 }
 
-void PsEngine::CopyLocal(absl::Span<float> out) {
-  absl::MutexLock lock(&mu_);
-  const absl::Span<const float> shard = store_->shard_parameters();
+void PsEngine::CopyLocal(Run& run, absl::Span<float> out) {
+  absl::MutexLock lock(&run.ps_mu);
+  const absl::Span<const float> shard = run.store->shard_parameters();
   std::memcpy(out.data(), shard.data(), shard.size() * sizeof(float));
 }
 
 void PsEngine::Serve(int peer) {
-  const size_t shard_bytes = store_->shard_elements() * sizeof(float);
   while (!stop_.load(std::memory_order_relaxed)) {
     absl::StatusOr<std::vector<std::byte>> got = transport_->RecvControl(
         peer, kPsRequestTag, absl::Now() + absl::Milliseconds(200));
@@ -90,19 +101,40 @@ void PsEngine::Serve(int peer) {
     absl::Status status;
     std::vector<float> values;
     uint32_t reply_tag = 0;
+    uint64_t request_id = 0;
     if (got->size() < kRequestHeaderBytes) {
       status = absl::DataLossError("short parameter-server request");
     } else {
       const uint32_t kind = GetU32(got->data());
       reply_tag = GetU32(got->data() + 4);
+      request_id = GetU64(got->data() + 8);
+      const uint64_t run_id = GetU64(got->data() + 16);
       const size_t body = got->size() - kRequestHeaderBytes;
-      if (kind == kPush && body == shard_bytes) {
-        std::vector<float> grads(store_->shard_elements());
+      std::shared_ptr<Run> run = runs_->current_run();
+      // The requester's daemon may have begun the run an instant before
+      // this one (the coordinator answers every rank at once): wait a
+      // little for it here, bounded.
+      const absl::Time begin_deadline = absl::Now() + options_.timeout;
+      while ((run == nullptr || run->id < run_id) &&
+             absl::Now() < begin_deadline &&
+             !stop_.load(std::memory_order_relaxed)) {
+        absl::SleepFor(absl::Milliseconds(2));
+        run = runs_->current_run();
+      }
+      const size_t shard_bytes =
+          run == nullptr ? 0 : run->store->shard_elements() * sizeof(float);
+      if (run == nullptr || run->id != run_id) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "run ", run_id, " is not running on ", options_.self,
+            run == nullptr ? std::string(" (no run is)")
+                           : absl::StrCat(" (run ", run->id, " is)")));
+      } else if (kind == kPush && body == shard_bytes) {
+        std::vector<float> grads(run->store->shard_elements());
         std::memcpy(grads.data(), got->data() + kRequestHeaderBytes, body);
-        status = ApplyLocal(grads);
+        status = ApplyLocal(*run, grads);
       } else if (kind == kPull && body == 0) {
-        values.resize(store_->shard_elements());
-        CopyLocal(absl::MakeSpan(values));
+        values.resize(run->store->shard_elements());
+        CopyLocal(*run, absl::MakeSpan(values));
       } else {
         status = absl::DataLossError(absl::StrCat(
             "parameter-server request kind ", kind, " with ", body,
@@ -113,6 +145,7 @@ void PsEngine::Serve(int peer) {
     std::vector<std::byte> reply;
     PutU32(&reply, static_cast<uint32_t>(status.code()));
     PutU32(&reply, static_cast<uint32_t>(status.message().size()));
+    PutU64(&reply, request_id);
     const size_t at = reply.size();
     reply.resize(at + status.message().size() + values.size() * sizeof(float));
     std::memcpy(reply.data() + at, status.message().data(),
@@ -130,11 +163,14 @@ void PsEngine::Serve(int peer) {
 }
 
 absl::Status PsEngine::Call(int owner, uint32_t kind, uint32_t reply_tag,
+                            uint64_t request_id, uint64_t run_id,
                             absl::Span<const float> payload,
                             absl::Span<float> out) {
   std::vector<std::byte> request;
   PutU32(&request, kind);
   PutU32(&request, reply_tag);
+  PutU64(&request, request_id);
+  PutU64(&request, run_id);
   const size_t at = request.size();
   request.resize(at + payload.size() * sizeof(float));
   if (!payload.empty()) {
@@ -142,7 +178,8 @@ absl::Status PsEngine::Call(int owner, uint32_t kind, uint32_t reply_tag,
                 payload.size() * sizeof(float));
   }
   if (request.size() > transport_->max_control_bytes() ||
-      out.size() * sizeof(float) + 8 + 256 > transport_->max_control_bytes()) {
+      out.size() * sizeof(float) + kReplyHeaderBytes + 256 >
+          transport_->max_control_bytes()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the shard of ", transport_->PeerName(owner), " (",
                      std::max(payload.size(), out.size()) * sizeof(float),
@@ -155,12 +192,9 @@ absl::Status PsEngine::Call(int owner, uint32_t kind, uint32_t reply_tag,
   return absl::OkStatus();
 }
 
-absl::Status PsEngine::DoPush(const WorkerHandle& worker,
+absl::Status PsEngine::DoPush(const WorkerHandle& worker, Run& run,
                               const proto::PushGradientsRequest& push) {
-  const TensorLayout* layout = layout_source_->layout();
-  if (layout == nullptr) {
-    return absl::FailedPreconditionError("tensors not committed");
-  }
+  const TensorLayout* layout = &run.layout;
   std::vector<float> flat(layout->total_elements, 0.0f);
   for (const proto::PoolSlice& slice : push.slices()) {
     STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
@@ -175,17 +209,14 @@ absl::Status PsEngine::DoPush(const WorkerHandle& worker,
     std::memcpy(flat.data() + entry->offset, src.data(),
                 src.size() * sizeof(float));
   }
-  return Exchange(worker, kPush, absl::MakeSpan(flat));
+  return Exchange(worker, run, kPush, absl::MakeSpan(flat));
 }
 
-absl::Status PsEngine::DoPull(const WorkerHandle& worker,
+absl::Status PsEngine::DoPull(const WorkerHandle& worker, Run& run,
                               const proto::PullParametersRequest& pull) {
-  const TensorLayout* layout = layout_source_->layout();
-  if (layout == nullptr) {
-    return absl::FailedPreconditionError("tensors not committed");
-  }
+  const TensorLayout* layout = &run.layout;
   std::vector<float> flat(layout->total_elements, 0.0f);
-  STARLING_RETURN_IF_ERROR(Exchange(worker, kPull, absl::MakeSpan(flat)));
+  STARLING_RETURN_IF_ERROR(Exchange(worker, run, kPull, absl::MakeSpan(flat)));
   for (const proto::PoolSlice& slice : pull.slices()) {
     STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
                               layout->Find(slice.tensor()));
@@ -204,19 +235,21 @@ absl::Status PsEngine::DoPull(const WorkerHandle& worker,
 
 // Sends every remote owner its part first, then applies (or reads) the own
 // shard, then collects the replies: the owners work in parallel.
-absl::Status PsEngine::Exchange(const WorkerHandle& worker, uint32_t kind,
-                                absl::Span<float> flat) {
+absl::Status PsEngine::Exchange(const WorkerHandle& worker, Run& run,
+                                uint32_t kind, absl::Span<float> flat) {
   const int rank = transport_->rank();
   const int size = transport_->size();
   const collective::ShardLayout shards(flat.size(), size);
   const uint32_t reply_tag = kPsReplyTagBase + worker.index;
+  const uint64_t request_id =
+      next_request_id_.fetch_add(1, std::memory_order_relaxed);
   absl::Status first_error;
   std::vector<bool> sent(size, false);
   for (int owner = 0; owner < size; ++owner) {
     if (owner == rank || shards.Size(owner) == 0) continue;
     absl::Span<float> part =
         flat.subspan(shards.Begin(owner), shards.Size(owner));
-    absl::Status status = Call(owner, kind, reply_tag,
+    absl::Status status = Call(owner, kind, reply_tag, request_id, run.id,
                                kind == kPush ? absl::Span<const float>(part)
                                              : absl::Span<const float>(),
                                part);
@@ -231,33 +264,44 @@ absl::Status PsEngine::Exchange(const WorkerHandle& worker, uint32_t kind,
   }
   absl::Span<float> own = flat.subspan(shards.Begin(rank), shards.Size(rank));
   if (kind == kPush) {
-    absl::Status status = ApplyLocal(own);
+    absl::Status status = ApplyLocal(run, own);
     if (!status.ok() && first_error.ok()) first_error = status;
   } else {
-    CopyLocal(own);
+    CopyLocal(run, own);
   }
   const absl::Time deadline = absl::Now() + options_.timeout;
   for (int owner = 0; owner < size; ++owner) {
     if (!sent[owner]) continue;
-    absl::StatusOr<std::vector<std::byte>> got =
-        transport_->RecvControl(owner, reply_tag, deadline);
+    absl::StatusOr<std::vector<std::byte>> got;
+    // Late replies to an earlier call (it timed out) are dropped here.
+    while (true) {
+      got = transport_->RecvControl(owner, reply_tag, deadline);
+      if (!got.ok() || got->size() < kReplyHeaderBytes ||
+          GetU64(got->data() + 8) == request_id) {
+        break;
+      }
+    }
     absl::Status status = got.status();
     if (got.ok()) {
       const size_t part_bytes =
           kind == kPull ? shards.Size(owner) * sizeof(float) : 0;
-      if (got->size() < 8 ||
-          got->size() != 8 + GetU32(got->data() + 4) + part_bytes) {
+      const size_t message_bytes =
+          got->size() < kReplyHeaderBytes ? 0 : GetU32(got->data() + 4);
+      const bool failed = got->size() >= 4 && GetU32(got->data()) != 0;
+      if (got->size() < kReplyHeaderBytes ||
+          got->size() !=
+              kReplyHeaderBytes + message_bytes + (failed ? 0 : part_bytes)) {
         status = absl::DataLossError("malformed parameter-server reply");
       } else {
         const uint32_t code = GetU32(got->data());
         const uint32_t length = GetU32(got->data() + 4);
-        status = absl::Status(
-            static_cast<absl::StatusCode>(code),
-            std::string(reinterpret_cast<const char*>(got->data() + 8),
-                        length));
+        status = absl::Status(static_cast<absl::StatusCode>(code),
+                              std::string(reinterpret_cast<const char*>(
+                                              got->data() + kReplyHeaderBytes),
+                                          length));
         if (status.ok() && kind == kPull) {
           std::memcpy(flat.data() + shards.Begin(owner),
-                      got->data() + 8 + length, part_bytes);
+                      got->data() + kReplyHeaderBytes + length, part_bytes);
         }
       }
     }
@@ -272,7 +316,9 @@ absl::Status PsEngine::Exchange(const WorkerHandle& worker, uint32_t kind,
 void PsEngine::Push(const WorkerHandle& worker,
                     const proto::WorkerRequest& request) {
   const absl::Time start = absl::Now();
-  absl::Status status = DoPush(worker, request.push_gradients());
+  absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
+  absl::Status status =
+      run.ok() ? DoPush(worker, **run, request.push_gradients()) : run.status();
   if (!status.ok()) {
     status =
         Annotate(status, absl::StrCat("parameter-server push of step ",
@@ -287,7 +333,10 @@ void PsEngine::Push(const WorkerHandle& worker,
 void PsEngine::Pull(const WorkerHandle& worker,
                     const proto::WorkerRequest& request) {
   const absl::Time start = absl::Now();
-  absl::Status status = DoPull(worker, request.pull_parameters());
+  absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
+  absl::Status status = run.ok()
+                            ? DoPull(worker, **run, request.pull_parameters())
+                            : run.status();
   if (!status.ok()) {
     status = Annotate(status, absl::StrCat("parameter-server pull from ",
                                            worker.name, " on ", options_.self));

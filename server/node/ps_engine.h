@@ -11,14 +11,18 @@
 // max_control_bytes, 1 MiB by default: 262,140 floats; larger shards are
 // refused with InvalidArgument):
 //   request, tag kPsRequestTag:   u32 kind (1 push, 2 pull), u32 reply tag,
-//                                 then for a push the owner's shard of the
-//                                 gradient as float32 (little-endian host
-//                                 order; the group is one architecture)
+//                                 u64 request id, u64 run id, then for a
+//                                 push the owner's shard of the gradient as
+//                                 float32 (little-endian host order; the
+//                                 group is one architecture)
 //   reply, tag = the reply tag:   u32 absl::StatusCode, u32 message bytes,
-//                                 the message, then for a pull the shard's
-//                                 parameters as float32
+//                                 u64 request id, the message, then for a
+//                                 pull the shard's parameters as float32
 // The reply tag is kPsReplyTagBase + the local worker index, so each
-// worker's reader thread owns its (peer, tag) pair and needs no lock.
+// worker's reader thread owns its (peer, tag) pair and needs no lock; a
+// reply whose request id is not the one awaited (a late answer to a call
+// that timed out) is dropped, so it can never answer a later call. A
+// request for another run than the owner's running one is refused.
 // Each daemon serves requests on one thread per peer.
 //
 // Thread-safe. Threads: one server thread per peer (Start/Stop); Push and
@@ -40,6 +44,7 @@
 #include "absl/types/span.h"
 #include "proto/worker.pb.h"
 #include "server/node/node_metrics.h"
+#include "server/node/run.h"
 #include "server/node/sync_engine.h"
 #include "server/node/worker_session.h"
 #include "server/shard/optimizer/optimizer.h"
@@ -59,11 +64,10 @@ struct PsEngineOptions {
 
 class PsEngine {
  public:
-  // Pointers borrowed; they must outlive the engine. `layout_source`
-  // provides the committed layout.
+  // Pointers borrowed; they must outlive the engine. `runs` provides the
+  // running run (layout, shard, optimizer).
   PsEngine(PsEngineOptions options, transport::Transport* transport,
-           shard::ShardStore* store, shard::Optimizer* optimizer,
-           const SyncEngine* layout_source, NodeMetrics* metrics);
+           const SyncEngine* runs, NodeMetrics* metrics);
   ~PsEngine();
   PsEngine(const PsEngine&) = delete;
   PsEngine& operator=(const PsEngine&) = delete;
@@ -75,37 +79,35 @@ class PsEngine {
   void Push(const WorkerHandle& worker, const proto::WorkerRequest& request);
   void Pull(const WorkerHandle& worker, const proto::WorkerRequest& request);
 
-  // Updates applied to this daemon's shard so far.
+  // Updates applied to this daemon's shard in the running run.
   int64_t updates() const;
 
  private:
-  absl::Status DoPush(const WorkerHandle& worker,
+  absl::Status DoPush(const WorkerHandle& worker, Run& run,
                       const proto::PushGradientsRequest& push);
-  absl::Status DoPull(const WorkerHandle& worker,
+  absl::Status DoPull(const WorkerHandle& worker, Run& run,
                       const proto::PullParametersRequest& pull);
   // Pushes `flat` to (kPush) or fills it from (kPull) every owner.
-  absl::Status Exchange(const WorkerHandle& worker, uint32_t kind,
+  absl::Status Exchange(const WorkerHandle& worker, Run& run, uint32_t kind,
                         absl::Span<float> flat);
   // Sends one request of `kind` to `owner` (the reply is collected by
   // Exchange). `out` is where a pull's part will land (size check only).
   absl::Status Call(int owner, uint32_t kind, uint32_t reply_tag,
+                    uint64_t request_id, uint64_t run_id,
                     absl::Span<const float> payload, absl::Span<float> out);
-  absl::Status ApplyLocal(absl::Span<const float> grads);
-  void CopyLocal(absl::Span<float> out);
+  static absl::Status ApplyLocal(Run& run, absl::Span<const float> grads);
+  static void CopyLocal(Run& run, absl::Span<float> out);
   void Serve(int peer);
 
   const PsEngineOptions options_;
   transport::Transport* const transport_;
-  shard::ShardStore* const store_;
-  shard::Optimizer* const optimizer_;
-  const SyncEngine* const layout_source_;
+  const SyncEngine* const runs_;
   NodeMetrics* const metrics_;
   std::vector<std::thread> servers_;
   // relaxed is enough: servers poll it between bounded waits.
   std::atomic<bool> stop_{false};
-
-  mutable absl::Mutex mu_;
-  int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
+  // relaxed: only uniqueness matters.
+  std::atomic<uint64_t> next_request_id_{1};
 };
 
 }  // namespace node

@@ -1,38 +1,53 @@
-// SyncEngine: the daemon's step thread and the rounds it runs.
+// SyncEngine: the daemon's step thread, the runs it serves one after the
+// other, and the local worker slots.
 //
-// A round is one collective request from every local worker: the end of the
-// tensor declarations (commit), a push of step s (sync modes), a worker
-// all-reduce, or a barrier. Each worker's collective requests queue in
-// arrival order; once every local worker has one queued, the step thread
-// takes the head of each queue, checks that they are the same request (same
-// kind, same step, same length), runs it and answers every worker. Since
-// every worker of the job issues the same sequence, every daemon runs the
-// same sequence of collectives.
+// Slots. A daemon has `local_workers` slots, one per worker index. A slot
+// is empty, attached (a connected worker), missing (its worker left a
+// running run without finishing) or finished (its worker called Finish).
+// A missing slot holds the run's rounds for `grace`: a new worker with the
+// same index resumes in its place (the HelloReply tells it the run and the
+// step its predecessor reached; it declares the run's tensors again, pulls
+// and goes on, and since its predecessor's unconsumed requests were
+// dropped, no update is lost or doubled). Past the grace the run fails on
+// every rank naming the missing worker. A worker that attaches and leaves
+// before its run began changes nothing.
+//
+// Runs. A run begins with the commit round (every local worker ended its
+// declarations): the local declaration lists must agree, then the
+// coordinator (RunRendezvous) agrees with every daemon on the run's number,
+// the tables and the first collective sequence number (above any used
+// before, so that late frames of an earlier run never match). The run's
+// memory is allocated then. It ends with the finish round (every worker
+// called Finish, then a barrier across daemons), or fails: a failed step,
+// a missing worker past the grace, a peer's or the coordinator's report.
+// A failure cancels the collective in flight, fails every queued round and
+// later request of the run with the run's error, is reported to the
+// coordinator and sent to every peer (control tag kRunAbortTag), and
+// releases the run's memory once its last user let go. New declarations
+// then start the next run on the same processes.
+//
+// Rounds. A round is one collective request from every local worker: the
+// commit, a push of step s (sync modes), a worker all-reduce, a barrier,
+// or the finish. Each slot's requests queue in arrival order; once every
+// slot has one queued, the step thread takes the head of each, checks they
+// are the same request, runs it and answers every worker.
 //
 // The synchronous step (DESIGN.md "One synchronous step"), for push round s:
 //   1. local reduce: the workers' gradients, read in place from their pools,
-//      summed in worker-index order into the shard store's gradient buffer;
-//   2. reduce-scatter (sum) across daemons: this rank's block is the job's
-//      gradient sum of its shard;
-//   3. the optimizer (gradient scale 1 / total workers, so the mean) updates
-//      this rank's shard of the parameters;
+//      summed in worker-index order into the run's gradient buffer;
+//   2. reduce-scatter (sum) across daemons;
+//   3. the optimizer (gradient scale 1 / total workers) updates the shard;
 //   4. all-gather of the parameters;
-//   5. version s + 1 is published; pulls waiting for it copy the parameters
-//      into their workers' pools.
-// Pulls run on the workers' reader threads. While a step writes the
-// parameters (3-4) no pull reads them: the step waits for readers to leave
-// and pulls wait for the step ("updating").
+//   5. version s + 1 is published; pulls waiting for it copy it out.
+// While a step writes the parameters (3-4) no pull reads them.
 //
-// Commit: the local workers' declaration lists must agree; the daemons then
-// exchange their tables (transport control messages, tag kLayoutTag) and
-// check every rank's against rank 0's; the layout is fixed from then on.
+// Deadlines: a collective waits at most `timeout` + `grace` (a peer may be
+// holding the step for its missing worker); a pull as long for its
+// version; the commit `timeout` for the other daemons' workers.
 //
-// Errors: a failed collective or update is sticky: every later round and
-// pull fails with it (the job cannot go on consistently). Messages name the
-// op, the step, this daemon and (from the communicator) the lost peer.
-//
-// Thread-safe. Threads: the step thread (Start/Stop); callers' threads for
-// Submit/Pull/DropWorker.
+// Thread-safe. Threads: the step thread and the abort listener
+// (Start/Stop); callers' threads (workers' reader threads, the heartbeat)
+// for everything else. Replies are queued, never written, under the lock.
 #ifndef STARLING_SERVER_NODE_SYNC_ENGINE_H_
 #define STARLING_SERVER_NODE_SYNC_ENGINE_H_
 
@@ -46,67 +61,114 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "proto/common.pb.h"
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/node/declared_tensors.h"
 #include "server/node/node_metrics.h"
+#include "server/node/run.h"
 #include "server/node/worker_session.h"
-#include "server/shard/optimizer/optimizer.h"
-#include "server/shard/shard_store.h"
 #include "server/transport/transport.h"
 
 namespace starling {
 namespace node {
 
-// Control tag of the commit's table exchange (below the collectives' range).
-inline constexpr uint32_t kLayoutTag = 1;
+// Control tag of a run's failure notice between daemons (RunAbort).
+inline constexpr uint32_t kRunAbortTag = 3;
+
+// How a daemon begins and ends runs with the rest of its group: the
+// coordinator's BeginRun / EndRun in the daemon, a fake in tests.
+// Implementations are thread-safe.
+class RunRendezvous {
+ public:
+  struct Begun {
+    uint64_t run_id = 0;
+    uint64_t first_op_seq = 0;
+    int total_workers = 0;
+  };
+  virtual ~RunRendezvous() = default;
+  // Blocks until every daemon of the group began (all answered alike), or
+  // fails (mismatched tables: InvalidArgument naming both; `local_error`
+  // of some daemon; DeadlineExceeded naming the daemons that did not).
+  virtual absl::StatusOr<Begun> BeginRun(
+      const std::vector<proto::TensorSpec>& tensors,
+      const std::string& local_error, int local_workers, uint64_t next_op_seq,
+      absl::Time deadline) = 0;
+  // Reports a run's end; never blocks.
+  virtual void EndRun(const proto::RunStatus& run) = 0;
+};
 
 struct SyncEngineOptions {
   // Workers of this daemon; rounds wait for all of them.
   int local_workers = 1;
   // False in parameter-server mode: pushes go to PsEngine, not rounds.
   bool pushes_are_rounds = true;
-  // Per collective, and how long a pull waits for its version.
+  // Per collective; the commit waits this long for the other daemons.
   absl::Duration timeout = absl::Seconds(30);
-  // Elements of the flat parameter vector (the job's parameter count).
-  uint64_t parameter_count = 0;
+  // How long a missing worker's slot holds its run.
+  absl::Duration grace = absl::Seconds(60);
+  // The run's optimizer, for its shard (shard::CreateOptimizer names);
+  // "none": plain all-reduce jobs, the shard is never updated.
+  std::string optimizer = "sgd";
+  float learning_rate = 0.01f;
+  // Runs kept in recent_runs().
+  int history = 8;
   // "rank 2 (127.0.0.1:29502)": this daemon in messages.
   std::string self;
 };
 
 class SyncEngine {
  public:
-  // Every pointer is borrowed and must outlive the engine. `on_step` (may
-  // be null) runs on the step thread after each push round, with its status.
+  // `comm`, `transport`, `metrics` and `rendezvous` are borrowed and must
+  // outlive the engine. `on_step` (may be null) runs on the step thread
+  // after each push round, with its status.
   SyncEngine(SyncEngineOptions options, collective::Communicator* comm,
-             transport::Transport* transport, DeclaredTensors* declared,
-             shard::ShardStore* store, shard::Optimizer* optimizer,
-             NodeMetrics* metrics,
+             transport::Transport* transport, NodeMetrics* metrics,
+             RunRendezvous* rendezvous,
              std::function<void(int64_t, const absl::Status&)> on_step);
   ~SyncEngine();
   SyncEngine(const SyncEngine&) = delete;
   SyncEngine& operator=(const SyncEngine&) = delete;
 
   void Start();
-  // Fails queued rounds with Unavailable and joins the step thread.
+  // Fails queued rounds with Unavailable and joins the threads.
   void Stop();
 
-  // Queues a commit, push (if pushes are rounds), all-reduce or barrier.
+  // A worker attached: fills the HelloReply's run fields (run_id,
+  // next_step, grace_ms). AlreadyExists when the index is taken;
+  // FailedPrecondition when it finished a run that is still running.
+  absl::Status Attach(const WorkerHandle& worker, proto::HelloReply* reply);
+  // The worker's connection closed.
+  void Detach(const WorkerHandle& worker);
+  // Declare (answers the worker).
+  void Declare(const WorkerHandle& worker, const proto::WorkerRequest& request);
+  // Queues a commit, push (if pushes are rounds), all-reduce, barrier or
+  // finish; answers the worker when its round ran.
   void Submit(const WorkerHandle& worker, const proto::WorkerRequest& request);
   // Answers a pull (sync modes): waits for the version, copies.
   void Pull(const WorkerHandle& worker, const proto::WorkerRequest& request);
-  // The worker left: its queued rounds are dropped, and since no round can
-  // complete without it, the other workers' queued and later rounds fail
-  // (Unavailable naming `name`). Pulls are not affected.
-  void DropWorker(int index, const std::string& name);
 
-  // The committed layout; null before the commit. Immutable once set.
-  const TensorLayout* layout() const;
-  int total_workers() const;
+  // Fails run `run_id` (0: whichever runs now) with `why`, as reported by a
+  // peer or the coordinator; not sent on to the peers. No-op if that run
+  // is not running.
+  void AbortRun(uint64_t run_id, const absl::Status& why);
+
+  // The running run, or null.
+  std::shared_ptr<Run> current_run() const;
+  // The run `worker` takes part in, if it is running; otherwise the error
+  // its requests get (the run failed, finished, or has not begun).
+  absl::StatusOr<std::shared_ptr<Run>> RunOf(const WorkerHandle& worker) const;
+
+  // For status and heartbeats.
+  proto::RunStatus run_status() const;
+  std::vector<proto::RunStatus> recent_runs() const;
+  std::vector<proto::WorkerStatus> workers() const;
+  int attached_workers() const;
   int64_t applied_version() const;
-  absl::Status error() const;
 
  private:
   struct Round {
@@ -114,38 +176,86 @@ class SyncEngine {
     proto::WorkerRequest request;
     absl::Time submitted;
   };
+  struct Slot {
+    proto::WorkerStatus::State state = proto::WorkerStatus::STATE_UNSPECIFIED;
+    bool connected = false;
+    // The current (or last) worker in this slot.
+    WorkerHandle worker;
+    // The run this slot takes part in; 0: declaring for the next one.
+    uint64_t run_id = 0;
+    // Push rounds of the run consumed from this slot.
+    int64_t next_step = 0;
+    // Attached in place of a missing worker, not yet committed: its
+    // declarations are checked against the run's layout.
+    bool resuming = false;
+    size_t resumed_declarations = 0;
+    absl::Time missing_since;
+    std::deque<Round> queue;
+  };
+  // Replies and notices gathered under the lock, sent after it.
+  struct Deferred {
+    std::vector<std::pair<Round, absl::Status>> replies;
+    bool broadcast = false;
+    proto::RunAbort abort;
+    std::vector<proto::RunStatus> ended;
+  };
 
   void Loop();
+  void AbortListener();
+  void Flush(Deferred& deferred);
+  // Fails the running run `run_id` with `why`; Internal to the lock.
+  void FailRunLocked(uint64_t run_id, const absl::Status& why, bool broadcast,
+                     Deferred* deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordEndLocked(const proto::RunStatus& status, Deferred* deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Steps applied (sync modes) or updates of the shard (parameter server).
+  int64_t StepsLocked(Run& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error a request from a slot of run `run_id` gets when that run is
+  // not the running one.
+  absl::Status StaleRunErrorLocked(uint64_t run_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the run if a missing slot's grace passed; returns the earliest
+  // time one will.
+  absl::Time CheckGraceLocked(Deferred* deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RoundReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string WorkerName(const WorkerHandle& worker) const;
+
   absl::Status Execute(std::vector<Round>& rounds,
+                       const std::shared_ptr<Run>& run,
                        proto::WorkerResponse* reply);
   absl::Status CheckSame(const std::vector<Round>& rounds) const;
   absl::Status Commit(std::vector<Round>& rounds, proto::WorkerResponse* reply);
-  absl::Status Step(std::vector<Round>& rounds);
-  absl::Status AllReduce(std::vector<Round>& rounds);
+  absl::Status Step(std::vector<Round>& rounds, Run& run);
+  absl::Status AllReduce(std::vector<Round>& rounds, Run& run);
+  absl::Status Finish(Run& run);
+  collective::CallOptions Call(Run& run) const;
   std::string Describe(const proto::WorkerRequest& request) const;
 
   const SyncEngineOptions options_;
   collective::Communicator* const comm_;
   transport::Transport* const transport_;
-  DeclaredTensors* const declared_;
-  shard::ShardStore* const store_;
-  shard::Optimizer* const optimizer_;
   NodeMetrics* const metrics_;
+  RunRendezvous* const rendezvous_;
   const std::function<void(int64_t, const absl::Status&)> on_step_;
+  DeclaredTensors declared_;
   std::thread thread_;
+  std::thread abort_listener_;
+  absl::Notification stop_listener_;
   std::vector<float> scratch_;  // step thread only: all-reduce sums
 
   mutable absl::Mutex mu_;
+  // Signalled when a queue, a slot or the run changes.
+  absl::CondVar changed_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::deque<Round>> queues_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<const TensorLayout> layout_ ABSL_GUARDED_BY(mu_);
-  int total_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  // The running run, or null.
+  std::shared_ptr<Run> run_ ABSL_GUARDED_BY(mu_);
   int64_t applied_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool updating_ ABSL_GUARDED_BY(mu_) = false;
   int readers_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  // Set once a local worker left; fails rounds.
-  absl::Status missing_ ABSL_GUARDED_BY(mu_);
+  // Ended runs, newest last (at most options_.history).
+  std::deque<proto::RunStatus> history_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace node

@@ -1,6 +1,7 @@
 #include "server/node/worker_session.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -13,12 +14,39 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/framed_socket.h"
 #include "server/base/logging.h"
+#include "server/node/worker_request_check.h"
 
 namespace starling {
 namespace node {
+namespace {
+
+// A worker that does not take a reply off its socket within this long is
+// treated as gone (its writer gives up; the session closes).
+constexpr int kSendTimeoutSeconds = 10;
+
+pid_t PeerPid(int fd) {
+  ucred cred = {};
+  socklen_t length = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
+    return 0;
+  }
+  return cred.pid;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Map(int fd,
                                                             size_t bytes) {
+  // Seals exist only on memfds; F_GET_SEALS fails (EINVAL) on anything
+  // else, which is refused the same way.
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        "the shared-memory pool is not a memfd sealed against shrinking "
+        "(F_SEAL_SHRINK); a worker could truncate it under the daemon. Use "
+        "the Starling client library, which seals its pool");
+  }
   struct stat st = {};
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes ||
       bytes == 0) {
@@ -63,20 +91,82 @@ void Responder::Reply(uint64_t id, const absl::Status& status,
   response.set_id(id);
   response.set_code(static_cast<int>(status.code()));
   response.set_message(std::string(status.message()));
+  std::string frame = response.SerializeAsString();
   absl::MutexLock lock(&mu_);
-  // Dropped on failure: the worker went away and its reader thread ends.
-  WriteFrame(fd_, response.SerializeAsString()).IgnoreError();
+  if (closed_) return;  // the worker is gone
+  if (queued_bytes_ + frame.size() > kMaxQueuedReplyBytes) {
+    // The worker does not read: stop here; the writer closes the socket.
+    overflowed_ = true;
+    closed_ = true;
+    return;
+  }
+  queued_bytes_ += frame.size();
+  queue_.push_back(std::move(frame));
 }
 
-WorkerSession::WorkerSession(int fd, WorkerRequestHandler* handler)
-    : fd_(fd), handler_(handler), responder_(std::make_shared<Responder>(fd)) {
+bool Responder::Next(std::string* frame) {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](Responder* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+        return !r->queue_.empty() || r->closed_;
+      },
+      this));
+  if (queue_.empty() || overflowed_) return false;
+  *frame = std::move(queue_.front());
+  queue_.pop_front();
+  queued_bytes_ -= frame->size();
+  return true;
+}
+
+void Responder::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+bool Responder::overflowed() const {
+  absl::MutexLock lock(&mu_);
+  return overflowed_;
+}
+
+WorkerSession::WorkerSession(int fd, uint64_t session,
+                             WorkerRequestHandler* handler)
+    : fd_(fd),
+      session_(session),
+      handler_(handler),
+      responder_(std::make_shared<Responder>()) {
+  timeval tv = {};
+  tv.tv_sec = kSendTimeoutSeconds;
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  writer_ = std::thread([this] { WriteLoop(); });
   reader_ = std::thread([this] { ReadLoop(); });
 }
 
 WorkerSession::~WorkerSession() {
+  responder_->Close();
   ::shutdown(fd_, SHUT_RDWR);
   if (reader_.joinable()) reader_.join();
+  if (writer_.joinable()) writer_.join();
+  // Only now: no thread of this session can touch the descriptor any more.
   ::close(fd_);
+}
+
+void WorkerSession::WriteLoop() {
+  std::string frame;
+  while (responder_->Next(&frame)) {
+    absl::Status status = WriteFrame(fd_, frame);
+    if (!status.ok()) {
+      STARLING_LOG(DEBUG) << "reply to a worker not sent: " << status;
+      break;
+    }
+  }
+  if (responder_->overflowed()) {
+    STARLING_LOG(WARNING) << "a worker did not read its replies ("
+                          << kMaxQueuedReplyBytes
+                          << " bytes queued); closing its connection";
+  }
+  // Ends the reader too, so that the daemon learns the worker is gone.
+  responder_->Close();
+  ::shutdown(fd_, SHUT_RDWR);
 }
 
 absl::StatusOr<WorkerHandle> WorkerSession::Hello(
@@ -93,13 +183,16 @@ absl::StatusOr<WorkerHandle> WorkerSession::Hello(
   absl::StatusOr<std::unique_ptr<WorkerPool>> pool =
       WorkerPool::Map(received_fd, request.hello().pool_bytes());
   if (!pool.ok()) return pool.status();
-  absl::StatusOr<proto::HelloReply> reply = handler_->Attach(request.hello());
-  if (!reply.ok()) return reply.status();
   WorkerHandle handle;
+  handle.session = session_;
   handle.index = request.hello().worker_index();
   handle.name = request.hello().worker_name();
+  handle.pid = PeerPid(fd_);
   handle.pool = std::move(*pool);
   handle.responder = responder_;
+  absl::StatusOr<proto::HelloReply> reply =
+      handler_->Attach(handle, request.hello());
+  if (!reply.ok()) return reply.status();
   proto::WorkerResponse response;
   *response.mutable_hello() = *reply;
   responder_->Reply(request.id(), absl::OkStatus(), std::move(response));
@@ -114,27 +207,42 @@ void WorkerSession::ReadLoop() {
       STARLING_LOG(DEBUG) << "worker connection ended: " << frame.status();
       break;
     }
-    proto::WorkerRequest request;
-    if (!request.ParseFromString(frame->payload)) {
+    absl::StatusOr<proto::WorkerRequest> request =
+        ParseWorkerRequest(frame->payload);
+    if (!request.ok()) {
       if (frame->received_fd >= 0) ::close(frame->received_fd);
-      responder_->Reply(0, absl::DataLossError("unparsable worker request"));
+      STARLING_LOG(WARNING)
+          << "closing the connection of "
+          << (handle.has_value() ? absl::StrCat("worker '", handle->name,
+                                                "' (index ", handle->index, ")")
+                                 : std::string("a worker"))
+          << ": " << request.status();
+      // Id 0: the request's own id may be garbage.
+      responder_->Reply(0, request.status());
       break;
     }
     if (!handle.has_value()) {
       absl::StatusOr<WorkerHandle> attached =
-          Hello(request, frame->received_fd);
+          Hello(*request, frame->received_fd);
       if (!attached.ok()) {
         STARLING_LOG(WARNING) << "refused a worker: " << attached.status();
-        responder_->Reply(request.id(), attached.status());
+        responder_->Reply(request->id(), attached.status());
         break;
       }
       handle = std::move(*attached);
       continue;
     }
     if (frame->received_fd >= 0) ::close(frame->received_fd);
-    handler_->Handle(*handle, request);
+    if (request->kind_case() == proto::WorkerRequest::kHello) {
+      responder_->Reply(request->id(),
+                        absl::FailedPreconditionError("hello sent twice"));
+      continue;
+    }
+    handler_->Handle(*handle, *request);
   }
-  if (handle.has_value()) handler_->Detach(handle->index);
+  if (handle.has_value()) handler_->Detach(*handle);
+  // Lets the writer send what is queued (a refusal), then end.
+  responder_->Close();
   // release: publishes that the reader is done (see finished()).
   finished_.store(true, std::memory_order_release);
 }

@@ -1,0 +1,95 @@
+#include "server/node/worker_request_check.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/base/status_matchers.h"
+
+namespace starling {
+namespace node {
+namespace {
+
+using ::testing::HasSubstr;
+
+proto::WorkerRequest Declare(const std::string& name,
+                             std::initializer_list<int64_t> shape) {
+  proto::WorkerRequest request;
+  request.set_id(7);
+  proto::TensorSpec* spec = request.mutable_declare_tensor()->mutable_spec();
+  spec->set_name(name);
+  for (int64_t d : shape) spec->add_shape(d);
+  spec->set_dtype(proto::DATA_TYPE_FLOAT32);
+  return request;
+}
+
+TEST(WorkerRequestCheck, AcceptsAnOrdinaryDeclaration) {
+  EXPECT_THAT(CheckWorkerRequest(Declare("layer1.weight", {256, 784})), IsOk());
+}
+
+TEST(WorkerRequestCheck, RefusesGarbageBytesAsDataLoss) {
+  EXPECT_THAT(
+      ParseWorkerRequest(std::string("\xff\xff\xff\xff\x0f", 5)).status(),
+      StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST(WorkerRequestCheck, RefusesShapesWhoseProductOverflows) {
+  // 2^32 x 2^32 overflows 64 bits if multiplied unchecked.
+  absl::Status status =
+      CheckWorkerRequest(Declare("x", {int64_t{1} << 32, int64_t{1} << 32}));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(status.message(), HasSubstr("tensor 'x'"));
+}
+
+TEST(WorkerRequestCheck, RefusesNegativeDimensionsNamingThem) {
+  absl::Status status = CheckWorkerRequest(Declare("x", {4, -1}));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(status.message(), HasSubstr("dimension -1"));
+}
+
+TEST(WorkerRequestCheck, RefusesControlCharactersInNames) {
+  EXPECT_THAT(CheckWorkerRequest(Declare(std::string("a\nb"), {1})),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(WorkerRequestCheck, RefusesUnknownDataTypes) {
+  proto::WorkerRequest request = Declare("x", {1});
+  request.mutable_declare_tensor()->mutable_spec()->set_dtype(
+      static_cast<proto::DataType>(99));
+  EXPECT_THAT(CheckWorkerRequest(request),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(WorkerRequestCheck, RefusesIdZeroOutsideHello) {
+  proto::WorkerRequest request;
+  request.mutable_barrier();
+  EXPECT_THAT(CheckWorkerRequest(request),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(WorkerRequestCheck, RefusesNegativeSteps) {
+  proto::WorkerRequest request;
+  request.set_id(1);
+  request.mutable_push_gradients()->set_step(-3);
+  absl::Status status = CheckWorkerRequest(request);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(status.message(), HasSubstr("-3"));
+}
+
+TEST(WorkerRequestCheck, RefusesAHelloWithoutAPool) {
+  proto::WorkerRequest request;
+  request.mutable_hello()->set_worker_name("w");
+  EXPECT_THAT(CheckWorkerRequest(request),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(WorkerRequestCheck, RefusesARequestOfNoKind) {
+  proto::WorkerRequest request;
+  request.set_id(3);
+  EXPECT_THAT(CheckWorkerRequest(request),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace node
+}  // namespace starling
