@@ -50,8 +50,10 @@ TEST(DeclareMismatch, DtypeDifferenceOnOneDaemonNamesBothWorkers) {
       cluster.StartWorker(0, 0, {"--declared_dim=1000", "--timeout=3s"});
   const pid_t w1 =
       cluster.StartWorker(0, 1, {"--declare_float64", "--timeout=3s"});
-  // Whichever declared second is refused at once and exits; the other one,
-  // waiting at the barrier for its partner, is then told its partner left.
+  // Whichever declared second is refused at once and exits; the other one
+  // waits at the end of its declarations for a partner with index 1 (a
+  // worker that leaves before its run began changes nothing, so another
+  // could still take the index) until its own timeout.
   int refused = 0;
   int partner_left = 0;
   for (pid_t pid : {w0, w1}) {
@@ -67,7 +69,7 @@ TEST(DeclareMismatch, DtypeDifferenceOnOneDaemonNamesBothWorkers) {
                 HasSubstr("worker 1 of rank 0")));
     } else {
       ++partner_left;
-      EXPECT_THAT(result.err, HasSubstr("left"));
+      EXPECT_THAT(result.err, HasSubstr("end of tensor declarations"));
     }
   }
   EXPECT_EQ(partner_left, 1);

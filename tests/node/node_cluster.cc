@@ -135,7 +135,9 @@ pid_t NodeCluster::Spawn(const std::string& name, const std::string& binary,
 void NodeCluster::StartCoordinator() {
   Spawn("coordinator", BinaryPath("server/coordinator/starling-coordinator"),
         {"--job_id=test", absl::StrCat("--expected_nodes=", options_.daemons),
-         absl::StrCat("--parameter_count=", options_.parameter_count),
+         absl::StrCat("--parameter_count=", options_.fix_parameter_count
+                                                ? options_.parameter_count
+                                                : 0),
          absl::StrCat("--listen=", coordinator_address()), "--metrics_port=0",
          absl::StrCat("--mode=", options_.mode),
          absl::StrCat("--optimizer=", options_.optimizer),
@@ -158,6 +160,8 @@ void NodeCluster::StartDaemons() {
                absl::StrCat("--metrics_port=", metrics_ports_[d]),
                absl::StrCat("--worker_socket=", socket_path(d)),
                absl::StrCat("--local_workers=", options_.local_workers),
+               absl::StrCat("--worker_grace=",
+                            absl::FormatDuration(options_.worker_grace)),
                "--timeout=30s", "--log_level=warning"}));
   }
 }

@@ -31,6 +31,13 @@ struct ClusterOptions {
   double learning_rate = 0.1;
   absl::Duration collective_timeout = absl::Seconds(10);
   absl::Duration heartbeat_timeout = absl::Seconds(2);
+  // starling-node --worker_grace: how long a missing worker's slot holds
+  // the run.
+  absl::Duration worker_grace = absl::Seconds(60);
+  // Passed as the coordinator's --parameter_count; 0 leaves it to the
+  // workers' declarations (workers still get --dim=parameter_count unless
+  // a test passes its own).
+  bool fix_parameter_count = true;
 };
 
 struct ProcessResult {

@@ -4,7 +4,10 @@
 // only, the shards add up to one replicated optimizer's state, and no
 // daemon holds more than ceil(1/N) of it. The coordinator's job status
 // (from heartbeats, what starlingctl status prints) shows the same figures.
+#include <signal.h>
+
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -25,9 +28,25 @@ TEST(OptimizerState, EachDaemonHoldsOneNthOfAReplicatedOptimizer) {
   options.local_workers = 1;
   options.parameter_count = kParameters;
   options.optimizer = "adam";
+  options.worker_grace = absl::Seconds(1);
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
+  // A run's optimizer state exists while the run does.
+  const std::vector<pid_t> workers =
+      cluster.StartAllWorkers({"--steps=100000", "--step_delay=5ms"});
+  const absl::Time running_deadline = absl::Now() + absl::Seconds(20);
+  for (int d = 0; d < kDaemons; ++d) {
+    proto::NodeStatusReply status;
+    std::string error;
+    while (!(cluster.NodeStatus(d, &status, &error) &&
+             status.run().state() == proto::RunStatus::STATE_RUNNING) &&
+           absl::Now() < running_deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_EQ(status.run().state(), proto::RunStatus::STATE_RUNNING)
+        << "daemon " << d << ": " << error << cluster.ServerLogs();
+  }
 
   const uint64_t replicated = kParameters * kAdamStateBytesPerElement;
   const uint64_t largest_share =
@@ -66,6 +85,23 @@ TEST(OptimizerState, EachDaemonHoldsOneNthOfAReplicatedOptimizer) {
     if (!reported) absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_TRUE(reported);
+
+  // Once the run is over (its workers gone past the grace: it fails), each
+  // daemon has released the run's memory.
+  for (pid_t pid : workers) cluster.Kill(pid, SIGKILL);
+  for (int d = 0; d < kDaemons; ++d) {
+    proto::NodeStatusReply status;
+    std::string error;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (!(cluster.NodeStatus(d, &status, &error) &&
+             status.run().state() == proto::RunStatus::STATE_FAILED) &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_EQ(status.run().state(), proto::RunStatus::STATE_FAILED);
+    EXPECT_EQ(status.optimizer_state_bytes(), 0u);
+    EXPECT_EQ(status.shard_bytes(), 0u);
+  }
 }
 
 }  // namespace

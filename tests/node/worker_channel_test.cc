@@ -4,6 +4,15 @@
 // reads the worker's buffer in place and writes pulls into it), futures
 // (Poll, Then, Wait with a deadline), errors with context, and a daemon
 // that goes away.
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -17,6 +26,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/base/framed_socket.h"
 #include "server/node/worker_server.h"
 #include "server/node/worker_session.h"
 
@@ -30,7 +40,7 @@ using ::testing::HasSubstr;
 class ScriptedDaemon : public node::WorkerRequestHandler {
  public:
   absl::StatusOr<proto::HelloReply> Attach(
-      const proto::HelloRequest& hello) override {
+      const node::WorkerHandle&, const proto::HelloRequest& hello) override {
     absl::MutexLock lock(&mu_);
     if (hello.worker_index() >= 2) {
       return absl::InvalidArgumentError("worker index out of range");
@@ -82,9 +92,9 @@ class ScriptedDaemon : public node::WorkerRequestHandler {
     }
   }
 
-  void Detach(int index) override {
+  void Detach(const node::WorkerHandle& worker) override {
     absl::MutexLock lock(&mu_);
-    attached_.erase(index);
+    attached_.erase(worker.index);
   }
 
   void ReleasePush() {
@@ -221,6 +231,92 @@ TEST_F(WorkerChannelTest, DaemonGoingAwayFailsPendingFutures) {
   // Later ops fail at once with the same error.
   EXPECT_EQ(c->PushGradients(1, {{"w", *w}}).code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A worker that does not seal its pool could truncate it under the daemon
+// (which would then die of SIGBUS on its next access): refused at Hello.
+TEST_F(WorkerChannelTest, UnsealedPoolIsRefusedAtHello) {
+  const int pool = ::memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_GE(pool, 0);
+  ASSERT_EQ(::ftruncate(pool, 4096), 0);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path_.data(), path_.size());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  proto::WorkerRequest hello;
+  hello.mutable_hello()->set_worker_name("unsealed");
+  hello.mutable_hello()->set_pool_bytes(4096);
+  ASSERT_TRUE(WriteFrame(fd, hello.SerializeAsString(), pool).ok());
+  absl::StatusOr<Frame> frame = ReadFrame(fd);
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  proto::WorkerResponse response;
+  ASSERT_TRUE(response.ParseFromString(frame->payload));
+  EXPECT_EQ(response.code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(response.message(), HasSubstr("F_SEAL_SHRINK"));
+  ::close(fd);
+  ::close(pool);
+  // The daemon serves the next worker as before.
+  EXPECT_NE(Connect(0), nullptr);
+}
+
+TEST_F(WorkerChannelTest, ClientPoolCannotBeShrunk) {
+  std::unique_ptr<client::Client> c = Connect(0);
+  ASSERT_NE(c, nullptr);
+  // The pool's memfd is the only memfd this process made through the
+  // client: find it in /proc/self/fd and try to truncate it.
+  bool found = false;
+  for (int fd = 3; fd < 1024; ++fd) {
+    char link[256] = {};
+    const std::string path = absl::StrCat("/proc/self/fd/", fd);
+    if (::readlink(path.c_str(), link, sizeof(link) - 1) < 0) continue;
+    if (std::string(link).find("starling-client-pool") == std::string::npos) {
+      continue;
+    }
+    found = true;
+    EXPECT_NE(::ftruncate(fd, 0), 0);
+    EXPECT_EQ(errno, EPERM);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(WorkerServer, PathThatIsARegularFileIsRefusedAndLeftAlone) {
+  const std::string path =
+      absl::StrCat("/tmp/starling-channel-file-", ::getpid());
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("precious", f);
+    std::fclose(f);
+  }
+  absl::StatusOr<std::unique_ptr<node::WorkerServer>> server =
+      node::WorkerServer::Listen(path);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(server.status().message()),
+              HasSubstr("a regular file"));
+  struct stat st = {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 8);  // untouched
+  ::unlink(path.c_str());
+  ::unlink((path + ".lock").c_str());
+}
+
+TEST(WorkerServer, SecondDaemonOnALiveSocketIsRefusedAndTheFirstServesOn) {
+  const std::string path =
+      absl::StrCat("/tmp/starling-channel-twice-", ::getpid(), ".sock");
+  absl::StatusOr<std::unique_ptr<node::WorkerServer>> first =
+      node::WorkerServer::Listen(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<node::WorkerServer>> second =
+      node::WorkerServer::Listen(path);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(path));
+  struct stat st = {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  (*first)->Stop();
+  ::unlink((path + ".lock").c_str());
 }
 
 TEST(WorkerChannel, UnreachableSocketFailsWithinTheTimeout) {

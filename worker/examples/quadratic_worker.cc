@@ -1,6 +1,9 @@
 // quadratic_worker: an example worker. It trains the quadratic of
 // quadratic.h with SGD through the client API: pull the parameters, compute
-// this worker's gradient, push it, repeat; then a barrier and a final pull.
+// this worker's gradient, push it, repeat; then a barrier, a final pull and
+// Finish (the run ends; the daemons stay up for the next one). Started in
+// place of a worker that left a running run (same --worker_index), it
+// resumes where that one stopped.
 // In sync modes every step is averaged over all workers by the daemons; in
 // parameter-server mode each push is applied by the shard owners at once.
 //
@@ -61,10 +64,13 @@ using client::Tensor;
 // Trains x with `steps` SGD steps through `client`; returns the final x.
 // staleness 0: synchronous SGD. staleness k > 0: pushes are asynchronous and
 // step t computes on parameters at least k steps old, overlapping compute
-// with the daemons' all-reduce (DESIGN.md "Async SGD").
+// with the daemons' all-reduce (DESIGN.md "Async SGD"). A worker started in
+// place of one that left a running run (same index) resumes at the step
+// its predecessor reached: client.first_step().
 absl::StatusOr<std::vector<float>> Train(Client& client, int dim, int steps,
                                          int staleness, bool homogeneous,
-                                         absl::Duration delay) {
+                                         absl::Duration delay,
+                                         absl::Duration timeout) {
   absl::Status status =
       client.DeclareTensor("x", {dim}, client::DataType::kFloat32);
   if (!status.ok()) return status;
@@ -86,29 +92,32 @@ absl::StatusOr<std::vector<float>> Train(Client& client, int dim, int steps,
                              : client.rank() * client.local_workers() +
                                    client.worker_index();
 
+  // The first pull ends the declarations; then first_step() is final.
+  status = client.PullParameters(client.first_step(), {Tensor{"x", *x}});
+  if (!status.ok()) return status;
+  const int64_t first = client.first_step();
   std::vector<client::Future> pushes(staleness + 1);
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = first; step < steps; ++step) {
     const int slot = static_cast<int>(step % (staleness + 1));
     // The push that last used this buffer must be done with it.
-    if (step > staleness &&
-        !(status = pushes[slot].Wait(absl::Seconds(60))).ok()) {
+    if (step - first > staleness &&
+        !(status = pushes[slot].Wait(timeout)).ok()) {
       return status;
     }
     // The parameters after at least `step - staleness` updates.
-    status = client.PullParameters(std::max<int64_t>(0, step - staleness),
+    status = client.PullParameters(std::max(first, step - staleness),
                                    {Tensor{"x", *x}});
     if (!status.ok()) return status;
     QuadraticGradient(me, workers, *x, grads[slot]);
     absl::SleepFor(delay);  // stands in for more compute
     pushes[slot] = client.PushGradientsAsync(step, {{"x", grads[slot]}});
-    if (staleness == 0 &&
-        !(status = pushes[slot].Wait(absl::Seconds(60))).ok()) {
+    if (staleness == 0 && !(status = pushes[slot].Wait(timeout)).ok()) {
       return status;
     }
   }
-  for (int64_t step = std::max(0, steps - staleness - 1); step < steps;
-       ++step) {
-    status = pushes[step % (staleness + 1)].Wait(absl::Seconds(60));
+  for (int64_t step = std::max<int64_t>(first, steps - staleness - 1);
+       step < steps; ++step) {
+    status = pushes[step % (staleness + 1)].Wait(timeout);
     if (!status.ok()) return status;
   }
   status = client.Barrier();  // every worker has pushed its last step
@@ -121,7 +130,7 @@ absl::StatusOr<std::vector<float>> Train(Client& client, int dim, int steps,
 
 // Every worker all-reduces [its number + 1, 1]: the sums must be
 // W (W + 1) / 2 and W, exactly (small integers in float).
-absl::Status CheckAllReduce(Client& client) {
+absl::Status CheckAllReduce(Client& client, absl::Duration timeout) {
   const int workers = client.group_size() * client.local_workers();
   const int me = client.rank() * client.local_workers() + client.worker_index();
   absl::StatusOr<absl::Span<float>> data = client.Allocate(2);
@@ -129,7 +138,7 @@ absl::Status CheckAllReduce(Client& client) {
   (*data)[0] = static_cast<float>(me + 1);
   (*data)[1] = 1.0f;
   client::Future done = client.AllReduceAsync(*data);
-  absl::Status status = done.Wait(absl::Seconds(30));
+  absl::Status status = done.Wait(timeout);
   if (!status.ok()) return status;
   if ((*data)[0] != workers * (workers + 1) / 2.0f || (*data)[1] != workers) {
     return absl::InternalError(absl::StrCat("all-reduce gave ", (*data)[0],
@@ -174,11 +183,29 @@ int Main(int argc, char** argv) {
   } else {
     x = Train(**client, dim, absl::GetFlag(FLAGS_steps),
               absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_homogeneous),
-              absl::GetFlag(FLAGS_step_delay));
+              absl::GetFlag(FLAGS_step_delay), options.timeout);
   }
   if (!x.ok()) {
     std::fprintf(stderr, "quadratic_worker: %s\n",
                  std::string(x.status().message()).c_str());
+    return 1;
+  }
+  std::string checked;
+  if (absl::GetFlag(FLAGS_check_allreduce)) {
+    absl::Status status = CheckAllReduce(**client, options.timeout);
+    if (!status.ok()) {
+      std::fprintf(stderr, "quadratic_worker: %s\n",
+                   std::string(status.message()).c_str());
+      return 1;
+    }
+    checked = "allreduce=ok ";
+  }
+  // Done: the run ends once every worker of the job finished; the daemons
+  // release its memory and stay up for the next run.
+  absl::Status finished = (*client)->Finish();
+  if (!finished.ok()) {
+    std::fprintf(stderr, "quadratic_worker: %s\n",
+                 std::string(finished.message()).c_str());
     return 1;
   }
   if (absl::GetFlag(FLAGS_summary)) {
@@ -195,16 +222,8 @@ int Main(int argc, char** argv) {
         absl::GetFlag(FLAGS_steps), QuadraticLoss(*x), distance);
     return 0;
   }
-  std::string line = absl::StrFormat("loss=%.9g params=", QuadraticLoss(*x));
-  if (absl::GetFlag(FLAGS_check_allreduce)) {
-    absl::Status status = CheckAllReduce(**client);
-    if (!status.ok()) {
-      std::fprintf(stderr, "quadratic_worker: %s\n",
-                   std::string(status.message()).c_str());
-      return 1;
-    }
-    line = absl::StrCat("allreduce=ok ", line);
-  }
+  std::string line = absl::StrCat(
+      checked, absl::StrFormat("loss=%.9g params=", QuadraticLoss(*x)));
   for (float v : *x) {
     uint32_t bits;
     static_assert(sizeof(bits) == sizeof(v), "float is 32 bits");
