@@ -48,6 +48,14 @@ if command -v buildifier >/dev/null 2>&1; then
   fi
 fi
 
+step "thread-safety check (clang -Wthread-safety -Werror over server/ and client/)"
+if tests/thread_safety_check.sh; then
+  extra_passed=$((extra_passed + 1))
+else
+  echo "FAILED: thread-safety check (run: tests/thread_safety_check.sh [FILE.cc...])"
+  extra_failed=$((extra_failed + 1))
+fi
+
 step "bazel test //..."
 bazel test "${BAZEL_FLAGS[@]}" --keep_going //...
 bazel_rc=$?

@@ -86,7 +86,7 @@ void FuzzFrames(const uint8_t* data, size_t size) {
   Inbox::Options options;
   options.rank = 0;
   options.size = 2;
-  options.max_early_bytes = 64 * 1024;
+  options.max_early_bytes = 4096;
   options.name = [](int rank) {
     return absl::StrCat("rank ", rank, " (fuzz)");
   };
