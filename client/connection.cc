@@ -113,8 +113,11 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   }
   STARLING_RETURN_IF_ERROR(ToStatus(response));
   connection->hello_ = response.hello();
-  connection->next_step_ = response.hello().next_step();
-  connection->run_id_ = response.hello().run_id();
+  {
+    absl::MutexLock lock(&connection->mu_);
+    connection->next_step_ = response.hello().next_step();
+    connection->run_id_ = response.hello().run_id();
+  }
   connection->where_ =
       absl::StrCat(options.worker_name, " of rank ", connection->hello_.rank(),
                    " (daemon ", connection->hello_.daemon_address(),

@@ -16,7 +16,7 @@ PACKAGES=(
   # Abseil 20220623, RDMA verbs, HTTP endpoints.
   libabsl-dev libibverbs-dev libcpp-httplib-dev
   # Tests and benchmarks.
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   # Format check; network namespaces for multi-host tests.
   clang-format iproute2 procps
   prometheus  # promtool: `promtool check metrics` in the metrics tests

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every Starling test and ends with one line "N passed, N failed".
 #
-#   tests/run_all.sh            format check, bazel test //..., CUDA build check
-#   tests/run_all.sh --quick    skip the CUDA build check
+#   tests/run_all.sh            format check, bazel test //..., CUDA build
+#                               check, 15 s of libFuzzer per harness
+#   tests/run_all.sh --quick    skip the CUDA build check and the fuzzers
 #
 # Counts GoogleTest cases from Bazel's test.xml files (tests/count_results.py);
 # the format check counts as one case. Exits non-zero on any failure and
@@ -14,7 +15,7 @@ QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -66,6 +67,16 @@ if [[ $QUICK == 0 && -x /usr/local/cuda/bin/nvcc ]]; then
     extra_passed=$((extra_passed + 1))
   else
     echo "FAILED: --config=cuda build of //worker/gpu"
+    extra_failed=$((extra_failed + 1))
+  fi
+fi
+
+if [[ $QUICK == 0 ]]; then
+  step "fuzzers: tests/fuzz/run_fuzzers.sh --time 15 (libFuzzer + ASan/UBSan, clang)"
+  if tests/fuzz/run_fuzzers.sh --time 15; then
+    extra_passed=$((extra_passed + 1))
+  else
+    echo "FAILED: tests/fuzz/run_fuzzers.sh (the crashing input and log are named above)"
     extra_failed=$((extra_failed + 1))
   fi
 fi

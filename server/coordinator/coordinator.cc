@@ -101,8 +101,9 @@ std::string Coordinator::RendezvousProgressLocked() const {
   std::vector<std::string> names;
   for (const PendingJoin& p : pending_) names.push_back(p.request.hostname());
   std::sort(names.begin(), names.end());
-  return absl::StrCat(pending_.size(), " of ", options_.expected_nodes,
-                      " nodes have joined (", absl::StrJoin(names, ", "), ")");
+  return absl::StrCat(
+      pending_.size(), " of ", options_.expected_nodes, " nodes have joined",
+      names.empty() ? "" : absl::StrCat(" (", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::StatusOr<proto::JoinResponse> Coordinator::Join(

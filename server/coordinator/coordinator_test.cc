@@ -341,7 +341,7 @@ TEST_F(CoordinatorTest, CallsFromAGroupThisCoordinatorDoesNotKnowAreNotFound) {
   EXPECT_THAT(coordinator_->Heartbeat(Beat(0)),
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("this coordinator has no group yet (0 of 2 "
-                                 "nodes have joined ()); a member of a running "
+                                 "nodes have joined); a member of a running "
                                  "group re-registers (Rejoin)")));
 }
 

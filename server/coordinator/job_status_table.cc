@@ -123,8 +123,9 @@ std::string FormatRun(const proto::RunStatus& run, double now_unix_seconds) {
                        : running                    ? now_unix_seconds
                                                     : 0;
     if (end >= run.started_unix_seconds()) {
-      facts.push_back(absl::StrFormat(running ? "for %.1fs" : "%.1fs",
-                                      end - run.started_unix_seconds()));
+      facts.push_back(absl::StrCat(
+          running ? "for " : "",
+          absl::StrFormat("%.1fs", end - run.started_unix_seconds())));
     }
   }
   if (!facts.empty()) {

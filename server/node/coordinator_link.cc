@@ -170,7 +170,8 @@ void CoordinatorLink::LogRetry(absl::Time* last, absl::string_view what,
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
-    if (now - *last < options_.retry_log_interval) return;
+    // Stop() cancels calls in flight: nothing to report.
+    if (stopping_ || now - *last < options_.retry_log_interval) return;
     *last = now;
   }
   STARLING_LOG(WARNING) << what << " at the coordinator "

@@ -120,7 +120,6 @@ class Handshaker {
   bool refused_by_peer_ = false;
   State state_ = State::kRunning;
   Step step_ = Step::kHello;
-  AuthMode peer_mode_ = AuthMode::kNone;
   Transcript transcript_;
 
   // The frame being read: header, then payload.
