@@ -17,10 +17,6 @@
 namespace starling {
 namespace coordinator {
 
-// The version moved to server/base/version.h. TODO(#coordinator-runs):
-// drop this alias once server/node includes the base header.
-using ::starling::kStarlingVersion;
-
 struct CoordinatorOptions {
   // Required. Every request must name this job.
   std::string job_id;

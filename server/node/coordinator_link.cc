@@ -9,7 +9,6 @@
 #include "server/base/grpc_status.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
-#include "server/base/status_macros.h"
 #include "server/base/version.h"
 
 namespace starling {
@@ -32,19 +31,6 @@ constexpr size_t kMaxToldFailures = 64;
 std::string Cause(const grpc::Status& status) {
   return FromGrpcStatus(status).ToString();
 }
-
-// RAII registration of a ClientContext for Stop() to cancel.
-class InFlight {
- public:
-  explicit InFlight(std::function<void()> unregister)
-      : unregister_(std::move(unregister)) {}
-  ~InFlight() { unregister_(); }
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-
- private:
-  std::function<void()> unregister_;
-};
 
 }  // namespace
 
@@ -119,20 +105,36 @@ void CoordinatorLink::Stop() {
   if (thread.joinable()) thread.join();
 }
 
-absl::Status CoordinatorLink::Register(grpc::ClientContext* context) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) {
-    return absl::CancelledError(absl::StrCat("the link to the coordinator at ",
-                                             options_.coordinator,
-                                             " is stopping"));
+CoordinatorLink::CallResult CoordinatorLink::Call(
+    absl::Time deadline,
+    const std::function<grpc::Status(grpc::ClientContext*)>& rpc,
+    bool cancellable) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  if (cancellable) {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      return {
+          grpc::Status(grpc::StatusCode::CANCELLED, "the daemon is stopping"),
+          Outcome::kStopping};
+    }
+    in_flight_.insert(&context);
   }
-  in_flight_.insert(context);
-  return absl::OkStatus();
+  const grpc::Status status = rpc(&context);
+  absl::MutexLock lock(&mu_);
+  if (cancellable) in_flight_.erase(&context);
+  if (stopping_ && cancellable && !status.ok()) {
+    return {status, Outcome::kStopping};
+  }
+  return {status, Classify(status, context)};
 }
 
-void CoordinatorLink::Unregister(grpc::ClientContext* context) {
+bool CoordinatorLink::PauseUntil(absl::Time wake) {
   absl::MutexLock lock(&mu_);
-  in_flight_.erase(context);
+  while (!stopping_ && absl::Now() < wake) {
+    changed_.WaitWithDeadline(&mu_, wake);
+  }
+  return !stopping_;
 }
 
 CoordinatorLink::Outcome CoordinatorLink::Classify(
@@ -195,55 +197,44 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::Join() {
   proto::JoinRequest request = identity_;
   absl::Time last_log = absl::InfinitePast();
   absl::Duration pause = kFirstRetry;
+  // The first failure says why (a refused connection, a DNS failure); later
+  // ones may only say that an attempt ran out of time.
+  grpc::Status first_cause;
   proto::JoinResponse response;
+  const absl::Status cancelled =
+      absl::CancelledError(absl::StrCat(what, ": the daemon is stopping"));
   while (true) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
     request.set_wait_timeout_ms(std::max<int64_t>(
         1, absl::ToInt64Milliseconds(deadline - absl::Now())));
-    if (absl::Status registered = Register(&context); !registered.ok()) {
-      return registered;
-    }
-    grpc::Status status;
-    {
-      InFlight in_flight([this, &context] { Unregister(&context); });
-      status = stub_->Join(&context, request, &response);
-    }
-    const Outcome outcome = Classify(status, context);
-    if (outcome == Outcome::kOk) break;
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) {
-        return absl::CancelledError(
-            absl::StrCat(what, ": cancelled, the daemon is stopping"));
-      }
-    }
-    if (outcome != Outcome::kRetry) {
+    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
+      return stub_->Join(context, request, &response);
+    });
+    const grpc::Status& status = call.status;
+    if (call.outcome == Outcome::kOk) break;
+    if (call.outcome == Outcome::kStopping) return cancelled;
+    if (call.outcome != Outcome::kRetry) {
       return FromGrpcStatus(status, absl::StrCat(what, " at the coordinator ",
                                                  options_.coordinator));
     }
+    if (first_cause.ok()) first_cause = status;
     const absl::Time now = absl::Now();
     if (now >= deadline ||
         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      const bool same = status.error_code() == first_cause.error_code() &&
+                        status.error_message() == first_cause.error_message();
       return absl::UnavailableError(absl::StrCat(
           "could not reach the coordinator at ", options_.coordinator,
           " within ", absl::FormatDuration(options_.join_timeout), " (", what,
-          "): ", Cause(status)));
+          "): ", Cause(first_cause),
+          same ? "" : absl::StrCat("; last attempt: ", Cause(status))));
     }
     LogRetry(&last_log, what, status);
-    absl::MutexLock lock(&mu_);
-    const absl::Time wake = std::min(deadline, now + pause);
-    while (!stopping_ && absl::Now() < wake) {
-      changed_.WaitWithDeadline(&mu_, wake);
-    }
+    if (!PauseUntil(std::min(deadline, now + pause))) return cancelled;
     pause = std::min(2 * pause, kMaxRetry);
   }
 
   absl::MutexLock lock(&mu_);
-  if (stopping_) {
-    return absl::CancelledError(
-        absl::StrCat(what, ": cancelled, the daemon is stopping"));
-  }
+  if (stopping_) return cancelled;
   join_ = response;
   joined_ = true;
   const int64_t interval_ms = response.config().heartbeat_interval_ms();
@@ -263,8 +254,7 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::Join() {
   return response;
 }
 
-// --- Runs
-// ---------------------------------------------------------------------
+// --- Runs -------------------------------------------------------------------
 
 void CoordinatorLink::NoteRunId(uint64_t run_id) {
   absl::MutexLock lock(&mu_);
@@ -294,6 +284,9 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
   }
   request.set_next_op_seq(next_op_seq);
 
+  const absl::Status cancelled = absl::CancelledError(
+      absl::StrCat("begin-run request of rank ", request.rank(),
+                   ": the daemon is stopping"));
   const absl::Time start = absl::Now();
   absl::Time last_log = absl::InfinitePast();
   absl::Duration pause = kFirstRetry;
@@ -308,48 +301,34 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
           absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1))),
           last.ok() ? std::string() : absl::StrCat(": ", Cause(last))));
     }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
     request.set_wait_timeout_ms(
         std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - now)));
-    if (absl::Status registered = Register(&context); !registered.ok()) {
-      return registered;
-    }
     proto::BeginRunResponse response;
-    grpc::Status status;
-    {
-      InFlight in_flight([this, &context] { Unregister(&context); });
-      status = stub_->BeginRun(&context, request, &response);
-    }
-    switch (Classify(status, context)) {
+    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
+      return stub_->BeginRun(context, request, &response);
+    });
+    switch (call.outcome) {
       case Outcome::kOk:
         NoteRunId(response.run_id());
         return response;
       case Outcome::kFailed:
         // The coordinator's own word, self-contained (names the tensor
         // and the ranks, or the ranks that did not begin).
-        return FromGrpcStatus(status);
+        return FromGrpcStatus(call.status);
+      case Outcome::kStopping:
+        return cancelled;
       case Outcome::kRejoin:
         if (Rejoin().ok()) continue;
         break;
       case Outcome::kRetry:
         break;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) {
-        return absl::CancelledError(
-            absl::StrCat("begin-run request of rank ", request.rank(),
-                         " cancelled: the daemon is stopping"));
-      }
+    if (last.ok() ||
+        call.status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      last = call.status;
     }
-    last = status;
-    LogRetry(&last_log, "beginning a run", status);
-    absl::MutexLock lock(&mu_);
-    const absl::Time wake = std::min(deadline, absl::Now() + pause);
-    while (!stopping_ && absl::Now() < wake) {
-      changed_.WaitWithDeadline(&mu_, wake);
-    }
+    LogRetry(&last_log, "beginning a run", call.status);
+    if (!PauseUntil(std::min(deadline, absl::Now() + pause))) return cancelled;
     pause = std::min(2 * pause, kMaxRetry);
   }
 }
@@ -365,16 +344,7 @@ void CoordinatorLink::EndRun(const proto::RunStatus& run, int64_t failed_step) {
   request.set_failed_step(failed_step);
   request.set_error(run.error());
   NoteRunId(run.run_id());
-  absl::MutexLock lock(&mu_);
-  if (queue_.size() >= kMaxQueued) {
-    STARLING_LOG(WARNING) << "dropping an unsent report to the coordinator "
-                          << options_.coordinator << ": " << kMaxQueued
-                          << " are waiting";
-    queue_.pop_front();
-  }
-  queue_.push_back(std::move(item));
-  retry_queue_at_ = absl::InfinitePast();
-  changed_.SignalAll();
+  Enqueue(std::move(item));
 }
 
 void CoordinatorLink::ReportStepFailure(int64_t step,
@@ -384,8 +354,17 @@ void CoordinatorLink::ReportStepFailure(int64_t step,
   item.step->set_job_id(options_.job_id);
   item.step->set_iteration(static_cast<uint64_t>(std::max<int64_t>(0, step)));
   item.step->set_error(error);
+  Enqueue(std::move(item));
+}
+
+void CoordinatorLink::Enqueue(Outgoing item) {
   absl::MutexLock lock(&mu_);
-  if (queue_.size() >= kMaxQueued) queue_.pop_front();
+  if (queue_.size() >= kMaxQueued) {
+    STARLING_LOG(WARNING) << "dropping an unsent report to the coordinator "
+                          << options_.coordinator << ": " << kMaxQueued
+                          << " are waiting";
+    queue_.pop_front();
+  }
   queue_.push_back(std::move(item));
   retry_queue_at_ = absl::InfinitePast();
   changed_.SignalAll();
@@ -466,36 +445,40 @@ std::deque<CoordinatorLink::Outgoing> CoordinatorLink::Send(
   }
   while (!items.empty()) {
     Outgoing& item = items.front();
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(
-        final ? final_deadline : absl::Now() + rpc_timeout_));
-    std::optional<InFlight> in_flight;
-    if (!final) {
-      if (!Register(&context).ok()) return items;
-      in_flight.emplace([this, &context] { Unregister(&context); });
-    }
-    grpc::Status status;
+    const absl::Time deadline =
+        final ? final_deadline : absl::Now() + rpc_timeout_;
     std::string what;
+    CallResult call;
     if (item.step.has_value()) {
       item.step->set_rank(rank);
-      proto::StepReportAck ack;
-      status = stub_->ReportStep(&context, *item.step, &ack);
       what = absl::StrCat("the report of failed step ", item.step->iteration());
+      call = Call(
+          deadline,
+          [&](grpc::ClientContext* context) {
+            proto::StepReportAck ack;
+            return stub_->ReportStep(context, *item.step, &ack);
+          },
+          /*cancellable=*/!final);
     } else {
       item.end->set_rank(rank);
       item.end->set_group_epoch(epoch);
-      proto::EndRunResponse ack;
-      status = stub_->EndRun(&context, *item.end, &ack);
       what = absl::StrCat("the end of run ", item.end->run_id());
+      call = Call(
+          deadline,
+          [&](grpc::ClientContext* context) {
+            proto::EndRunResponse ack;
+            return stub_->EndRun(context, *item.end, &ack);
+          },
+          /*cancellable=*/!final);
     }
-    in_flight.reset();
-    switch (Classify(status, context)) {
+    switch (call.outcome) {
       case Outcome::kOk:
         items.pop_front();
         continue;
       case Outcome::kFailed:
-        STARLING_LOG(WARNING) << "the coordinator at " << options_.coordinator
-                              << " refused " << what << ": " << Cause(status);
+        STARLING_LOG(WARNING)
+            << "the coordinator at " << options_.coordinator << " refused "
+            << what << ": " << Cause(call.status);
         items.pop_front();
         continue;
       case Outcome::kRejoin: {
@@ -503,8 +486,10 @@ std::deque<CoordinatorLink::Outgoing> CoordinatorLink::Send(
         rejoin_needed_ = true;
         return items;
       }
+      case Outcome::kStopping:
+        return items;
       case Outcome::kRetry:
-        LogRetry(&last_send_log_, absl::StrCat("sending ", what), status);
+        LogRetry(&last_send_log_, absl::StrCat("sending ", what), call.status);
         return items;
     }
   }
@@ -520,33 +505,30 @@ void CoordinatorLink::Beat() {
     request.set_rank(join_.rank());
     request.set_group_epoch(join_.group_epoch());
     highest_run_id_ = std::max(highest_run_id_, request.run().run_id());
+    last_run_ = request.run();
   }
   proto::HeartbeatResponse response;
   // At most one immediate retry, after a re-registration.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-    if (!Register(&context).ok()) return;
-    grpc::Status status;
-    {
-      InFlight in_flight([this, &context] { Unregister(&context); });
-      status = stub_->Heartbeat(&context, request, &response);
-    }
-    const Outcome outcome = Classify(status, context);
-    if (outcome == Outcome::kOk) break;
+    const CallResult call =
+        Call(absl::Now() + rpc_timeout_, [&](grpc::ClientContext* context) {
+          return stub_->Heartbeat(context, request, &response);
+        });
+    if (call.outcome == Outcome::kOk) break;
+    if (call.outcome == Outcome::kStopping) return;
     {
       absl::MutexLock lock(&mu_);
       beat_failing_ = true;
     }
-    if (outcome == Outcome::kRejoin && attempt == 0) {
+    if (call.outcome == Outcome::kRejoin && attempt == 0) {
       STARLING_LOG(WARNING)
           << "the coordinator at " << options_.coordinator
           << " does not know this node's group (did it restart?): "
-          << status.error_message() << "; re-registering";
+          << call.status.error_message() << "; re-registering";
       if (Rejoin().ok()) continue;
       return;
     }
-    LogRetry(&last_beat_log_, "heartbeat", status);
+    LogRetry(&last_beat_log_, "heartbeat", call.status);
     return;
   }
   bool recovered;
@@ -578,36 +560,31 @@ void CoordinatorLink::Beat() {
 }
 
 absl::Status CoordinatorLink::Rejoin() {
+  // The run as the last heartbeat reported it: fill_status is called on the
+  // link's thread only, and this may run on the step thread (BeginRun).
   proto::RejoinRequest request;
   *request.mutable_node() = identity_;
-  proto::HeartbeatRequest live;
-  if (callbacks_.fill_status) callbacks_.fill_status(&live);
-  *request.mutable_run() = live.run();
   {
     absl::MutexLock lock(&mu_);
     request.set_rank(join_.rank());
     request.set_group_epoch(join_.group_epoch());
     *request.mutable_peers() = join_.peers();
     *request.mutable_shard_map() = join_.shard_map();
-    highest_run_id_ = std::max(highest_run_id_, live.run().run_id());
+    *request.mutable_run() = last_run_;
     request.set_highest_run_id(highest_run_id_);
   }
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-  STARLING_RETURN_IF_ERROR(Register(&context));
   proto::JoinResponse response;
-  grpc::Status status;
-  {
-    InFlight in_flight([this, &context] { Unregister(&context); });
-    status = stub_->Rejoin(&context, request, &response);
-  }
-  if (!status.ok()) {
+  const CallResult call =
+      Call(absl::Now() + rpc_timeout_, [&](grpc::ClientContext* context) {
+        return stub_->Rejoin(context, request, &response);
+      });
+  if (call.outcome != Outcome::kOk) {
     {
       absl::MutexLock lock(&mu_);
       rejoin_needed_ = true;
     }
-    LogRetry(&last_rejoin_log_, "re-registering", status);
-    return FromGrpcStatus(status, "re-registering");
+    LogRetry(&last_rejoin_log_, "re-registering", call.status);
+    return FromGrpcStatus(call.status, "re-registering");
   }
   {
     absl::MutexLock lock(&mu_);
@@ -633,8 +610,7 @@ absl::Status CoordinatorLink::Rejoin() {
   return absl::OkStatus();
 }
 
-// --- Accessors
-// ----------------------------------------------------------------
+// --- Accessors --------------------------------------------------------------
 
 proto::JoinResponse CoordinatorLink::join_response() const {
   absl::MutexLock lock(&mu_);

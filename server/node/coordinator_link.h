@@ -169,18 +169,28 @@ class CoordinatorLink {
     kRejoin,
     // Refused for good.
     kFailed,
+    // Cancelled by Stop(), or not made because the link is stopping.
+    kStopping,
+  };
+  struct CallResult {
+    grpc::Status status;
+    Outcome outcome = Outcome::kFailed;
   };
 
   CoordinatorLink(CoordinatorLinkOptions options,
                   CoordinatorLinkCallbacks callbacks,
                   std::shared_ptr<grpc::Channel> channel);
 
-  // Registers `context` so that Stop() can cancel it; Cancelled if
-  // stopping. Unregister before destroying it.
-  absl::Status Register(grpc::ClientContext* context);
-  void Unregister(grpc::ClientContext* context);
+  // Calls `rpc` with a fresh context bounded by `deadline`; a
+  // `cancellable` call is cancelled by Stop() (and not made once stopping).
+  CallResult Call(absl::Time deadline,
+                  const std::function<grpc::Status(grpc::ClientContext*)>& rpc,
+                  bool cancellable = true);
   static Outcome Classify(const grpc::Status& status,
                           const grpc::ClientContext& context);
+  // Waits until `wake` or Stop(); false if stopping.
+  bool PauseUntil(absl::Time wake);
+  void Enqueue(Outgoing item);
 
   void HeartbeatLoop();
   void Beat();
@@ -219,6 +229,8 @@ class CoordinatorLink {
   absl::Time retry_queue_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool rejoin_needed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t highest_run_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // The run the last heartbeat reported (fill_status), for Rejoin.
+  proto::RunStatus last_run_ ABSL_GUARDED_BY(mu_);
   int64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rejoins_ ABSL_GUARDED_BY(mu_) = 0;
   bool beat_failing_ ABSL_GUARDED_BY(mu_) = false;

@@ -84,9 +84,9 @@ class CoordinatorLinkTest : public ::testing::Test {
     options.job_id = kJob;
     options.expected_nodes = nodes;
     registries_.push_back(std::make_unique<metrics::MetricsRegistry>());
-    ASSERT_OK_AND_ASSIGN(coordinator_, coordinator::Coordinator::Create(
-                                           options, &clock_,
-                                           registries_.back().get()));
+    ASSERT_OK_AND_ASSIGN(coordinator_,
+                         coordinator::Coordinator::Create(
+                             options, &clock_, registries_.back().get()));
     service_ =
         std::make_unique<coordinator::CoordinatorService>(coordinator_.get());
     grpc::ServerBuilder builder;
@@ -119,7 +119,7 @@ class CoordinatorLinkTest : public ::testing::Test {
     options.data_address = absl::StrCat("127.0.0.1:", 40000 + i);
     options.local_workers = 2;
     options.join_timeout = absl::Seconds(20);
-    options.heartbeat_interval = absl::Milliseconds(50);
+    options.heartbeat_interval = heartbeat_interval_;
     options.rpc_timeout = absl::Seconds(2);
     return options;
   }
@@ -206,6 +206,7 @@ class CoordinatorLinkTest : public ::testing::Test {
 
   FakeClock clock_;
   int port_ = 0;
+  absl::Duration heartbeat_interval_ = absl::Milliseconds(50);
   std::vector<std::unique_ptr<metrics::MetricsRegistry>> registries_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<coordinator::CoordinatorService> service_;
@@ -265,15 +266,17 @@ TEST_F(CoordinatorLinkTest, JoinGivesUpNamingTheAddressAndTheCause) {
   options.join_timeout = absl::Milliseconds(300);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<CoordinatorLink> link,
                        CoordinatorLink::Create(options, {}));
+  const absl::Status joined = link->Join().status();
   EXPECT_THAT(
-      link->Join(),
+      joined,
       StatusIs(absl::StatusCode::kUnavailable,
-               HasSubstr(absl::StrCat("could not reach the coordinator at "
-                                      "127.0.0.1:",
-                                      port_, " within 300ms (joining job "
-                                             "link-job): UNAVAILABLE"))));
-  EXPECT_THAT(link->Join(), StatusIs(absl::StatusCode::kUnavailable,
-                                     HasSubstr("Connection refused")));
+               HasSubstr(absl::StrCat(
+                   "could not reach the coordinator at 127.0.0.1:", port_,
+                   " within 300ms (joining job link-job): "
+                   "UNAVAILABLE"))));
+  // The cause as gRPC gave it: "Connection refused" on a quiet machine, or
+  // the connection attempt cut short by the deadline.
+  EXPECT_THAT(joined.message(), HasSubstr("failed to connect"));
 }
 
 TEST_F(CoordinatorLinkTest, JoinNamesAHostThatDoesNotResolve) {
@@ -346,14 +349,15 @@ TEST_F(CoordinatorLinkTest, EveryLinkBeginsTheSameRunThenEndsIt) {
   const auto answers = BeginAll({Table(), Table(), other});
   const int odd = links_[2]->join_response().rank();
   for (const auto& answer : answers) {
-    EXPECT_THAT(answer, StatusIs(absl::StatusCode::kInvalidArgument,
-                                 odd == 0 ? HasSubstr("declared as [999] "
-                                                      "float32 by rank 0")
-                                          : HasSubstr(absl::StrCat(
-                                                "[1000] float32 by rank 0 "
-                                                "but as [999] float32 by "
-                                                "rank ",
-                                                odd))));
+    EXPECT_THAT(
+        answer,
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 odd == 0 ? HasSubstr("declared as [999] "
+                                      "float32 by rank 0")
+                          : HasSubstr(absl::StrCat("[1000] float32 by rank 0 "
+                                                   "but as [999] float32 by "
+                                                   "rank ",
+                                                   odd))));
   }
 }
 
@@ -387,7 +391,8 @@ TEST_F(CoordinatorLinkTest, AFailedRunIsToldToTheOtherLinks) {
   for (int i : {0, 2}) {
     ASSERT_TRUE(nodes_[i]->Await(+[](Node* n) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       return !n->failures.empty();
-    })) << "link " << i;
+    })) << "link "
+        << i;
     absl::MutexLock lock(&nodes_[i]->mu);
     ASSERT_THAT(nodes_[i]->failures, SizeIs(1));  // told once
     EXPECT_EQ(nodes_[i]->failures[0].run_id(), 1u);
@@ -410,16 +415,14 @@ TEST_F(CoordinatorLinkTest, ARestartedCoordinatorLearnsTheRunningGroup) {
     ASSERT_OK(answer.status());
   }
   for (auto& node : nodes_) node->SetRun(1, proto::RunStatus::STATE_RUNNING, 5);
-  ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {
-    return s.current_run().steps() == 5;
-  }));
+  ASSERT_TRUE(WaitForStatus(
+      [](const proto::JobStatus& s) { return s.current_run().steps() == 5; }));
 
   // The coordinator goes away; a fresh one comes up on the same port.
   StopCoordinator();
   std::vector<int64_t> beats_before;
   for (auto& link : links_) beats_before.push_back(link->heartbeats());
   StartCoordinator(3);
-  EXPECT_EQ(Status().nodes_size(), 0) << "a fresh coordinator knows nothing";
   ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {
     return s.formed() && s.healthy_nodes() == 3;
   })) << Status().DebugString();
@@ -442,13 +445,33 @@ TEST_F(CoordinatorLinkTest, ARestartedCoordinatorLearnsTheRunningGroup) {
   }
 }
 
+TEST_F(CoordinatorLinkTest, BeginRunReRegistersWithARestartedCoordinator) {
+  // One heartbeat at the join, then none for the test's length: only
+  // BeginRun can find out that the coordinator restarted.
+  heartbeat_interval_ = absl::Hours(1);
+  StartCoordinator(2);
+  JoinAll(2);
+  for (auto& link : links_) ASSERT_TRUE(link->AwaitHeartbeats(1, Soon()));
+  StopCoordinator();
+  StartCoordinator(2);
+  for (const auto& answer : BeginAll({Table(), Table()})) {
+    ASSERT_OK(answer.status());
+    EXPECT_EQ(answer->run_id(), 1u);
+  }
+  for (auto& link : links_) EXPECT_EQ(link->rejoins(), 1);
+  EXPECT_EQ(Status().healthy_nodes(), 2);
+}
+
 TEST_F(CoordinatorLinkTest, ALostNodeThatHeartbeatsAgainIsHealthyAgain) {
   StartCoordinator(2);
   JoinAll(2);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(links_[i]->AwaitHeartbeats(1, Soon()));
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(links_[i]->AwaitHeartbeats(1, Soon()));
   // Both fell silent as far as the coordinator's clock goes.
   clock_.Advance(absl::Seconds(6));
-  EXPECT_THAT(coordinator_->DetectFailures(), SizeIs(2));
+  // Marks both LOST, unless a heartbeat came first and marked the other
+  // (either way the one that comes back first hears of the other).
+  coordinator_->DetectFailures();
   // The next heartbeats make them healthy again; the first one to come
   // back learns that the other was lost.
   ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {

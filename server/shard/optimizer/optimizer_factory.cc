@@ -1,6 +1,8 @@
 #include "server/shard/optimizer/optimizer_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
 #include "server/shard/optimizer/adam.h"
 #include "server/shard/optimizer/momentum.h"
@@ -23,9 +25,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     STARLING_ASSIGN_OR_RETURN(optimizer,
                               AdamOptimizer::Create(options, shard_elements));
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown optimizer '", name,
-                     "'; valid optimizers: sgd, momentum, adam"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown optimizer '", name, "'; valid optimizers: ",
+        absl::StrJoin(OptimizerNames(OptimizerFilter::kUpdating), ", ")));
   }
   return optimizer;
 }

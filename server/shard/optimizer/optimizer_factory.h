@@ -13,7 +13,9 @@ namespace starling {
 namespace shard {
 
 // An optimizer for a shard of `shard_elements` elements (state allocated
-// here). options.name is "sgd", "momentum" or "adam" (exact, lower case).
+// here). options.name is one of OptimizerNames(OptimizerFilter::kUpdating)
+// (server/base/optimizer_names.h: "sgd", "momentum", "adam"; exact, lower
+// case), whose state_slots its StateBytes() follows.
 // InvalidArgument for another name (the message lists the valid ones) or an
 // option out of range; ResourceExhausted is not returned: allocation failure
 // aborts like any std::vector.

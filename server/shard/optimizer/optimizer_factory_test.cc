@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/base/optimizer_names.h"
 #include "server/base/status_matchers.h"
 #include "server/collective/shard_layout.h"
 #include "server/shard/optimizer/optimizer.h"
@@ -38,6 +39,18 @@ TEST(CreateOptimizer, BuildsEachNamedOptimizerWithStateForItsShard) {
     EXPECT_EQ(opt->shard_elements(), 12345u);
     EXPECT_EQ(opt->StateBytes(), 12345u * kind.floats_per_element * 4u)
         << kind.name;
+  }
+}
+
+// The shared list (server/base/optimizer_names.h) that the coordinator
+// validates --optimizer against: every updating optimizer in it is built,
+// with the state slots the list gives.
+TEST(CreateOptimizer, BuildsEveryUpdatingOptimizerOfTheSharedList) {
+  for (const std::string& name : OptimizerNames(OptimizerFilter::kUpdating)) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Optimizer> opt,
+                         CreateOptimizer(Named(name), 100));
+    EXPECT_EQ(opt->StateBytes(), 100u * 4u * FindOptimizer(name)->state_slots)
+        << name;
   }
 }
 
