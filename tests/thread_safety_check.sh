@@ -7,10 +7,11 @@
 #   tests/thread_safety_check.sh               every .cc under server/, client/
 #   tests/thread_safety_check.sh FILE.cc ...   only these (from the repo root)
 #   tests/thread_safety_check.sh -j N ...      N compiles at once (default nproc)
+#   tests/thread_safety_check.sh --no-cache    check every file again
 #
 # Prints one line per failing file, then the failing files' diagnostics, then
-# "thread-safety: N files, N failed"; exits 1 on any failure. CLANGXX names
-# the compiler (default clang++, Debian's clang 14).
+# "thread-safety: N files (N cached), N failed"; exits 1 on any failure.
+# CLANGXX names the compiler (default clang++, Debian's clang 14).
 #
 # -Wthread-safety-beta adds the lock-order checks (ABSL_ACQUIRED_BEFORE /
 # ABSL_ACQUIRED_AFTER), which clang 14 skips without it; the tree is clean
@@ -28,18 +29,25 @@
 # -iquote the workspace and bazel-bin (generated .pb.h, built first), and the
 # copts of the @system libraries (bazel/pkg_config.bzl). Common system
 # headers (std, Abseil; GoogleTest for tests) come from two precompiled
-# headers made per run, which halves the time.
+# headers, which halves the time.
+#
+# A file that passed is not parsed again while nothing it read changed: the
+# cache (.cache/thread_safety/, ignored by git) keeps, per file, the list of
+# files clang read (-MD) and a hash of their contents (system headers: size
+# and mtime), of clang's version and of the flags.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 CLANGXX=${CLANGXX:-clang++}
 parallel=$(nproc)
+cache=.cache/thread_safety
 files=()
 while (($#)); do
   case "$1" in
     -j) parallel=${2:?-j needs a number}; shift 2 ;;
     -j*) parallel=${1#-j}; shift ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    --no-cache) cache="" ; shift ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     -*) echo "thread_safety_check.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
   esac
@@ -93,14 +101,79 @@ EOF
   echo "FAILED: cannot read the @system copts from $system_build"
   exit 1
 fi
-
 bazel_s=$((SECONDS - start))
 
 flags=(-std=c++17 -Wthread-safety -Wthread-safety-beta -Werror
   -iquote . -iquote "$bin" "${system_flags[@]}")
 
+# keys.py GLOBAL_KEY < "index<TAB>path<TAB>depfile" lines: prints
+# "index<TAB>key" for each, the key hashing GLOBAL_KEY, the path and every
+# file the depfile lists ("-" when the depfile or one of them is missing).
+cat >"$tmp/keys.py" <<'EOF'
+import hashlib, os, sys
+digests = {}
+def digest(path):
+    if path not in digests:
+        try:
+            if path.startswith("/usr/"):
+                st = os.stat(path)
+                digests[path] = "%d:%d" % (st.st_size, st.st_mtime_ns)
+            else:
+                with open(path, "rb") as f:
+                    digests[path] = hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            digests[path] = None
+    return digests[path]
+for line in sys.stdin:
+    index, path, depfile = line.rstrip("\n").split("\t")
+    try:
+        with open(depfile) as f:
+            deps = f.read().replace("\\\n", " ").split(":", 1)[1].split()
+    except (OSError, IndexError):
+        print(index + "\t-")
+        continue
+    h = hashlib.sha256((sys.argv[1] + "\n" + path + "\n").encode())
+    for dep in deps:
+        d = digest(dep)
+        if d is None:
+            h = None
+            break
+        h.update(("%s %s\n" % (dep, d)).encode())
+    print(index + "\t" + (h.hexdigest() if h else "-"))
+EOF
+global_key=$({ "$CLANGXX" --version; printf '%s\n' "${flags[@]}"; } | sha256sum | cut -d' ' -f1)
+keys() {  # $1: depfile of index $i is $1/$i.d; prints "index<TAB>key"
+  for i in "${!files[@]}"; do
+    printf '%s\t%s\t%s\n' "$i" "${files[$i]}" "$1/$i.d"
+  done | python3 "$tmp/keys.py" "$global_key"
+}
+
+# What the cache already passed: linked by index into $tmp/old.
+mkdir -p "$tmp/old" "$tmp/new"
+todo=()
+if [[ -n $cache ]]; then
+  for i in "${!files[@]}"; do
+    entry="$cache/files/${files[$i]#/}"
+    [[ -f $entry.d ]] && ln -s "$PWD/$entry.d" "$tmp/old/$i.d"
+  done
+  declare -A old_key=()
+  while IFS=$'\t' read -r i key; do old_key[$i]=$key; done < <(keys "$tmp/old")
+  for i in "${!files[@]}"; do
+    passed=$(cat "$cache/files/${files[$i]#/}.key" 2>/dev/null)
+    if [[ ${old_key[$i]:--} == - || ${old_key[$i]} != "$passed" ]]; then
+      todo+=("$i")
+    fi
+  done
+else
+  todo=("${!files[@]}")
+fi
+
 # Two precompiled headers: tests also get GoogleTest (which costs every
-# other file ~0.2 s to load). If one fails, files go without it.
+# other file ~0.2 s to load). Their sources sit at a fixed path (the cache,
+# written only when they change) so that the files' dependency lists stay
+# valid; if one fails, files go without it.
+pch_dir=${cache:-$tmp}/pch
+mkdir -p "$pch_dir"
 cat >"$tmp/base.h" <<'EOF'
 #include <algorithm>
 #include <atomic>
@@ -129,18 +202,21 @@ EOF
   echo '#include "gmock/gmock.h"'
   echo '#include "gtest/gtest.h"'
 } >"$tmp/test.h"
-for p in base test; do
-  "$CLANGXX" "${flags[@]}" -x c++-header "$tmp/$p.h" -o "$tmp/$p.pch" \
-    >"$tmp/$p.pch.log" 2>&1 &
-done
-pch_failed=0
-for p in base test; do
-  wait -n || pch_failed=1
-done
-if ((pch_failed)); then
-  cat "$tmp"/*.pch.log
-  echo "note: a precompiled header failed; compiling without them"
-  rm -f "$tmp"/*.pch
+if ((${#todo[@]} > 0)); then
+  for p in base test; do
+    cmp -s "$tmp/$p.h" "$pch_dir/$p.h" || cp "$tmp/$p.h" "$pch_dir/$p.h"
+    "$CLANGXX" "${flags[@]}" -x c++-header "$pch_dir/$p.h" -o "$tmp/$p.pch" \
+      >"$tmp/$p.pch.log" 2>&1 &
+  done
+  pch_failed=0
+  for p in base test; do
+    wait -n || pch_failed=1
+  done
+  if ((pch_failed)); then
+    cat "$tmp"/*.pch.log
+    echo "note: a precompiled header failed; compiling without them"
+    rm -f "$tmp"/*.pch
+  fi
 fi
 
 check_one() {  # $1: index into files
@@ -150,18 +226,33 @@ check_one() {  # $1: index into files
   else
     [[ -f $tmp/base.pch ]] && pch=(-include-pch "$tmp/base.pch")
   fi
-  "$CLANGXX" "${flags[@]}" "${pch[@]}" -fsyntax-only "$f" >"$tmp/$1.log" 2>&1 ||
-    touch "$tmp/$1.failed"
+  "$CLANGXX" "${flags[@]}" "${pch[@]}" -fsyntax-only -MD -MF "$tmp/new/$1.d" \
+    "$f" >"$tmp/$1.log" 2>&1 || touch "$tmp/$1.failed"
 }
 
-for i in "${!files[@]}"; do
+for i in "${todo[@]}"; do
   while (($(jobs -rp | wc -l) >= parallel)); do wait -n; done
   check_one "$i" &
 done
 wait
 
+# Record the passes; forget the failures.
+if [[ -n $cache ]]; then
+  while IFS=$'\t' read -r i key; do
+    entry="$cache/files/${files[$i]#/}"
+    mkdir -p "$(dirname "$entry")"
+    if [[ -f $tmp/$i.failed || $key == - ]]; then
+      rm -f "$entry.key" "$entry.d"
+    else
+      cp "$tmp/new/$i.d" "$entry.d.$$" && mv "$entry.d.$$" "$entry.d"
+      echo "$key" >"$entry.key.$$" && mv "$entry.key.$$" "$entry.key"
+    fi
+  done < <(keys "$tmp/new" | grep -v $'\t-$'; for i in "${todo[@]}"; do
+    [[ -f $tmp/$i.failed ]] && printf '%s\t-\n' "$i"; done)
+fi
+
 failed=()
-for i in "${!files[@]}"; do
+for i in "${todo[@]}"; do
   [[ -f $tmp/$i.failed ]] || continue
   failed+=("$i")
   log="$tmp/$i.log"
@@ -179,7 +270,7 @@ for i in "${failed[@]}"; do
 done
 
 version=$("$CLANGXX" --version | grep -o 'version [0-9.]*' | head -1)
-echo "thread-safety: ${#files[@]} files, ${#failed[@]} failed" \
-  "(clang ${version#version }, -Wthread-safety -Wthread-safety-beta -Werror;" \
-  "$((SECONDS - start)) s, of which bazel $bazel_s s)"
+echo "thread-safety: ${#files[@]} files ($((${#files[@]} - ${#todo[@]})) cached)," \
+  "${#failed[@]} failed (clang ${version#version }, -Wthread-safety" \
+  "-Wthread-safety-beta -Werror; $((SECONDS - start)) s, of which bazel $bazel_s s)"
 ((${#failed[@]} == 0))
