@@ -225,6 +225,7 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   topts.sockets_per_peer = config.sockets_per_peer;
   topts.socket_send_buffer_bytes = config.socket_buffer_bytes;
   topts.socket_recv_buffer_bytes = config.socket_buffer_bytes;
+  topts.insecure = config.insecure;
   if (config.wait_spin_us >= 0) {
     topts.wait_spin = absl::Microseconds(config.wait_spin_us);
   }

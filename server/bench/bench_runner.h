@@ -37,8 +37,11 @@ struct BenchConfig {
   double link_bytes_per_s = 0;
   int root = 0;
   int sockets_per_peer = 1;
-  int64_t chunk_bytes = 0;        // 0: the communicator's default
-  int socket_buffer_bytes = 0;    // SO_SNDBUF/SO_RCVBUF; 0: kernel autotuning
+  int64_t chunk_bytes = 0;      // 0: the communicator's default
+  int socket_buffer_bytes = 0;  // SO_SNDBUF/SO_RCVBUF; 0: kernel autotuning
+  // Accept unauthenticated peers from any address (no cluster secret);
+  // otherwise only loopback peers are accepted.
+  bool insecure = false;
   int64_t wait_spin_us = -1;      // transport poll before sleeping; -1: default
   bool print_iterations = false;  // rank 0 prints every iteration's time
 };

@@ -67,6 +67,9 @@ ABSL_FLAG(double, link_gbps, 0,
 ABSL_FLAG(int, root, 0, "root rank for broadcast");
 ABSL_FLAG(int, sockets_per_peer, 1, "TCP sockets per peer (striping)");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "pipelining chunk size; 0 = default");
+ABSL_FLAG(bool, insecure, false,
+          "accept unauthenticated peers from any address (a benchmark "
+          "cluster on a trusted network); without it only loopback peers");
 ABSL_FLAG(int, socket_buffer_bytes, 0,
           "SO_SNDBUF and SO_RCVBUF of the TCP sockets; 0 leaves them to the "
           "kernel's autotuning");
@@ -118,6 +121,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   c.print_iterations = absl::GetFlag(FLAGS_print_iterations);
   c.socket_buffer_bytes = absl::GetFlag(FLAGS_socket_buffer_bytes);
+  c.insecure = absl::GetFlag(FLAGS_insecure);
   c.wait_spin_us = absl::GetFlag(FLAGS_wait_spin_us);
   if (c.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout_s must be positive");

@@ -288,8 +288,13 @@ absl::Status Inbox::EndWrite(int peer, Landing* landing) {
       }
     }
   }
-  NoteWritePart(peer, *landing);
+  absl::Status noted = NoteWritePart(peer, *landing);
   *landing = Landing();
+  if (result.ok() && !noted.ok()) {
+    if (peers_[peer].status.ok()) peers_[peer].status = noted;
+    Changed();
+    result = noted;
+  }
   return result;
 }
 
@@ -302,9 +307,15 @@ void Inbox::AbandonWrite(Landing* landing) {
   *landing = Landing();
 }
 
-void Inbox::NoteWritePart(int peer, const Landing& landing) {
+absl::Status Inbox::NoteWritePart(int peer, const Landing& landing) {
   PeerState& state = peers_[peer];
   const FrameHeader& h = landing.header;
+  // Sequence numbers wrap: one at or past next_seq is at most 2^31 ahead.
+  if (static_cast<uint32_t>(h.seq - state.next_seq) >= (uint32_t{1} << 31)) {
+    return absl::DataLossError(absl::StrCat(
+        options_.name(peer), " sent a part of write ", h.seq, " to region ",
+        RegionName(h.region), " after that write was complete"));
+  }
   if (h.part_count == 1 && h.seq == state.next_seq) {
     // The common case: a whole write, in order.
     PendingWrite write;
@@ -317,6 +328,23 @@ void Inbox::NoteWritePart(int peer, const Landing& landing) {
     ++state.next_seq;
   } else {
     PendingWrite& write = state.pending[h.seq];
+    // The parts of one write share region, imm and part count
+    // (frame_format.md); one that does not would make its notice lie.
+    if (write.parts_seen > 0 &&
+        (write.region != h.region || write.imm != h.imm ||
+         write.part_count != h.part_count)) {
+      return absl::DataLossError(
+          absl::StrCat(options_.name(peer), " sent parts of write ", h.seq,
+                       " that disagree: region ", RegionName(write.region),
+                       " imm ", write.imm, " of ", write.part_count,
+                       " parts, then region ", RegionName(h.region), " imm ",
+                       h.imm, " of ", h.part_count, " parts"));
+    }
+    if (write.parts_seen >= h.part_count) {
+      return absl::DataLossError(absl::StrCat(options_.name(peer),
+                                              " sent more than ", h.part_count,
+                                              " parts of write ", h.seq));
+    }
     write.region = h.region;
     write.imm = h.imm;
     write.part_count = h.part_count;
@@ -336,6 +364,7 @@ void Inbox::NoteWritePart(int peer, const Landing& landing) {
     state.pending.erase(it);
     ++state.next_seq;
   }
+  return absl::OkStatus();
 }
 
 void Inbox::Publish(int peer, const PendingWrite& write) {

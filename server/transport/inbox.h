@@ -108,7 +108,8 @@ class Inbox {
   // The payload is complete: the write's notice is published once all its
   // parts and earlier writes from `peer` are in. DataLoss (the peer's new
   // sticky status) if an early piece turned out to lie past the end of a
-  // region registered while it was received.
+  // region registered while it was received, or if the frame contradicts
+  // the other parts of its write.
   absl::Status EndWrite(int peer, Landing* landing);
 
   // The connection died mid-payload: forget the landing.
@@ -136,7 +137,9 @@ class Inbox {
     absl::flat_hash_map<uint32_t, PendingWrite> pending;
   };
 
-  void NoteWritePart(int peer, const Landing& landing)
+  // DataLoss if the part contradicts the write's other parts (region, imm,
+  // part count), is one too many, or belongs to a write already complete.
+  absl::Status NoteWritePart(int peer, const Landing& landing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish(int peer, const PendingWrite& write)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

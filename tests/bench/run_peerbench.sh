@@ -40,7 +40,7 @@ rm -rf "$WORK" && cp -r "$PEERBENCH_SRC" "$WORK" && chmod -R u+w "$WORK"
 install -m 755 "$REPO/bazel-bin/server/bench/starling-bench" "$WORK/starling-bench"
 (cd "$REPO" && bazel shutdown >/dev/null 2>&1 || true)
 
-TEMPLATE="$WORK/starling-bench --rank {RANK} --world {WORLD} --peers {HOSTS} --port {PORT} --sizes {SIZE} --warmup {WARMUP} --iters {ITERS} --max-seconds {MAXSEC} --algo $ALGOS --check --peerbench --timeout-s 120"
+TEMPLATE="$WORK/starling-bench --rank {RANK} --world {WORLD} --peers {HOSTS} --port {PORT} --sizes {SIZE} --warmup {WARMUP} --iters {ITERS} --max-seconds {MAXSEC} --algo $ALGOS --check --peerbench --timeout-s 120 --insecure"
 cd "$WORK"
 ./run.sh "${ARGS[@]}" --peer starling "$TEMPLATE" --out "$OUT"
 echo

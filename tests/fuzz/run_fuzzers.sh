@@ -18,7 +18,7 @@
 # Adding a harness: one line in HARNESSES below, plus its fuzz_test stanza
 # in tests/fuzz/BUILD and its seeds in tests/fuzz/corpus/<name>/.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 
 # name | sources beyond COMMON_SRCS (the harness first) | extra pkg-config
 # modules
@@ -57,43 +57,65 @@ fi
 OUT="${FUZZ_OUT:-${TMPDIR:-/tmp}/starling-fuzz-${USER:-$(id -u)}}"
 mkdir -p "$OUT/obj" "$OUT/artifacts"
 
+# shellcheck disable=SC2054  # the commas belong to the flag
 SAN=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -I. "${SAN[@]}")
 [[ -d bazel-bin ]] && CXXFLAGS+=(-Ibazel-bin)
 
-# Compiles `src` (once per run) to an object; prints its path.
-compile() {
-  local src="$1" obj="$OUT/obj/${1//\//_}.o"
-  shift
-  if [[ ! -f "$obj.ok" ]]; then
-    "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link "$@" -c "$src" -o "$obj" \
-      2> "$obj.log" || { cat "$obj.log" >&2; return 1; }
-    touch "$obj.ok"
-  fi
-  echo "$obj"
-}
-rm -f "$OUT"/obj/*.ok
+object_of() { echo "$OUT/obj/${1//\//_}.o"; }
 
-failed=0
+# The harnesses to run, and every source they need, compiled once each, in
+# parallel.
+run=()
+all_srcs=("${COMMON_SRCS[@]}")
+all_pkgs=("${COMMON_PKGS[@]}")
 for entry in "${HARNESSES[@]}"; do
   IFS='|' read -r name srcs pkgs <<< "$entry"
-  if [[ ${#selected[@]} -gt 0 && ! " ${selected[*]} " =~ " $name " ]]; then
-    continue
+  if [[ ${#selected[@]} -gt 0 ]]; then
+    wanted=0
+    for one in "${selected[@]}"; do [[ $one == "$name" ]] && wanted=1; done
+    [[ $wanted == 1 ]] || continue
   fi
+  run+=("$entry")
   # shellcheck disable=SC2206  # word splitting of the lists is intended
+  all_srcs+=($srcs)
+  # shellcheck disable=SC2206
+  all_pkgs+=($pkgs)
+done
+if [[ ${#run[@]} -eq 0 ]]; then
+  echo "run_fuzzers.sh: no harness named ${selected[*]}" >&2
+  exit 2
+fi
+# xargs runs compile_one in child shells: arrays travel as one string.
+export CXX OUT
+COMPILE_FLAGS="${CXXFLAGS[*]} -fsanitize=fuzzer-no-link $(pkg-config --cflags "${all_pkgs[@]}")"
+export COMPILE_FLAGS
+compile_one() {
+  local obj
+  obj=$(object_of "$1")
+  # shellcheck disable=SC2086  # COMPILE_FLAGS is a list of words
+  $CXX $COMPILE_FLAGS -c "$1" -o "$obj" 2> "$obj.log" ||
+    { echo "$1:" >&2; cat "$obj.log" >&2; rm -f "$obj"; }
+}
+export -f compile_one object_of
+rm -f "$OUT"/obj/*
+# shellcheck disable=SC2016  # $1 is the child shell's
+printf '%s\n' "${all_srcs[@]}" | sort -u |
+  xargs -P "$(nproc)" -I{} bash -c 'compile_one "$1"' _ {}
+
+failed=0
+for entry in "${run[@]}"; do
+  IFS='|' read -r name srcs pkgs <<< "$entry"
+  # shellcheck disable=SC2206
   modules=("${COMMON_PKGS[@]}" $pkgs)
-  read -r -a cflags <<< "$(pkg-config --cflags "${modules[@]}")"
   read -r -a libs <<< "$(pkg-config --libs "${modules[@]}")"
   objs=()
-  # shellcheck disable=SC2206
-  sources=($srcs "${COMMON_SRCS[@]}")
   build_ok=1
-  for src in "${sources[@]}"; do
-    if obj=$(compile "$src" "${cflags[@]}"); then
-      objs+=("$obj")
-    else
-      build_ok=0
-    fi
+  # shellcheck disable=SC2206
+  for src in $srcs "${COMMON_SRCS[@]}"; do
+    obj=$(object_of "$src")
+    [[ -f "$obj" ]] || build_ok=0
+    objs+=("$obj")
   done
   if [[ $build_ok == 1 ]]; then
     "$CXX" -fsanitize=fuzzer "${SAN[@]}" "${objs[@]}" "${libs[@]}" \
@@ -118,9 +140,9 @@ for entry in "${HARNESSES[@]}"; do
   runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
   if [[ $rc -eq 0 ]]; then
-    echo "$name: ok, ${runs:-?} runs in ${TIME} s, coverage ${cov:-?}, corpus $(ls "$work" | wc -l) (log $log)"
+    echo "$name: ok, ${runs:-?} runs in ${TIME} s, coverage ${cov:-?}, corpus $(find "$work" -type f | wc -l) (log $log)"
   else
-    crash=$(ls "$OUT/artifacts/$name"-* 2>/dev/null | head -1)
+    crash=$(find "$OUT/artifacts" -name "$name-*" | head -1)
     echo "$name: FAILED (exit $rc) after ${runs:-?} runs; input ${crash:-none kept}; log $log"
     grep -m 3 -E 'ERROR|runtime error|invariant broken' "$log" | sed 's/^/  /'
     failed=$((failed + 1))
