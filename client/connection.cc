@@ -154,21 +154,22 @@ void Connection::Break(const absl::Status& why) {
 
 std::shared_ptr<internal::FutureState> Connection::Send(
     proto::WorkerRequest request, std::string what) {
+  absl::MutexLock lock(&mu_);
+  return SendLocked(std::move(request), what);
+}
+
+std::shared_ptr<internal::FutureState> Connection::SendLocked(
+    proto::WorkerRequest request, const std::string& what) {
   auto state = std::make_shared<internal::FutureState>(
       absl::StrCat(what, " (", where_, ")"));
-  absl::Status broken;
-  {
-    absl::MutexLock lock(&mu_);
-    broken = broken_;
-    if (broken.ok()) {
-      request.set_id(next_id_++);
-      pending_[request.id()] = Pending{state, what};
-      outgoing_.push_back(request.SerializeAsString());
-    }
+  if (!broken_.ok()) {
+    // Completing runs no callback yet: none can have been added.
+    state->Complete(Annotate(broken_, absl::StrCat(what, " (", where_, ")")));
+    return state;
   }
-  if (!broken.ok()) {
-    state->Complete(Annotate(broken, absl::StrCat(what, " (", where_, ")")));
-  }
+  request.set_id(next_id_++);
+  pending_[request.id()] = Pending{state, what};
+  outgoing_.push_back(request.SerializeAsString());
   return state;
 }
 

@@ -65,6 +65,10 @@ class Connection {
 
  private:
   Connection(ClientOptions options, std::unique_ptr<SharedPool> pool, int fd);
+  // Send() with mu_ held (the commit is sent under it, once).
+  std::shared_ptr<internal::FutureState> SendLocked(
+      proto::WorkerRequest request, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReadLoop();
   void WriteLoop();
   // Fails every pending op and later sends with `why`.

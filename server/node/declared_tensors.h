@@ -1,7 +1,9 @@
 // DeclaredTensors: the tensors this daemon's workers declared, checked for
-// agreement between the local workers as they come in, and between daemons
-// at commit (CompareTables). The committed table fixes the layout of the
-// flat parameter vector: tensors one after the other in declaration order.
+// agreement between the local workers as they come in and at the end of
+// the declarations (the coordinator compares the daemons' tables at
+// BeginRun, with the same proto/tensor_table.h). A run's table fixes the
+// layout of the flat parameter vector: tensors one after the other in
+// declaration order.
 // Thread-safe.
 #ifndef STARLING_SERVER_NODE_DECLARED_TENSORS_H_
 #define STARLING_SERVER_NODE_DECLARED_TENSORS_H_
@@ -16,14 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/common.pb.h"
-#include "proto/worker.pb.h"
 
 namespace starling {
 namespace node {
-
-// "[4, 5] float32".
-std::string DescribeSpec(const proto::TensorSpec& spec);
-uint64_t ElementsOf(const proto::TensorSpec& spec);
 
 // Where each tensor lies in the flat parameter vector. Value type.
 struct TensorLayout {
@@ -63,11 +60,6 @@ class DeclaredTensors {
   mutable absl::Mutex mu_;
   std::map<int, std::vector<proto::TensorSpec>> by_worker_ ABSL_GUARDED_BY(mu_);
 };
-
-// Checks that every daemon's table (index = rank) equals rank 0's.
-// InvalidArgument naming the tensor, both declarations and both ranks.
-absl::Status CompareTables(
-    const std::vector<proto::DeclaredTensorTable>& tables);
 
 }  // namespace node
 }  // namespace starling

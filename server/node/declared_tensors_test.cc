@@ -58,18 +58,6 @@ TEST(DeclaredTensors, LocalTableNeedsSameOrder) {
   EXPECT_EQ(table->size(), 1u);
 }
 
-TEST(CompareTables, NamesBothRanks) {
-  std::vector<proto::DeclaredTensorTable> tables(2);
-  tables[0].set_rank(0);
-  *tables[0].add_tensors() = Spec("w", {8});
-  tables[1].set_rank(1);
-  *tables[1].add_tensors() = Spec("w", {9});
-  const absl::Status status = CompareTables(tables);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("rank 0"));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("rank 1"));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("[9] float32"));
-}
-
 TEST(TensorLayout, LaysTensorsOutInOrder) {
   const TensorLayout layout =
       TensorLayout::FromSpecs({Spec("a", {2, 3}), Spec("b", {4})});

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/tensor_table.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/shard/optimizer/optimizer_factory.h"
@@ -63,7 +64,6 @@ SyncEngine::SyncEngine(
       declared_(transport->rank()) {
   absl::MutexLock lock(&mu_);
   slots_.resize(options_.local_workers);
-  for (Slot& slot : slots_) slot.state = SlotState::STATE_UNSPECIFIED;
 }
 
 SyncEngine::~SyncEngine() { Stop(); }
@@ -281,12 +281,11 @@ void SyncEngine::Declare(const WorkerHandle& worker,
         status = absl::InvalidArgumentError(absl::StrCat(
             "tensor '", spec.name(), "' is one more than the ", tensors.size(),
             " tensors of run ", run_->id, ", which this worker resumes"));
-      } else if (tensors[k].spec.SerializeAsString() !=
-                 spec.SerializeAsString()) {
+      } else if (!proto::SameSpec(tensors[k].spec, spec)) {
         status = absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", spec.name(), "' ", DescribeSpec(spec),
+            "tensor '", spec.name(), "' ", proto::DescribeSpec(spec),
             " is not tensor ", k, " of run ", run_->id, " ('",
-            tensors[k].spec.name(), "' ", DescribeSpec(tensors[k].spec),
+            tensors[k].spec.name(), "' ", proto::DescribeSpec(tensors[k].spec),
             "); a worker resuming a run declares the run's tensors in order"));
       } else {
         ++slot.resumed_declarations;
@@ -661,9 +660,10 @@ absl::Status SyncEngine::Commit(std::vector<Round>& rounds,
   run->started = absl::Now();
   for (const TensorLayout::Entry& entry : run->layout.tensors) {
     if (entry.spec.dtype() != proto::DATA_TYPE_FLOAT32) {
-      return absl::UnimplementedError(absl::StrCat(
-          "tensor '", entry.spec.name(), "' is ", DescribeSpec(entry.spec),
-          ": this version moves float32 tensors only"));
+      return absl::UnimplementedError(
+          absl::StrCat("tensor '", entry.spec.name(), "' is ",
+                       proto::DescribeSpec(entry.spec),
+                       ": this version moves float32 tensors only"));
     }
   }
   shard::ShardStoreOptions store_options;
@@ -937,11 +937,6 @@ void SyncEngine::Pull(const WorkerHandle& worker,
 std::shared_ptr<Run> SyncEngine::current_run() const {
   absl::MutexLock lock(&mu_);
   return run_;
-}
-
-int64_t SyncEngine::applied_version() const {
-  absl::MutexLock lock(&mu_);
-  return applied_version_;
 }
 
 int SyncEngine::attached_workers() const {

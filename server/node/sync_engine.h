@@ -168,7 +168,6 @@ class SyncEngine {
   std::vector<proto::RunStatus> recent_runs() const;
   std::vector<proto::WorkerStatus> workers() const;
   int attached_workers() const;
-  int64_t applied_version() const;
 
  private:
   struct Round {

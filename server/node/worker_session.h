@@ -83,9 +83,9 @@ class Responder {
   void Reply(uint64_t id, const absl::Status& status,
              proto::WorkerResponse response = proto::WorkerResponse());
 
-  // For the session's writer thread: the next frame, or nullopt-like false
-  // once closed and drained. Blocks until one is queued or the session
-  // closes.
+  // For the session's writer thread: blocks until a frame is queued (sets
+  // `frame`, returns true) or the session closed and nothing is left to
+  // send (returns false).
   bool Next(std::string* frame);
   // No more replies are queued; Next() returns false once drained.
   void Close();
