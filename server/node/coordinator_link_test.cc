@@ -477,10 +477,16 @@ TEST_F(CoordinatorLinkTest, ALostNodeThatHeartbeatsAgainIsHealthyAgain) {
   ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {
     return s.healthy_nodes() == 2 && !s.degraded();
   }));
+  // The status can show both healthy a moment before the link thread has
+  // handed the first answer to its callback: wait for it, bounded.
   bool told = false;
-  for (auto& node : nodes_) {
-    absl::MutexLock lock(&node->mu);
-    told |= !node->lost.empty();
+  const absl::Time deadline = Soon();
+  while (!told && absl::Now() < deadline) {
+    for (auto& node : nodes_) {
+      absl::MutexLock lock(&node->mu);
+      told |= !node->lost.empty();
+    }
+    if (!told) absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(told);
 }
