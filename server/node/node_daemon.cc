@@ -7,8 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "grpcpp/grpcpp.h"
-#include "server/base/grpc_status.h"
+#include "proto/job_config_checks.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/base/version.h"
@@ -55,13 +54,39 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
   STARLING_ASSIGN_OR_RETURN(NodeMetrics metrics,
                             NodeMetrics::Register(registry));
   std::unique_ptr<NodeDaemon> daemon(new NodeDaemon(options, metrics));
+  NodeDaemon* d = daemon.get();
+  // The coordinator's address is checked before anything is bound.
+  CoordinatorLinkOptions link;
+  link.coordinator = options.coordinator;
+  link.job_id = options.job_id;
+  link.hostname = options.hostname;
+  link.data_address = absl::StrCat(options.data_host, ":", options.data_port);
+  if (options.admin_port > 0) {
+    link.admin_address =
+        absl::StrCat(options.data_host, ":", options.admin_port);
+  }
+  link.local_workers = options.local_workers;
+  link.join_timeout = options.join_timeout;
+  CoordinatorLinkCallbacks callbacks;
+  callbacks.fill_status = [d](proto::HeartbeatRequest* request) {
+    d->FillHeartbeat(request);
+  };
+  callbacks.on_lost_ranks = [d](const std::vector<int>& lost) {
+    d->OnLostRanks(lost);
+  };
+  callbacks.on_run_failed = [d](const proto::RunFailure& failure) {
+    d->OnRunFailed(failure);
+  };
+  STARLING_ASSIGN_OR_RETURN(
+      daemon->link_,
+      CoordinatorLink::Create(std::move(link), std::move(callbacks)));
   // Everything this daemon listens on is taken before it joins, so that a
   // clash fails here and the group never forms with a dead member.
   STARLING_RETURN_IF_ERROR(daemon->Listen());
+  // Heartbeats start at the join (the link's thread): forming the mesh may
+  // take a while, and the coordinator must not take this node for dead
+  // meanwhile.
   STARLING_RETURN_IF_ERROR(daemon->Join());
-  // Heartbeats start at the join: forming the mesh may take a while, and
-  // the coordinator must not take this node for dead meanwhile.
-  daemon->heartbeat_ = std::thread([d = daemon.get()] { d->HeartbeatLoop(); });
   STARLING_RETURN_IF_ERROR(daemon->OpenDataPlane());
   daemon->worker_server_->Serve(daemon.get());
   return daemon;
@@ -85,46 +110,15 @@ absl::Status NodeDaemon::Listen() {
 }
 
 absl::Status NodeDaemon::Join() {
-  const absl::Time deadline = absl::Now() + options_.join_timeout;
-  channel_ = grpc::CreateChannel(options_.coordinator,
-                                 grpc::InsecureChannelCredentials());
-  coordinator_ = proto::Coordinator::NewStub(channel_);
-  const std::string unreachable =
-      absl::StrCat("could not reach the coordinator at ", options_.coordinator,
-                   " within ", absl::FormatDuration(options_.join_timeout));
-  proto::JoinRequest request;
-  request.set_job_id(options_.job_id);
-  request.set_hostname(options_.hostname);
-  request.set_data_address(
-      absl::StrCat(options_.data_host, ":", options_.data_port));
-  if (options_.admin_port > 0) {
-    request.set_admin_address(
-        absl::StrCat(options_.data_host, ":", options_.admin_port));
+  STARLING_ASSIGN_OR_RETURN(join_, link_->Join());
+  // The coordinator checks the same table at its start-up; a coordinator of
+  // another build could still send what this daemon cannot run.
+  absl::Status config = proto::CheckJobConfig(join_.config());
+  if (!config.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator ", options_.coordinator, " sent a job config this ",
+        "daemon cannot run: ", config.message()));
   }
-  request.set_version(kStarlingVersion);
-  request.mutable_capabilities()->set_local_workers(options_.local_workers);
-  while (true) {
-    if (!channel_->WaitForConnected(absl::ToChronoTime(deadline))) {
-      return absl::UnavailableError(unreachable);
-    }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
-    request.set_wait_timeout_ms(std::max<int64_t>(
-        1, absl::ToInt64Milliseconds(deadline - absl::Now())));
-    grpc::Status status = coordinator_->Join(&context, request, &join_);
-    if (status.ok()) break;
-    // The coordinator restarted or the connection broke: try again.
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        absl::Now() + absl::Milliseconds(100) < deadline) {
-      absl::SleepFor(absl::Milliseconds(100));
-      continue;
-    }
-    return FromGrpcStatus(
-        status, absl::StrCat("joining job ", options_.job_id,
-                             " at the coordinator ", options_.coordinator));
-  }
-  STARLING_LOG(INFO) << "joined job " << options_.job_id << " as rank "
-                     << join_.rank() << " of " << join_.group_size();
   return absl::OkStatus();
 }
 
@@ -190,13 +184,14 @@ void NodeDaemon::Stop() {
     if (stopped_) return;
     stopped_ = true;
   }
-  // The engines first: that wakes pulls waiting in workers' reader
-  // threads, which the worker server then joins.
+  // The link first: it cancels a begin-run request the step thread may be
+  // waiting in and makes a last try at the queued reports. Then the
+  // engines: that wakes pulls waiting in workers' reader threads, which
+  // the worker server then joins.
+  if (link_ != nullptr) link_->Stop();
   if (sync_ != nullptr) sync_->Stop();
   if (ps_ != nullptr) ps_->Stop();
   if (worker_server_ != nullptr) worker_server_->Stop();
-  stop_heartbeat_.Notify();
-  if (heartbeat_.joinable()) heartbeat_.join();
   if (data_listen_fd_ >= 0) {
     ::close(data_listen_fd_);
     data_listen_fd_ = -1;
@@ -207,27 +202,9 @@ absl::StatusOr<RunRendezvous::Begun> NodeDaemon::BeginRun(
     const std::vector<proto::TensorSpec>& tensors,
     const std::string& local_error, int local_workers, uint64_t next_op_seq,
     absl::Time deadline) {
-  proto::BeginRunRequest request;
-  request.set_job_id(options_.job_id);
-  request.set_rank(join_.rank());
-  request.set_group_epoch(join_.group_epoch());
-  request.set_local_workers(local_workers);
-  for (const proto::TensorSpec& spec : tensors) *request.add_tensors() = spec;
-  request.set_error(local_error);
-  request.set_next_op_seq(next_op_seq);
-  request.set_wait_timeout_ms(
-      std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
-  grpc::ClientContext context;
-  // A little beyond the wait, so that the coordinator's own message (which
-  // ranks did not begin) arrives rather than gRPC's bare deadline.
-  context.set_deadline(absl::ToChronoTime(deadline + absl::Seconds(2)));
-  proto::BeginRunResponse response;
-  grpc::Status status = coordinator_->BeginRun(&context, request, &response);
-  if (!status.ok()) {
-    return FromGrpcStatus(status,
-                          absl::StrCat("beginning a run at the coordinator ",
-                                       options_.coordinator));
-  }
+  STARLING_ASSIGN_OR_RETURN(proto::BeginRunResponse response,
+                            link_->BeginRun(tensors, local_error, local_workers,
+                                            next_op_seq, deadline));
   Begun begun;
   begun.run_id = response.run_id();
   begun.first_op_seq = response.first_op_seq();
@@ -236,115 +213,71 @@ absl::StatusOr<RunRendezvous::Begun> NodeDaemon::BeginRun(
 }
 
 void NodeDaemon::EndRun(const proto::RunStatus& run) {
-  proto::EndRunRequest request;
-  request.set_job_id(options_.job_id);
-  request.set_rank(join_.rank());
-  request.set_group_epoch(join_.group_epoch());
-  request.set_run_id(run.run_id());
-  request.set_state(run.state());
-  request.set_steps(run.steps());
-  request.set_failed_step(
-      run.state() == proto::RunStatus::STATE_FAILED ? run.steps() : -1);
-  request.set_error(run.error());
-  absl::MutexLock lock(&mu_);
-  if (!run.error().empty()) last_error_ = run.error();
-  ended_runs_.push_back(std::move(request));
+  if (!run.error().empty()) {
+    absl::MutexLock lock(&mu_);
+    last_error_ = run.error();
+  }
+  link_->EndRun(run, run.state() == proto::RunStatus::STATE_FAILED
+                         ? static_cast<int64_t>(run.steps())
+                         : -1);
 }
 
 void NodeDaemon::OnStep(int64_t step, const absl::Status& status) {
   if (status.ok()) return;
-  absl::MutexLock lock(&mu_);
-  last_error_ = std::string(status.message());
-  proto::StepReport report;
-  report.set_job_id(options_.job_id);
-  report.set_rank(join_.rank());
-  report.set_iteration(static_cast<uint64_t>(step));
-  report.set_error(last_error_);
-  reports_.push_back(std::move(report));
+  const std::string error(status.message());
+  {
+    absl::MutexLock lock(&mu_);
+    last_error_ = error;
+  }
+  link_->ReportStepFailure(step, error);
 }
 
-void NodeDaemon::HeartbeatLoop() {
-  const proto::JobConfig& config = join_.config();
-  const absl::Duration period =
-      config.heartbeat_interval_ms() > 0
-          ? absl::Milliseconds(config.heartbeat_interval_ms())
-          : absl::Seconds(1);
-  bool warned = false;
-  while (!stop_heartbeat_.WaitForNotificationWithTimeout(period)) {
-    std::vector<proto::StepReport> reports;
-    std::vector<proto::EndRunRequest> ended;
-    bool serving;
-    {
-      absl::MutexLock lock(&mu_);
-      reports.swap(reports_);
-      ended.swap(ended_runs_);
-      serving = serving_;
-    }
-    for (const proto::EndRunRequest& end : ended) {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + period));
-      proto::EndRunResponse ack;
-      // Best effort: the heartbeat carries the run's state too.
-      coordinator_->EndRun(&context, end, &ack).error_code();
-    }
-    for (const proto::StepReport& report : reports) {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + period));
-      proto::StepReportAck ack;
-      // Best effort: the coordinator learns of failures by heartbeat too.
-      coordinator_->ReportStep(&context, report, &ack).error_code();
-    }
-    proto::HeartbeatRequest request;
-    request.set_job_id(options_.job_id);
-    request.set_rank(join_.rank());
-    request.set_group_epoch(join_.group_epoch());
-    // Sync modes: steps applied; parameter-server mode: updates of the shard.
-    if (serving) {
-      const proto::RunStatus run = sync_->run_status();
-      request.set_iteration(static_cast<uint64_t>(std::max<int64_t>(
-          0,
-          run.state() == proto::RunStatus::STATE_RUNNING ? run.steps() : 0)));
-      std::shared_ptr<Run> current = sync_->current_run();
-      if (current != nullptr) {
-        request.set_shard_bytes(current->store->ShardBytes());
-        request.set_optimizer_state_bytes(current->optimizer->StateBytes());
-      }
-      for (const proto::WorkerStatus& w : sync_->workers()) {
-        *request.add_workers() = w;
-      }
-      *request.mutable_run() = run;
-    }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + period));
-    proto::HeartbeatResponse response;
-    grpc::Status status = coordinator_->Heartbeat(&context, request, &response);
-    if (!status.ok()) {
-      if (!warned) {
-        STARLING_LOG(WARNING) << "heartbeat to " << options_.coordinator << ": "
-                              << FromGrpcStatus(status);
-        warned = true;
-      }
+void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!serving_) return;
+  }
+  // Sync modes: steps applied; parameter-server mode: updates of the shard.
+  const proto::RunStatus run = sync_->run_status();
+  request->set_iteration(static_cast<uint64_t>(std::max<int64_t>(
+      0, run.state() == proto::RunStatus::STATE_RUNNING ? run.steps() : 0)));
+  std::shared_ptr<Run> current = sync_->current_run();
+  if (current != nullptr) {
+    request->set_shard_bytes(current->store->ShardBytes());
+    request->set_optimizer_state_bytes(current->optimizer->StateBytes());
+  }
+  for (const proto::WorkerStatus& w : sync_->workers()) {
+    *request->add_workers() = w;
+  }
+  *request->mutable_run() = run;
+}
+
+void NodeDaemon::OnRunFailed(const proto::RunFailure& failure) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!serving_) return;
+  }
+  sync_->AbortRun(
+      failure.run_id(),
+      absl::AbortedError(absl::StrCat("the coordinator reports run ",
+                                      failure.run_id(), " failed on rank ",
+                                      failure.rank(), ": ", failure.error())));
+}
+
+void NodeDaemon::OnLostRanks(const std::vector<int>& lost_ranks) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!serving_) return;
+  }
+  for (int lost : lost_ranks) {
+    if (lost == join_.rank() || lost < 0 || lost >= transport_->size()) {
       continue;
     }
-    warned = false;
-    if (!serving) continue;
-    for (const proto::RunFailure& failure : response.failed_runs()) {
-      sync_->AbortRun(
-          failure.run_id(),
-          absl::AbortedError(absl::StrCat(
-              "the coordinator reports run ", failure.run_id(),
-              " failed on rank ", failure.rank(), ": ", failure.error())));
-    }
-    for (int lost : response.lost_ranks()) {
-      if (lost == join_.rank() || lost < 0 || lost >= transport_->size()) {
-        continue;
-      }
-      if (transport_->PeerStatus(lost).ok()) {
-        transport_->AbortPeer(
-            lost, absl::UnavailableError(absl::StrCat(
-                      "the coordinator reports ", transport_->PeerName(lost),
-                      " LOST (no heartbeat)")));
-      }
+    if (transport_->PeerStatus(lost).ok()) {
+      transport_->AbortPeer(
+          lost, absl::UnavailableError(absl::StrCat("the coordinator reports ",
+                                                    transport_->PeerName(lost),
+                                                    " LOST (no heartbeat)")));
     }
   }
 }

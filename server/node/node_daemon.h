@@ -18,10 +18,12 @@
 //     per attached worker (parse requests, run pulls and parameter-server
 //     pushes/pulls for that worker; send its replies);
 //   - parameter-server mode: one server thread per peer (PsEngine);
-//   - the heartbeat thread (from the join on, before the mesh forms):
-//     heartbeats to the coordinator (shard and optimizer-state bytes,
-//     workers, the run), aborts peers the coordinator reports lost and
-//     runs it reports failed, sends step reports and run ends;
+//   - the coordinator link's thread (CoordinatorLink, from the join on,
+//     before the mesh forms): heartbeats (shard and optimizer-state bytes,
+//     workers, the run), re-registration after a coordinator restart,
+//     step reports and run ends; it aborts peers the coordinator reports
+//     lost and runs it reports failed;
+//   - the TCP transport's acceptor (handshakes, each on its own deadline);
 //   - gRPC's threads for the NodeAdmin service (node_admin_service.h);
 //   - main.cc's /metrics server thread, and main, which waits for a signal.
 //
@@ -32,20 +34,18 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
-#include "proto/coordinator.grpc.pb.h"
 #include "proto/coordinator.pb.h"
 #include "proto/node_admin.pb.h"
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/node/coordinator_link.h"
 #include "server/node/node_metrics.h"
 #include "server/node/node_options.h"
 #include "server/node/ps_engine.h"
@@ -61,9 +61,11 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
  public:
   // Joins and starts serving. `registry` is borrowed and must outlive the
   // daemon. Errors, each one line:
+  //   InvalidArgument   a malformed --coordinator (at once)
   //   Unavailable       the coordinator could not be reached within
-  //                     join_timeout (names address and timeout); the data
-  //                     port or worker socket is taken
+  //                     join_timeout (names address, timeout and cause;
+  //                     the cause is logged every few seconds meanwhile);
+  //                     the data port or worker socket is taken
   //   DeadlineExceeded  the group did not form in time (the coordinator's
   //                     count of joined nodes)
   //   FailedPrecondition / InvalidArgument  refused by the coordinator, bad
@@ -106,14 +108,16 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   absl::Status Listen();
   absl::Status Join();
   absl::Status OpenDataPlane();
-  void HeartbeatLoop();
+  // CoordinatorLink callbacks (the link's thread).
+  void FillHeartbeat(proto::HeartbeatRequest* request);
+  void OnLostRanks(const std::vector<int>& lost_ranks);
+  void OnRunFailed(const proto::RunFailure& failure);
   void OnStep(int64_t step, const absl::Status& status);
   std::string Self() const;
 
   const NodeOptions options_;
   NodeMetrics metrics_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<proto::Coordinator::Stub> coordinator_;
+  std::unique_ptr<CoordinatorLink> link_;
   proto::JoinResponse join_;  // set by Start(), then immutable
   int data_listen_fd_ = -1;   // bound before joining; the transport takes it
   std::unique_ptr<transport::Transport> transport_;
@@ -121,17 +125,12 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   std::unique_ptr<SyncEngine> sync_;
   std::unique_ptr<PsEngine> ps_;
   std::unique_ptr<WorkerServer> worker_server_;
-  std::thread heartbeat_;
-  absl::Notification stop_heartbeat_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Set once the data plane is open (the heartbeat thread starts before).
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
-  // Failed steps and ended runs not yet reported to the coordinator.
-  std::vector<proto::StepReport> reports_ ABSL_GUARDED_BY(mu_);
-  std::vector<proto::EndRunRequest> ended_runs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace node

@@ -1,8 +1,11 @@
-// starling-node's start-up failures are one line and exit 1: a coordinator
-// it cannot reach within --timeout, and data/admin ports in use.
+// starling-node's start-up failures exit 1 with one error line: a
+// coordinator it cannot reach within --timeout (after logging why while it
+// retried), and data/admin ports in use.
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/test_binaries.h"
@@ -21,7 +24,7 @@ std::string Socket() {
   return absl::StrCat("/tmp/starling-node-main-test-", ::getpid(), ".sock");
 }
 
-TEST(NodeMain, UnreachableCoordinatorIsOneLineNamingAddressAndDeadline) {
+TEST(NodeMain, UnreachableCoordinatorIsLoggedWithItsCauseThenOneErrorLine) {
   const int nobody = coordinator::PickFreePort();
   const std::string address = absl::StrCat("127.0.0.1:", nobody);
   coordinator::RunResult result = coordinator::RunBinary(
@@ -31,10 +34,20 @@ TEST(NodeMain, UnreachableCoordinatorIsOneLineNamingAddressAndDeadline) {
        absl::StrCat("--worker_socket=", Socket()), "--timeout=2s"},
       20);
   EXPECT_EQ(result.exit_code, 1) << result.output;
-  EXPECT_EQ(coordinator::CountLines(result.output), 1) << result.output;
-  EXPECT_THAT(result.output,
-              HasSubstr(absl::StrCat("could not reach the coordinator at ",
+  // While retrying, the node says why (the first failure at once), then
+  // ends with one error line naming the address, the deadline and cause.
+  const std::vector<std::string> lines =
+      absl::StrSplit(result.output, '\n', absl::SkipEmpty());
+  ASSERT_GE(lines.size(), 2u) << result.output;
+  EXPECT_THAT(lines.front(),
+              HasSubstr(absl::StrCat("at the coordinator ", address,
+                                     " failed, retrying")));
+  EXPECT_THAT(lines.front(), HasSubstr("Connection refused"));
+  EXPECT_THAT(lines.back(),
+              HasSubstr(absl::StrCat("starling-node: could not reach the "
+                                     "coordinator at ",
                                      address, " within 2s")));
+  EXPECT_THAT(lines.back(), HasSubstr("Connection refused"));
 }
 
 TEST(NodeMain, DataPortInUseIsOneLineNamingThePort) {
