@@ -459,6 +459,7 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
     const uint64_t run_id =
         runs_.current() != nullptr ? runs_.current()->run_id() : 0;
     if (runs_.FailCurrent(static_cast<int>(rank), last_error_, now)) {
+      metrics_.runs_ended->WithLabels({"failed"})->Increment();
       STARLING_LOG(ERROR) << "run " << run_id << " failed: " << last_error_;
     }
   }
@@ -492,6 +493,32 @@ void Coordinator::NoteIterationLocked(Member* member, uint64_t iteration) {
   }
 }
 
+void Coordinator::UpdateWorkerGaugesLocked(
+    int rank, const std::vector<proto::WorkerStatus>& workers) {
+  int attached = 0;
+  int missing = 0;
+  int finished = 0;
+  for (const proto::WorkerStatus& w : workers) {
+    switch (w.state()) {
+      case proto::WorkerStatus::STATE_ATTACHED:
+        ++attached;
+        break;
+      case proto::WorkerStatus::STATE_MISSING:
+        ++missing;
+        break;
+      case proto::WorkerStatus::STATE_FINISHED:
+        ++finished;
+        break;
+      default:
+        break;  // an empty slot
+    }
+  }
+  const std::string r = absl::StrCat(rank);
+  metrics_.workers->WithLabels({r, "attached"})->Set(attached);
+  metrics_.workers->WithLabels({r, "missing"})->Set(missing);
+  metrics_.workers->WithLabels({r, "finished"})->Set(finished);
+}
+
 absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
     const proto::HeartbeatRequest& request) {
   STARLING_RETURN_IF_ERROR(CheckJobId(
@@ -515,6 +542,7 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   member->reported_shard_bytes = request.shard_bytes();
   member->reported_optimizer_state_bytes = request.optimizer_state_bytes();
   member->workers.assign(request.workers().begin(), request.workers().end());
+  UpdateWorkerGaugesLocked(request.rank(), member->workers);
   member->run = request.run();
   const proto::RunStatus& run = request.run();
   if (run.run_id() != 0) {

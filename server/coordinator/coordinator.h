@@ -224,6 +224,10 @@ class Coordinator {
   std::string RendezvousProgressLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGroupGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // starling_coordinator_workers{rank,state} from a heartbeat's workers.
+  void UpdateWorkerGaugesLocked(int rank,
+                                const std::vector<proto::WorkerStatus>& workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   const Clock* const clock_;

@@ -68,6 +68,23 @@ absl::StatusOr<CoordinatorMetrics> CoordinatorMetrics::Register(
       m.step_errors, registry->AddCounter(
                          "starling_coordinator_step_errors_total",
                          "Steps reported with an error, per rank.", {"rank"}));
+  STARLING_ASSIGN_OR_RETURN(
+      m.workers,
+      registry->AddGauge("starling_coordinator_workers",
+                         "Workers of each node by state (attached, missing, "
+                         "finished), as its last heartbeat reported them.",
+                         {"rank", "state"}));
+  STARLING_ASSIGN_OR_RETURN(
+      metrics::CounterFamily * started,
+      registry->AddCounter("starling_coordinator_runs_started_total",
+                           "Training runs begun."));
+  m.runs_started = started->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      m.runs_ended,
+      registry->AddCounter("starling_coordinator_runs_ended_total",
+                           "Training runs ended, by outcome: finished on "
+                           "every rank, or failed.",
+                           {"state"}));
   return m;
 }
 

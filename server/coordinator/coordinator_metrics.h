@@ -12,6 +12,12 @@
 //   loss{rank}                     gauge     last loss reported
 //   step_errors_total{rank}        counter   steps reported with an error
 //   schedule_requests_total        counter   GetSchedule calls answered
+//   workers{rank,state}            gauge     each node's workers by state
+//                                            (attached, missing, finished),
+//                                            as its last heartbeat said
+//   runs_started_total             counter   training runs begun
+//   runs_ended_total{state}        counter   runs ended: finished (on every
+//                                            rank) or failed (first failure)
 //
 // The pointers are owned by the registry. Thread-safe (metrics are).
 #ifndef STARLING_SERVER_COORDINATOR_COORDINATOR_METRICS_H_
@@ -41,6 +47,9 @@ struct CoordinatorMetrics {
   metrics::CounterFamily* communication_seconds = nullptr;
   metrics::GaugeFamily* loss = nullptr;
   metrics::CounterFamily* step_errors = nullptr;
+  metrics::GaugeFamily* workers = nullptr;
+  metrics::Counter* runs_started = nullptr;
+  metrics::CounterFamily* runs_ended = nullptr;
 };
 
 }  // namespace coordinator

@@ -137,6 +137,7 @@ void Coordinator::DecideBeginLocked() {
   }
   const absl::StatusOr<proto::BeginRunResponse> outcome =
       runs_.Begin(requests, clock_->Now());
+  if (outcome.ok()) metrics_.runs_started->Increment();
   for (const auto& [rank, call] : begin_waiting_) {
     begin_answers_.emplace(call.id, outcome);
   }
@@ -188,11 +189,13 @@ void Coordinator::EndRunLocked(int rank, const proto::EndRunRequest& request) {
     member.last_error = request.error();
   }
   if (ended.failed_now) {
+    metrics_.runs_ended->WithLabels({"failed"})->Increment();
     last_error_ = ended.error;
     STARLING_LOG(WARNING) << "run " << request.run_id()
                           << " failed: " << ended.error
                           << "; the other ranks learn it by heartbeat";
   } else if (ended.finished_now) {
+    metrics_.runs_ended->WithLabels({"finished"})->Increment();
     STARLING_LOG(INFO) << "run " << request.run_id()
                        << " finished on every rank after " << request.steps()
                        << " steps";

@@ -14,6 +14,7 @@
 #include "server/base/status_matchers.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_test_util.h"
+#include "server/metrics/text_format.h"
 
 namespace starling {
 namespace coordinator {
@@ -316,6 +317,15 @@ TEST_F(CoordinatorRunsTest, AFailedRunInAHeartbeatShowsInStatusAtOnce) {
   ASSERT_OK_AND_ASSIGN(proto::HeartbeatResponse r,
                        coordinator_->Heartbeat(BeatInRun(0, run, kRunning)));
   EXPECT_THAT(r.failed_runs(), SizeIs(1));
+  // And the metrics say it as soon as status does.
+  const std::string text = metrics::EncodeTextFormat(registry_.Collect());
+  EXPECT_THAT(text, HasSubstr("starling_coordinator_workers{rank=\"1\","
+                              "state=\"missing\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("starling_coordinator_workers{rank=\"1\","
+                              "state=\"attached\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("starling_coordinator_runs_started_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("starling_coordinator_runs_ended_total{"
+                              "state=\"failed\"} 1\n"));
 }
 
 TEST_F(CoordinatorRunsTest, ALostRankFailsTheCurrentRun) {
