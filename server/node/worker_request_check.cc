@@ -65,11 +65,14 @@ absl::Status CheckSpec(const proto::TensorSpec& spec) {
 absl::Status CheckSlice(const proto::PoolSlice& slice, bool named) {
   STARLING_RETURN_IF_ERROR(CheckName("the slice's tensor name", slice.tensor(),
                                      kMaxTensorNameBytes, !named));
-  if (slice.elements() > kMaxElements || slice.offset_bytes() > kMaxPoolBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("buffer of tensor '", slice.tensor(), "' (",
-                     slice.elements(), " elements at pool offset ",
-                     slice.offset_bytes(), ") is larger than any pool"));
+  // The whole buffer, not just its start, must fit in the largest pool. The
+  // first two tests keep the last one from overflowing.
+  if (slice.elements() > kMaxElements || slice.offset_bytes() > kMaxPoolBytes ||
+      slice.elements() * sizeof(float) > kMaxPoolBytes - slice.offset_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "buffer of tensor '", slice.tensor(), "' (", slice.elements(),
+        " floats at pool offset ", slice.offset_bytes(),
+        ") does not fit in any pool (at most ", kMaxPoolBytes, " bytes)"));
   }
   return absl::OkStatus();
 }

@@ -76,6 +76,36 @@ TEST(WorkerRequestCheck, RefusesNegativeSteps) {
   EXPECT_THAT(status.message(), HasSubstr("-3"));
 }
 
+proto::WorkerRequest AllReduce(uint64_t offset_bytes, uint64_t elements) {
+  proto::WorkerRequest request;
+  request.set_id(5);
+  proto::PoolSlice* slice = request.mutable_all_reduce()->mutable_slice();
+  slice->set_offset_bytes(offset_bytes);
+  slice->set_elements(elements);
+  return request;
+}
+
+TEST(WorkerRequestCheck, AcceptsSlicesThatEndAtTheLargestPoolsEnd) {
+  EXPECT_THAT(CheckWorkerRequest(AllReduce(0, kMaxElements)), IsOk());
+  EXPECT_THAT(CheckWorkerRequest(AllReduce(kMaxPoolBytes - 4096, 1024)),
+              IsOk());
+  EXPECT_THAT(CheckWorkerRequest(AllReduce(kMaxPoolBytes, 0)), IsOk());
+}
+
+// Found by tests/fuzz/worker_request_fuzzer (seed slice_past_pool_end): the
+// offset and the length were each bounded, but not their sum, so a buffer
+// starting inside the largest pool could end up to 4 TiB past it.
+TEST(WorkerRequestCheck, RefusesSlicesThatEndPastTheLargestPool) {
+  absl::Status status =
+      CheckWorkerRequest(AllReduce(kMaxPoolBytes - 4096, 1025));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(status.message(), HasSubstr("does not fit in any pool"));
+  EXPECT_THAT(CheckWorkerRequest(AllReduce(kMaxPoolBytes, kMaxElements)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckWorkerRequest(AllReduce(1, kMaxElements)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(WorkerRequestCheck, RefusesAHelloWithoutAPool) {
   proto::WorkerRequest request;
   request.mutable_hello()->set_worker_name("w");

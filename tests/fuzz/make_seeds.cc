@@ -7,11 +7,19 @@
 // Each seed is one byte choosing the harness's setting (see the harness's
 // comment) followed by frames: whole ones, or in the "framed" form the
 // harness completes (44 header bytes without the checksum, then payload).
+// The worker-request seeds are worker socket streams (a 4-byte length, then
+// a serialized proto::WorkerRequest) or, with bit 0 of the setting, one
+// request's bytes alone.
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "proto/common.pb.h"
+#include "proto/worker.pb.h"
+#include "server/node/worker_request_check.h"
 #include "server/transport/auth.h"
 #include "server/transport/frame.h"
 #include "server/transport/handshake.h"
@@ -186,6 +194,159 @@ void HandshakeSeeds(const std::string& dir) {
         Strip(ProofOf(1))});
 }
 
+// One worker socket frame: the 4-byte little-endian length, the request.
+Bytes WorkerFrame(const proto::WorkerRequest& request) {
+  const std::string payload = request.SerializeAsString();
+  const uint32_t length = static_cast<uint32_t>(payload.size());
+  Bytes bytes = {
+      static_cast<uint8_t>(length), static_cast<uint8_t>(length >> 8),
+      static_cast<uint8_t>(length >> 16), static_cast<uint8_t>(length >> 24)};
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
+  return bytes;
+}
+
+Bytes Payload(const proto::WorkerRequest& request) {
+  return Text(request.SerializeAsString());
+}
+
+proto::WorkerRequest HelloRequest(uint64_t pool_bytes) {
+  proto::WorkerRequest request;
+  request.set_id(0);
+  proto::HelloRequest* hello = request.mutable_hello();
+  hello->set_worker_name("trainer-0");
+  hello->set_worker_index(0);
+  hello->set_pool_bytes(pool_bytes);
+  hello->set_version("starling-fuzz");
+  return request;
+}
+
+proto::WorkerRequest DeclareRequest(uint64_t id, const std::string& name,
+                                    std::initializer_list<int64_t> shape,
+                                    proto::DataType dtype) {
+  proto::WorkerRequest request;
+  request.set_id(id);
+  proto::TensorSpec* spec = request.mutable_declare_tensor()->mutable_spec();
+  spec->set_name(name);
+  for (int64_t d : shape) spec->add_shape(d);
+  spec->set_dtype(dtype);
+  return request;
+}
+
+void AddSlice(proto::PoolSlice* slice, const std::string& tensor,
+              uint64_t offset_bytes, uint64_t elements) {
+  slice->set_tensor(tensor);
+  slice->set_offset_bytes(offset_bytes);
+  slice->set_elements(elements);
+}
+
+proto::WorkerRequest PushRequest(uint64_t id, int64_t step) {
+  proto::WorkerRequest request;
+  request.set_id(id);
+  proto::PushGradientsRequest* push = request.mutable_push_gradients();
+  push->set_step(step);
+  AddSlice(push->add_slices(), "layer1.weight", 0, 200704);
+  AddSlice(push->add_slices(), "layer1.bias", 802816, 256);
+  return request;
+}
+
+proto::WorkerRequest PullRequest(uint64_t id, int64_t version) {
+  proto::WorkerRequest request;
+  request.set_id(id);
+  proto::PullParametersRequest* pull = request.mutable_pull_parameters();
+  pull->set_version(version);
+  AddSlice(pull->add_slices(), "layer1.weight", 0, 200704);
+  AddSlice(pull->add_slices(), "layer1.bias", 802816, 256);
+  return request;
+}
+
+proto::WorkerRequest AllReduceRequest(uint64_t id, uint64_t offset_bytes,
+                                      uint64_t elements) {
+  proto::WorkerRequest request;
+  request.set_id(id);
+  AddSlice(request.mutable_all_reduce()->mutable_slice(), "", offset_bytes,
+           elements);
+  return request;
+}
+
+proto::WorkerRequest Empty(uint64_t id, int kind) {
+  proto::WorkerRequest request;
+  request.set_id(id);
+  switch (kind) {
+    case proto::WorkerRequest::kCommitTensors:
+      request.mutable_commit_tensors();
+      break;
+    case proto::WorkerRequest::kBarrier:
+      request.mutable_barrier();
+      break;
+    case proto::WorkerRequest::kFinish:
+      request.mutable_finish();
+      break;
+  }
+  return request;
+}
+
+void WorkerRequestSeeds(const std::string& dir) {
+  // Byte 0: bit 0 set, the rest is one payload; clear, a socket stream.
+  constexpr uint8_t kStream = 0, kPayload = 1;
+  constexpr uint64_t kPool = uint64_t{64} << 20;
+  using proto::WorkerRequest;
+  // Valid requests, in the order a worker sends them.
+  Save(dir + "hello_declare_commit", kStream,
+       {WorkerFrame(HelloRequest(kPool)),
+        WorkerFrame(DeclareRequest(1, "layer1.weight", {256, 784},
+                                   proto::DATA_TYPE_FLOAT32)),
+        WorkerFrame(
+            DeclareRequest(2, "layer1.bias", {256}, proto::DATA_TYPE_FLOAT32)),
+        WorkerFrame(DeclareRequest(3, "scalar", {}, proto::DATA_TYPE_INT64)),
+        WorkerFrame(Empty(4, WorkerRequest::kCommitTensors))});
+  Save(dir + "push_pull", kStream,
+       {WorkerFrame(PushRequest(5, 0)), WorkerFrame(PullRequest(6, 1)),
+        WorkerFrame(PushRequest(7, 1)), WorkerFrame(PullRequest(8, 2))});
+  Save(dir + "allreduce_barrier_finish", kStream,
+       {WorkerFrame(AllReduceRequest(9, 4096, 1024)),
+        WorkerFrame(Empty(10, WorkerRequest::kBarrier)),
+        WorkerFrame(Empty(11, WorkerRequest::kFinish))});
+  Save(dir + "declare_payload", kPayload,
+       {Payload(DeclareRequest(12, "embedding", {0, 4096, 16},
+                               proto::DATA_TYPE_BFLOAT16))});
+  Save(dir + "push_payload", kPayload, {Payload(PushRequest(13, 42))});
+  Save(dir + "hello_payload", kPayload, {Payload(HelloRequest(4096))});
+  // At the bounds: the largest slice a pool can hold, and one that ends
+  // exactly at the end of the largest pool.
+  Save(dir + "largest_slice", kPayload,
+       {Payload(AllReduceRequest(23, 0, node::kMaxElements))});
+  Save(dir + "slice_at_pool_end", kStream,
+       {WorkerFrame(AllReduceRequest(24, node::kMaxPoolBytes - 4096, 1024))});
+  // Found by the fuzzer: a slice starting inside the largest pool but ending
+  // past it was accepted (CheckSlice() bounded the offset and the length,
+  // not their sum).
+  Save(dir + "slice_past_pool_end", kStream,
+       {WorkerFrame(AllReduceRequest(24, node::kMaxPoolBytes - 4096, 8320))});
+  // Malformed.
+  Save(dir + "frame_too_long", kStream,
+       {Bytes{0x01, 0x00, 0x00, 0x01}, Payload(Empty(14, 0))});
+  Save(dir + "frame_cut_short", kStream,
+       {Bytes{0x00, 0x10, 0x00, 0x00}, Payload(PushRequest(15, 3))});
+  Save(dir + "undecodable", kStream,
+       {Bytes{0x05, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x0f},
+        WorkerFrame(Empty(16, WorkerRequest::kBarrier))});
+  Save(dir + "shape_overflows", kPayload,
+       {Payload(DeclareRequest(17, "x", {int64_t{1} << 32, int64_t{1} << 32},
+                               proto::DATA_TYPE_FLOAT32))});
+  Save(dir + "negative_dimension", kStream,
+       {WorkerFrame(
+           DeclareRequest(18, "x", {4, -1}, proto::DATA_TYPE_FLOAT32))});
+  Save(dir + "unknown_dtype", kPayload,
+       {Payload(
+           DeclareRequest(19, "x", {3}, static_cast<proto::DataType>(99)))});
+  Save(dir + "name_with_newline", kPayload,
+       {Payload(DeclareRequest(20, "a\nb", {1}, proto::DATA_TYPE_FLOAT32))});
+  Save(dir + "id_zero_push", kStream, {WorkerFrame(PushRequest(0, 1))});
+  Save(dir + "negative_step", kStream, {WorkerFrame(PushRequest(21, -3))});
+  Save(dir + "hello_without_pool", kStream, {WorkerFrame(HelloRequest(0))});
+  Save(dir + "no_kind", kPayload, {Payload(Empty(22, 0))});
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace starling
@@ -198,5 +359,6 @@ int main(int argc, char** argv) {
   const std::string root = argv[1];
   starling::fuzz::FrameSeeds(root + "/frame_fuzzer/");
   starling::fuzz::HandshakeSeeds(root + "/handshake_fuzzer/");
+  starling::fuzz::WorkerRequestSeeds(root + "/worker_request_fuzzer/");
   return 0;
 }

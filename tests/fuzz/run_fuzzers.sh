@@ -12,8 +12,8 @@
 # Needs clang++ and libFuzzer (Debian: clang, libclang-rt-14-dev). Work goes
 # to $FUZZ_OUT (default ${TMPDIR:-/tmp}/starling-fuzz-$USER): objects,
 # binaries, the grown corpora, logs and crash inputs. The committed seeds in
-# tests/fuzz/corpus/<harness>/ are only read. Generated headers (protoc
-# output) come from bazel-bin: build their targets first.
+# tests/fuzz/corpus/<harness>/ are only read. Generated protoc output comes
+# from bazel-bin: build its targets first (bazel build //proto:all).
 #
 # Adding a harness: one line in HARNESSES below, plus its fuzz_test stanza
 # in tests/fuzz/BUILD and its seeds in tests/fuzz/corpus/<name>/.
@@ -25,6 +25,7 @@ cd "$(dirname "$0")/../.." || exit 2
 HARNESSES=(
   "frame_fuzzer|tests/fuzz/frame_fuzzer.cc server/transport/inbox.cc server/transport/frame_receiver.cc server/transport/retired_regions.cc|"
   "handshake_fuzzer|tests/fuzz/handshake_fuzzer.cc server/transport/auth.cc server/transport/tcp/handshaker.cc|libcrypto"
+  "worker_request_fuzzer|tests/fuzz/worker_request_fuzzer.cc server/node/worker_request_check.cc proto/tensor_table.cc bazel-bin/proto/common.pb.cc bazel-bin/proto/coordinator.pb.cc bazel-bin/proto/worker.pb.cc|protobuf"
 )
 COMMON_SRCS=(
   server/base/logging.cc
@@ -86,6 +87,12 @@ if [[ ${#run[@]} -eq 0 ]]; then
   echo "run_fuzzers.sh: no harness named ${selected[*]}" >&2
   exit 2
 fi
+for src in "${all_srcs[@]}"; do
+  if [[ $src == bazel-bin/* && ! -f $src ]]; then
+    echo "run_fuzzers.sh: $src is missing; build the protos first:" \
+      "bazel build //proto:all" >&2
+  fi
+done
 # xargs runs compile_one in child shells: arrays travel as one string.
 export CXX OUT
 COMPILE_FLAGS="${CXXFLAGS[*]} -fsanitize=fuzzer-no-link $(pkg-config --cflags "${all_pkgs[@]}")"
