@@ -1,5 +1,7 @@
 #include "server/coordinator/coordinator.h"
 
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -19,6 +21,8 @@ namespace {
 
 // Most local workers one node may declare; more is a garbled request.
 constexpr int kMaxLocalWorkers = 4096;
+// JoinResponse.group_key: 256 random bits.
+constexpr size_t kGroupKeyBytes = 32;
 // How often a Join with a cancellation check looks at it.
 constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
 
@@ -209,6 +213,14 @@ void Coordinator::FormGroupLocked() {
   RebuildPlannerLocked();
   formed_ = true;
   group_epoch_ = 1;
+  group_key_.assign(kGroupKeyBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(group_key_.data()),
+                 static_cast<int>(group_key_.size())) != 1) {
+    group_key_.clear();
+    STARLING_LOG(WARNING)
+        << "no random bytes for the group key (OpenSSL RAND_bytes failed): "
+           "data-plane peers authenticate only with a cluster secret, if any";
+  }
   UpdateGroupGaugesLocked();
   changed_.SignalAll();
   STARLING_LOG(INFO) << "job '" << options_.job_id << "' formed a group of "
@@ -360,6 +372,7 @@ proto::JoinResponse Coordinator::JoinResponseLocked(int rank) const {
   response.set_rank(rank);
   response.set_group_size(static_cast<int32_t>(members_.size()));
   response.set_group_epoch(group_epoch_);
+  response.set_group_key(group_key_);
   for (size_t r = 0; r < members_.size(); ++r) {
     proto::PeerInfo* peer = response.add_peers();
     peer->set_rank(static_cast<int32_t>(r));

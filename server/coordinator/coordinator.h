@@ -246,6 +246,9 @@ class Coordinator {
   // Why a Join waiting when the group was adopted gets no rank.
   std::string adopted_from_ ABSL_GUARDED_BY(mu_);
   uint64_t group_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Drawn when the group formed; members' data-plane handshakes prove it
+  // (JoinResponse.group_key). Empty for an adopted group.
+  std::string group_key_ ABSL_GUARDED_BY(mu_);
   // Index = rank.
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
   // Join id -> rank, for the Joins that were waiting when the group formed.

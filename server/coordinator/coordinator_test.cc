@@ -111,6 +111,10 @@ TEST_F(CoordinatorTest, FourNodesGetRanksPeersAndAShardMapCoveringAll) {
     EXPECT_EQ(r.rank(), i) << "ranks follow hostnames, not arrival";
     EXPECT_EQ(r.group_size(), 4);
     EXPECT_EQ(r.group_epoch(), 1u);
+    // Every member gets the group's key (the same one, below): 32 random
+    // bytes its data-plane peers prove they know.
+    EXPECT_EQ(r.group_key().size(), 32u);
+    EXPECT_NE(r.group_key(), std::string(32, '\0'));
     // Every node sees the same peers, index = rank.
     ASSERT_EQ(r.peers_size(), 4);
     for (int p = 0; p < 4; ++p) {

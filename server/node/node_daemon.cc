@@ -137,6 +137,7 @@ absl::Status NodeDaemon::OpenDataPlane() {
   tcp.listen_fd = data_listen_fd_;
   data_listen_fd_ = -1;  // the transport owns it now
   tcp.cluster_secret = options_.cluster_secret;
+  tcp.group_key = join_.group_key();
   tcp.insecure = options_.insecure;
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));

@@ -98,6 +98,22 @@ Acceptor::~Acceptor() {
     (void)!write(wake_fd_, &one, sizeof(one));
     thread_.join();
   }
+  // Handshakes still running when the mesh formed (or failed): strangers,
+  // or a peer too slow to prove itself. Said, then closed.
+  for (auto& [fd, pending] : pending_) {
+    if (pending->closing) continue;
+    std::string who;
+    if (pending->handshaker->hello_checked()) {
+      who = absl::StrCat(
+          " claiming to be ",
+          name_(static_cast<int>(pending->handshaker->remote().sender_rank)));
+    }
+    NoteRefusal(pending->address + who,
+                absl::UnavailableError(
+                    "its handshake had not finished when the mesh was "
+                    "complete"),
+                "closed");
+  }
   pending_.clear();  // closes the connections
   if (wake_fd_ >= 0) close(wake_fd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);

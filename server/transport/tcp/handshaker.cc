@@ -67,7 +67,7 @@ std::string Handshaker::Who() const {
 
 absl::Status Handshaker::Start(std::vector<uint8_t>* out) {
   if (config_.role == HandshakeConfig::Role::kAccept) return absl::OkStatus();
-  if (!has_secret() && !config_.peer_is_loopback && !config_.insecure) {
+  if (!has_cluster_secret() && !config_.peer_is_loopback && !config_.insecure) {
     state_ = State::kFailed;
     return absl::UnauthenticatedError(absl::StrCat(
         Who(), " is not on a loopback address and ",
@@ -253,7 +253,7 @@ absl::Status Handshaker::OnChallenge(std::vector<uint8_t>* out) {
                                  " has none: ", kSecretHint)),
                 out);
   }
-  if (accepting && !has_secret() && !config_.peer_is_loopback &&
+  if (accepting && !has_cluster_secret() && !config_.peer_is_loopback &&
       !config_.insecure) {
     return Fail(
         absl::UnauthenticatedError(absl::StrCat(
@@ -295,8 +295,12 @@ absl::Status Handshaker::OnProof(std::vector<uint8_t>* out) {
     const std::string me = config_.name(static_cast<int>(local_.sender_rank));
     return Fail(absl::UnauthenticatedError(absl::StrCat(
                     Who(), " failed the cluster-secret challenge of ", me,
-                    " (a different --cluster_secret_file, or not a Starling "
-                    "peer)")),
+                    config_.group_key_only
+                        ? " (it does not know this group's key: not a member "
+                          "of the group, e.g. a forged HELLO or a node of "
+                          "another group)"
+                        : " (a different --cluster_secret_file, not a member "
+                          "of this group, or not a Starling peer)")),
                 out);
   }
   if (accepting) {

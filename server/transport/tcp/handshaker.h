@@ -13,8 +13,9 @@
 //   [PROOF(connect)]                 -->
 //                                    <--  WELCOME, once the slot is claimed
 //
-// With a cluster secret both sides prove they know it (auth.h); without one
-// a peer is accepted only from a loopback address, unless insecure. Either
+// With a cluster secret or a group key both sides prove they know it
+// (auth.h); without a cluster secret a peer is accepted only from a
+// loopback address, unless insecure. Either
 // side may answer with ERROR instead of its next frame and close.
 //
 // Thread-compatible.
@@ -42,8 +43,12 @@ struct HandshakeConfig {
   // socket_index this connection's). Accepting side: socket_index and
   // receiver_rank are taken from the peer's HELLO.
   Hello local;
-  // Empty: no cluster secret.
+  // What both sides prove they know (the cluster secret and the group
+  // key); empty: nothing.
   std::string secret;
+  // `secret` is the coordinator's group key alone (no cluster secret):
+  // peers must still be on loopback unless insecure.
+  bool group_key_only = false;
   bool insecure = false;
   // Whether the peer's address is a loopback one, and that address
   // ("10.0.0.9:51234") for messages.
@@ -112,6 +117,10 @@ class Handshaker {
   absl::Status Fail(const absl::Status& why, std::vector<uint8_t>* out);
   std::string Who() const;
   bool has_secret() const { return !config_.secret.empty(); }
+  // A secret that did not travel over the control plane.
+  bool has_cluster_secret() const {
+    return has_secret() && !config_.group_key_only;
+  }
 
   const HandshakeConfig config_;
   Hello local_;

@@ -214,6 +214,46 @@ TEST(Handshaker, NonLoopbackPeerWithoutSecretIsRefusedUnlessInsecure) {
   EXPECT_OK(outcome.connect);
 }
 
+// Without a cluster secret the coordinator's group key still keeps a
+// process that is not a member out, even on loopback; the key travelled
+// over the control plane, so the loopback rule still holds.
+TEST(Handshaker, GroupKeyKeepsNonMembersOutAndLoopbackRuleStays) {
+  HandshakeConfig member_connect = ConnectConfig("group-key");
+  member_connect.group_key_only = true;
+  HandshakeConfig member_accept = AcceptConfig("group-key");
+  member_accept.group_key_only = true;
+  Outcome outcome = Handshake(member_connect, member_accept);
+  EXPECT_OK(outcome.connect);
+  EXPECT_OK(outcome.accept);
+  EXPECT_EQ(outcome.accept_state, Handshaker::State::kDone);
+
+  // A stranger who guessed a key.
+  HandshakeConfig stranger = ConnectConfig("guess");
+  stranger.group_key_only = true;
+  outcome = Handshake(stranger, member_accept);
+  EXPECT_THAT(outcome.accept,
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       AllOf(HasSubstr("10.0.0.2:51234"),
+                             HasSubstr("claiming to be " + Name(2)),
+                             HasSubstr("not a member of the group"))));
+  EXPECT_NE(outcome.accept_state, Handshaker::State::kDone);
+
+  // A stranger with no key at all.
+  outcome = Handshake(ConnectConfig(""), member_accept);
+  EXPECT_THAT(outcome.accept, StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_NE(outcome.accept_state, Handshaker::State::kDone);
+
+  // The group key alone does not open non-loopback addresses.
+  HandshakeConfig remote_accept = member_accept;
+  remote_accept.peer_is_loopback = false;
+  outcome = Handshake(member_connect, remote_accept);
+  EXPECT_THAT(outcome.accept, StatusIs(absl::StatusCode::kUnauthenticated,
+                                       HasSubstr("only loopback peers")));
+  remote_accept.insecure = true;
+  outcome = Handshake(member_connect, remote_accept);
+  EXPECT_OK(outcome.accept);
+}
+
 // An attacker who recorded a whole successful handshake plays the
 // connecting side's bytes again: the accepting side's fresh nonce makes the
 // recorded proof worthless.

@@ -106,7 +106,10 @@ HandshakeConfig HandshakeConfigFor(const TcpOptions& options,
   config.local.sender_rank = options.rank;
   config.local.group_size = options.peers.size();
   config.local.sockets_per_peer = options.sockets_per_peer;
-  config.secret = options.cluster_secret;
+  // The cluster secret and the group key: a peer must know both.
+  config.secret = options.cluster_secret + options.group_key;
+  config.group_key_only =
+      options.cluster_secret.empty() && !options.group_key.empty();
   config.insecure = options.insecure;
   config.name = name;
   return config;

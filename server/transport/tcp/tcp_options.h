@@ -40,6 +40,14 @@ struct TcpOptions {
   // only from loopback addresses, unless `insecure`.
   std::string cluster_secret;
 
+  // The group's key, handed to its members by the coordinator when the
+  // group formed (JoinResponse.group_key). Set: every connection proves
+  // both ways that it knows it (with cluster_secret, if set), so a process
+  // that is not a member is refused even on loopback. It travels over the
+  // control plane, so without a cluster_secret peers are still accepted
+  // only from loopback addresses, unless `insecure`.
+  std::string group_key;
+
   // With no cluster_secret: accept peers from any address, unauthenticated
   // (a trusted network only; the caller should log a warning). Ignored when
   // cluster_secret is set.

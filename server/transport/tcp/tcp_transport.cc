@@ -50,6 +50,11 @@ absl::Status ValidateOptions(const TcpOptions& options) {
   if (options.handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("handshake_timeout must be positive");
   }
+  if (options.group_key.size() > kMaxClusterSecretBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group_key holds ", options.group_key.size(),
+                     " bytes, more than ", kMaxClusterSecretBytes));
+  }
   if (options.cluster_secret.size() > kMaxClusterSecretBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("cluster_secret holds ", options.cluster_secret.size(),
