@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -93,8 +95,9 @@ NodeCluster::~NodeCluster() {
     ::kill(child.pid, SIGKILL);
     ::waitpid(child.pid, nullptr, 0);
   }
-  for (int d = 0; d < options_.daemons; ++d) ::unlink(socket_path(d).c_str());
-  ::rmdir(socket_dir_.c_str());
+  // Sockets and their lock files, also those of daemons killed by -9.
+  std::error_code ignored;
+  std::filesystem::remove_all(socket_dir_, ignored);
 }
 
 std::string NodeCluster::coordinator_address() const {
@@ -267,6 +270,108 @@ bool NodeCluster::NodeGroup(int daemon, proto::GroupReply* group,
   grpc::Status s = stub->GetGroup(&context, proto::GetGroupRequest(), group);
   if (!s.ok()) *error = s.error_message();
   return s.ok();
+}
+
+namespace {
+
+// "--name=value" -> "--name".
+std::string FlagName(const std::string& flag) {
+  return flag.substr(0, flag.find('='));
+}
+
+// `base` with each flag of `extra` replacing the one of the same name, or
+// appended.
+std::vector<std::string> MergeFlags(std::vector<std::string> base,
+                                    const std::vector<std::string>& extra) {
+  for (const std::string& flag : extra) {
+    bool replaced = false;
+    for (std::string& b : base) {
+      if (FlagName(b) == FlagName(flag)) {
+        b = flag;
+        replaced = true;
+      }
+    }
+    if (!replaced) base.push_back(flag);
+  }
+  return base;
+}
+
+}  // namespace
+
+int PickLoopbackPort() { return PickPort(); }
+
+std::vector<std::string> NodeCluster::CoordinatorFlags(
+    const std::vector<std::string>& extra) const {
+  // The same flags as StartCoordinator().
+  return MergeFlags(
+      {"--job_id=test", absl::StrCat("--expected_nodes=", options_.daemons),
+       absl::StrCat("--parameter_count=", options_.fix_parameter_count
+                                              ? options_.parameter_count
+                                              : 0),
+       absl::StrCat("--listen=", coordinator_address()), "--metrics_port=0",
+       absl::StrCat("--mode=", options_.mode),
+       absl::StrCat("--optimizer=", options_.optimizer),
+       absl::StrCat("--learning_rate=", options_.learning_rate),
+       absl::StrCat("--collective_timeout=",
+                    absl::FormatDuration(options_.collective_timeout)),
+       absl::StrCat("--heartbeat_timeout=",
+                    absl::FormatDuration(options_.heartbeat_timeout)),
+       "--log_level=warning"},
+      extra);
+}
+
+std::vector<std::string> NodeCluster::DaemonFlags(
+    int daemon, const std::vector<std::string>& extra) const {
+  // The same flags as StartDaemons().
+  return MergeFlags({absl::StrCat("--coordinator=", coordinator_address()),
+                     "--job_id=test", absl::StrCat("--hostname=node", daemon),
+                     absl::StrCat("--data_port=", data_ports_[daemon]),
+                     absl::StrCat("--admin_port=", admin_ports_[daemon]),
+                     absl::StrCat("--metrics_port=", metrics_ports_[daemon]),
+                     absl::StrCat("--worker_socket=", socket_path(daemon)),
+                     absl::StrCat("--local_workers=", options_.local_workers),
+                     absl::StrCat("--worker_grace=",
+                                  absl::FormatDuration(options_.worker_grace)),
+                     "--timeout=30s", "--log_level=warning"},
+                    extra);
+}
+
+pid_t NodeCluster::StartCoordinatorWith(const std::string& name,
+                                        const std::vector<std::string>& extra) {
+  return Spawn(name, BinaryPath("server/coordinator/starling-coordinator"),
+               CoordinatorFlags(extra));
+}
+
+pid_t NodeCluster::StartDaemon(int daemon,
+                               const std::vector<std::string>& extra) {
+  const pid_t pid = Spawn(absl::StrCat("node", daemon),
+                          BinaryPath("server/node/starling-node"),
+                          DaemonFlags(daemon, extra));
+  if (daemon_pids_.size() < static_cast<size_t>(options_.daemons)) {
+    daemon_pids_.resize(options_.daemons, -1);
+  }
+  daemon_pids_[daemon] = pid;
+  return pid;
+}
+
+std::string NodeCluster::Stderr(pid_t pid) const {
+  for (const Child& c : children_) {
+    if (c.pid == pid) return ReadFile(c.err_path);
+  }
+  return "";
+}
+
+bool NodeCluster::Alive(pid_t pid) const {
+  for (const Child& c : children_) {
+    if (c.pid != pid) continue;
+    if (c.reaped) return false;
+    // An exited child not yet reaped is a zombie: state 'Z' in its stat.
+    const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() &&
+           stat[paren + 2] != 'Z' && stat[paren + 2] != 'X';
+  }
+  return false;
 }
 
 }  // namespace testing_node

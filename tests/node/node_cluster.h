@@ -87,6 +87,25 @@ class NodeCluster {
   pid_t Spawn(const std::string& name, const std::string& binary,
               const std::vector<std::string>& args);
 
+  // The flags StartCoordinator() (or StartDaemons(), for `daemon`) passes,
+  // each flag of `extra` replacing the one of the same name or appended.
+  std::vector<std::string> CoordinatorFlags(
+      const std::vector<std::string>& extra) const;
+  std::vector<std::string> DaemonFlags(
+      int daemon, const std::vector<std::string>& extra) const;
+  // Starts a coordinator (at coordinator_address() unless `extra` says
+  // otherwise) with CoordinatorFlags(extra), its output in files named
+  // `name`; returns its pid. A test can start one again after killing it.
+  pid_t StartCoordinatorWith(const std::string& name,
+                             const std::vector<std::string>& extra);
+  // Starts daemon `daemon` alone with DaemonFlags(daemon, extra);
+  // daemon_pid(daemon) names it from then on.
+  pid_t StartDaemon(int daemon, const std::vector<std::string>& extra);
+  // What child `pid` wrote to stderr so far.
+  std::string Stderr(pid_t pid) const;
+  // Whether child `pid` runs (has not exited; not reaped by Wait()).
+  bool Alive(pid_t pid) const;
+
  private:
   const ClusterOptions options_;
   const std::string dir_;
@@ -104,6 +123,9 @@ class NodeCluster {
 
 // The runfiles path of a workspace-relative binary.
 std::string BinaryPath(const std::string& target);
+
+// A loopback port nobody listens on, picked as the cluster's ports are.
+int PickLoopbackPort();
 
 }  // namespace testing_node
 }  // namespace starling
