@@ -62,6 +62,40 @@ echo "workers' gradients, each applies Adam to its quarter (its shard), and all"
 echo "gather the result. Logs: $WORK"
 
 echo
+echo "=== run 2 on the same daemons: worker 0 of node 0 is killed (kill -9) after 1 s ==="
+echo "    and started again with the same index; it resumes at the run's step"
+WORKERS=()
+for ((r = 0; r < RANKS; r++)); do
+  for w in 0 1; do
+    timeout 120 "$BIN/worker/examples/quadratic_worker" --worker_socket "$WORK/node$r.sock" \
+      --worker_index $w --dim 100000 --steps 200 --step_delay 20ms --summary \
+      > "$WORK/run2.worker$r.$w.out" 2>&1 &
+    WORKERS+=($!)
+  done
+done
+sleep 1
+kill -9 "${WORKERS[0]}" 2>/dev/null || true
+wait "${WORKERS[0]}" 2>/dev/null || true
+timeout 120 "$BIN/worker/examples/quadratic_worker" --worker_socket "$WORK/node0.sock" \
+  --worker_index 0 --dim 100000 --steps 200 --step_delay 20ms --summary \
+  > "$WORK/run2.worker0.0.out" 2>&1 &
+WORKERS[0]=$!
+failed=0
+for p in "${WORKERS[@]}"; do wait "$p" || failed=$((failed + 1)); done
+cat "$WORK"/run2.worker*.out
+"$BIN/server/coordinator/starlingctl" status --coordinator 127.0.0.1:$BASE --job_id demo || true
+if [[ $failed -ne 0 ]]; then
+  echo "run 2: $failed worker(s) failed; logs in $WORK" >&2
+  exit 1
+fi
+if ! diff -q <(cat "$WORK"/worker*.out) <(cat "$WORK"/run2.worker*.out) > /dev/null; then
+  echo "run 2 ended on other parameters than run 1; logs in $WORK" >&2
+  exit 1
+fi
+echo "Run 2 (new workers, one killed and replaced, daemons and coordinator not"
+echo "restarted) ends on exactly the parameters of run 1."
+
+echo
 echo "=== all-reduce: ${RANKS} ranks (processes) on 127.0.0.1, TCP, float32 sum ==="
 echo "    every algorithm; --check compares every element with the fp64 reference"
 "$BIN/server/bench/starling-bench" --local "$RANKS" --port 29700 \

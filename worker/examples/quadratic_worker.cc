@@ -215,11 +215,21 @@ int Main(int argc, char** argv) {
       distance = std::max(
           distance, std::fabs(static_cast<double>((*x)[i]) - QuadraticB(i)));
     }
+    // FNV-1a over the parameters' bytes: equal hashes, equal parameters.
+    uint64_t hash = 14695981039346656037ull;
+    for (float v : *x) {
+      uint32_t bits;
+      __builtin_memcpy(&bits, &v, sizeof(bits));
+      for (int b = 0; b < 4; ++b) {
+        hash = (hash ^ ((bits >> (8 * b)) & 0xff)) * 1099511628211ull;
+      }
+    }
     std::printf(
         "worker %d of rank %d: %d steps, loss %.6g (optimum 0), max |x - x*| "
-        "%.3g\n",
+        "%.3g, parameters' hash %016llx\n",
         (*client)->worker_index(), (*client)->rank(),
-        absl::GetFlag(FLAGS_steps), QuadraticLoss(*x), distance);
+        absl::GetFlag(FLAGS_steps), QuadraticLoss(*x), distance,
+        static_cast<unsigned long long>(hash));  // NOLINT(runtime/int)
     return 0;
   }
   std::string line = absl::StrCat(
