@@ -67,7 +67,10 @@ echo "    and started again with the same index; it resumes at the run's step"
 WORKERS=()
 for ((r = 0; r < RANKS; r++)); do
   for w in 0 1; do
-    timeout 120 "$BIN/worker/examples/quadratic_worker" --worker_socket "$WORK/node$r.sock" \
+    # The worker to be killed runs without `timeout` so that kill -9 hits it.
+    wrap=(timeout 120)
+    [[ $r -eq 0 && $w -eq 0 ]] && wrap=()
+    "${wrap[@]}" "$BIN/worker/examples/quadratic_worker" --worker_socket "$WORK/node$r.sock" \
       --worker_index $w --dim 100000 --steps 200 --step_delay 20ms --summary \
       > "$WORK/run2.worker$r.$w.out" 2>&1 &
     WORKERS+=($!)

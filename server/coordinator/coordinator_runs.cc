@@ -188,6 +188,12 @@ void Coordinator::EndRunLocked(int rank, const proto::EndRunRequest& request) {
       !request.error().empty()) {
     member.last_error = request.error();
   }
+  // Status shows the run ended on this node at once, not a heartbeat later.
+  if (member.run.run_id() == request.run_id()) {
+    member.run.set_state(request.state());
+    member.run.set_steps(std::max(member.run.steps(), request.steps()));
+    if (!request.error().empty()) member.run.set_error(request.error());
+  }
   if (ended.failed_now) {
     metrics_.runs_ended->WithLabels({"failed"})->Increment();
     last_error_ = ended.error;
