@@ -119,6 +119,17 @@ absl::Status Communicator::Broadcast(absl::Span<std::byte> data, DataType type,
 
 void Communicator::SkipTo(uint64_t seq) {
   if (seq > next_seq_) next_seq_ = seq;
+  // Ops below `seq` have ended here or will never run here.
+  RetireOpsBelow(seq);
+}
+
+void Communicator::RetireOpsBelow(uint64_t end) {
+  if (!options_.retire_stale_regions || end <= retired_end_) return;
+  // The ids of ops [a, b) are one contiguous range, so the transport keeps
+  // the retired set as one growing range.
+  transport_->RetireRegions(OpRegionIdsBegin(retired_end_),
+                            OpRegionIdsBegin(end));
+  retired_end_ = end;
 }
 
 absl::Status Communicator::Barrier(const CallOptions& call) {
@@ -132,6 +143,19 @@ absl::Status Communicator::Run(OpKind kind, absl::Span<std::byte> data,
   // The sequence number is taken even by a call rejected here, so that this
   // rank stays in step with the others (which will time out naming it).
   const uint64_t seq = next_seq_++;
+  absl::Status status = RunOp(seq, kind, data, type, op, root, call);
+  // Peers may still write into a failed op (they may not have noticed yet,
+  // or were cancelled after posting): from now on the transport drops those
+  // writes instead of holding them. A rejected call counts too, since the
+  // other ranks run the op and write to us.
+  if (!status.ok()) RetireOpsBelow(seq + 1);
+  return status;
+}
+
+absl::Status Communicator::RunOp(uint64_t seq, OpKind kind,
+                                 absl::Span<std::byte> data, DataType type,
+                                 ReduceOp op, int root,
+                                 const CallOptions& call) {
   const size_t element_bytes = DataTypeBytes(type);
   const absl::Duration timeout = call.timeout.value_or(options_.timeout);
   const std::string what = absl::StrCat(OpKindName(kind), " op ", seq);

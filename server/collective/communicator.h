@@ -16,12 +16,35 @@
 //                       names the op, algorithm, step and the peer's rank and
 //                       address; that peer is aborted on the transport);
 //   Unavailable       - the transport lost a peer (named);
-//   DataLoss          - the transport rejected a write.
+//   DataLoss          - the transport rejected a write;
+//   FailedPrecondition - the op's RegionIds were retired on the transport
+//                       (another Communicator with retire_stale_regions
+//                       shares it: see below).
 // After an error the contents of `data` are unspecified; the Communicator
 // stays usable for later ops with peers that are still reachable.
 //
 // Memory: scratch is allocated once per Communicator, grown to the largest
 // op seen and reused; it is registered per op under the op's RegionId.
+//
+// Late writes. A peer may still write into an op that is gone on this rank:
+// the op failed here (cancelled, rejected, mismatched, a peer error) while
+// the peer's writes for it were in flight or not yet posted, or this rank
+// skipped it (SkipTo()). Such writes find no registration; the transport
+// holds them in its bounded early-write room, and enough of them fill it and
+// pause the connection. With CommunicatorOptions::retire_stale_regions set,
+// the Communicator retires (Transport::RetireRegions) the RegionIds of every
+// op below a watermark W, so that the transport drops and counts those
+// writes instead (stale_writes_dropped()). The rule:
+//   - W only grows, and only this Communicator moves it; every op below W
+//     has ended on this rank (ops run one at a time) or will never run here.
+//   - SkipTo(seq) raises W to seq.
+//   - An op `seq` that returns an error (any: cancellation, timeout, peer
+//     error, mismatch, a call rejected before it started) raises W to
+//     seq + 1. Ops that succeed leave W alone: every write a peer sends for
+//     such an op has landed and been consumed before it returned, so none
+//     can arrive late; their ids are retired with the next failure or skip.
+// So an op's RegionIds are retired only after this Communicator is done with
+// them, and never registered by it again (sequence numbers only grow).
 //
 // Thread-compatible: issue one op at a time (ops block the calling thread,
 // which also runs the reductions).
@@ -57,6 +80,16 @@ struct CommunicatorOptions {
   size_t chunk_bytes = ChunkPlanner::kDefaultChunkBytes;
   // Thresholds of the automatic algorithm choice. Must match on every rank.
   SelectorOptions selector;
+  // Retire the RegionIds of ops below the watermark described above, so that
+  // late writes for failed and skipped ops are dropped and counted by the
+  // transport instead of held. Default off. Set it only where this
+  // Communicator is the sole issuer of collective ops on its transport for
+  // the transport's whole life (the node daemon): retired ids can never be
+  // registered again, so a second Communicator on the same transport, which
+  // numbers its ops from 0 as well, would fail its op `seq` with
+  // FailedPrecondition once this one has retired `seq` (tests that build a
+  // Communicator per check over one transport group leave it off).
+  bool retire_stale_regions = false;
 };
 
 struct CallOptions {
@@ -90,9 +123,20 @@ class Communicator {
   uint64_t next_op_seq() const { return next_seq_; }
   // Continues numbering at `seq`, which every rank must agree on (the node
   // daemons start each training run at a sequence number above any used
-  // before, so that late frames of an earlier run never match).
-  // REQUIRES: seq >= next_op_seq().
+  // before, so that late frames of an earlier run never match). With
+  // retire_stale_regions, also retires the RegionIds of every op below
+  // `seq`, so that a peer's writes for them are dropped on arrival.
+  // REQUIRES: seq >= next_op_seq(); no op is running.
   void SkipTo(uint64_t seq);
+  // Ops below this have their RegionIds retired on the transport (the
+  // watermark W above; stays 0 without retire_stale_regions).
+  uint64_t retired_op_seq_end() const { return retired_end_; }
+  // Writes the transport dropped because their region was retired (by this
+  // Communicator or any other user of the transport), since its creation:
+  // the daemon exports it as a counter. Thread-safe, unlike the rest.
+  uint64_t stale_writes_dropped() const {
+    return transport_->stale_writes_dropped();
+  }
 
   // data = op over all ranks' data, element-wise.
   absl::Status AllReduce(absl::Span<std::byte> data, DataType type, ReduceOp op,
@@ -119,12 +163,21 @@ class Communicator {
  private:
   Communicator(transport::Transport* transport, const Options& options);
 
+  // Takes the next sequence number, runs the op and, when it fails, retires
+  // its RegionIds (retire_stale_regions).
   absl::Status Run(OpKind kind, absl::Span<std::byte> data, DataType type,
                    ReduceOp op, int root, const CallOptions& call);
+  absl::Status RunOp(uint64_t seq, OpKind kind, absl::Span<std::byte> data,
+                     DataType type, ReduceOp op, int root,
+                     const CallOptions& call);
+  // Raises the watermark to `end` (no-op if it is there already or
+  // retire_stale_regions is off): retires the ids of ops [W, end).
+  void RetireOpsBelow(uint64_t end);
 
   transport::Transport* const transport_;
   const Options options_;
   uint64_t next_seq_ = 0;
+  uint64_t retired_end_ = 0;        // the watermark W: ops below it are retired
   std::vector<std::byte> scratch_;  // grows to the largest op's need
   // One per peer, reused by every op (see OpContext::Finish).
   std::vector<std::unique_ptr<transport::Completion>> completions_;

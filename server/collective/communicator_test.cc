@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/base/status_matchers.h"
 #include "server/collective/collective_test_util.h"
+#include "server/collective/op_context.h"
 #include "server/collective/shard_layout.h"
 #include "server/transport/loopback/loopback_transport.h"
 
@@ -253,6 +254,75 @@ TEST(Communicator, BarrierWaitsForEveryRank) {
         return s;
       });
   ASSERT_OK(FirstError(statuses));
+}
+
+TEST(Communicator, RetiresTheRegionsOfFailedAndSkippedOpsOnly) {
+  transport::loopback::LoopbackFabric fabric(1);
+  transport::Transport* t = fabric.endpoint(0);
+  CommunicatorOptions options;
+  options.retire_stale_regions = true;
+  ASSERT_OK_AND_ASSIGN(auto comm, Communicator::Create(t, options));
+  std::vector<std::byte> data(8), probe(8);
+  ASSERT_OK(comm->AllReduce(absl::MakeSpan(data), DataType::kFloat32,
+                            ReduceOp::kSum));  // op 0 succeeds
+  EXPECT_EQ(comm->retired_op_seq_end(), 0u);
+  // Op 1 is rejected before it starts: peers would still write into it.
+  EXPECT_THAT(comm->AllReduce(absl::MakeSpan(data).first(6), DataType::kFloat32,
+                              ReduceOp::kSum),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(comm->retired_op_seq_end(), 2u);
+  for (uint64_t seq : {0u, 1u}) {
+    for (Region region : {Region::kData, Region::kScratch}) {
+      EXPECT_THAT(
+          t->RegisterRegion(OpRegionId(seq, region), absl::MakeSpan(probe)),
+          StatusIs(absl::StatusCode::kFailedPrecondition,
+                   HasSubstr("retired")));
+    }
+  }
+  comm->SkipTo(7);
+  EXPECT_EQ(comm->retired_op_seq_end(), 7u);
+  EXPECT_THAT(
+      t->RegisterRegion(OpRegionId(6, Region::kScratch), absl::MakeSpan(probe)),
+      StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(
+      t->RegisterRegion(OpRegionId(7, Region::kData), absl::MakeSpan(probe)));
+  ASSERT_OK(t->DeregisterRegion(OpRegionId(7, Region::kData)));
+  // Ids outside the collective range stay usable.
+  ASSERT_OK(t->RegisterRegion(12, absl::MakeSpan(probe)));
+  ASSERT_OK(comm->AllReduce(absl::MakeSpan(data), DataType::kFloat32,
+                            ReduceOp::kSum));
+  EXPECT_EQ(comm->retired_op_seq_end(), 7u);
+}
+
+TEST(Communicator, WithoutRetirementCommunicatorsMayShareATransport) {
+  // Each Communicator numbers its ops from 0. Off (the default), a failed op
+  // of one leaves its ids registrable for the next; on, the next one's op 0
+  // is refused.
+  for (bool retire : {false, true}) {
+    transport::loopback::LoopbackFabric fabric(2);
+    std::vector<transport::Transport*> transports = {fabric.endpoint(0),
+                                                     fabric.endpoint(1)};
+    CommunicatorOptions options = ShortTimeout();
+    options.retire_stale_regions = retire;
+    auto first = RunRanks(transports, options, [](int, Communicator* comm) {
+      std::vector<std::byte> data(8);
+      return comm->Broadcast(absl::MakeSpan(data), DataType::kFloat32, 5);
+    });
+    for (const absl::Status& s : first) {
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+    }
+    auto second = RunRanks(transports, options, [](int, Communicator* comm) {
+      std::vector<std::byte> data(8);
+      return comm->AllReduce(absl::MakeSpan(data), DataType::kFloat32,
+                             ReduceOp::kSum);
+    });
+    if (retire) {
+      EXPECT_THAT(second[0], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                      HasSubstr("allreduce op 0")));
+    } else {
+      EXPECT_OK(FirstError(second));
+    }
+  }
 }
 
 TEST(Communicator, OpDescriptorRoundTripsAndDescribesItself) {

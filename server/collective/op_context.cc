@@ -13,8 +13,13 @@ namespace starling {
 namespace collective {
 
 transport::RegionId OpRegionId(uint64_t seq, Region region) {
-  return (uint64_t{1} << 63) | ((seq & ((uint64_t{1} << 60) - 1)) << 2) |
+  return (uint64_t{1} << 63) | ((seq & (kOpSeqLimit - 1)) << 2) |
          static_cast<uint64_t>(region);
+}
+
+transport::RegionId OpRegionIdsBegin(uint64_t seq) {
+  // Region values are 1 and 2, inside [seq << 2, (seq + 1) << 2).
+  return (uint64_t{1} << 63) | (std::min(seq, kOpSeqLimit) << 2);
 }
 
 uint32_t OpControlTag(uint64_t seq) {

@@ -6,7 +6,10 @@
 //             caller's buffer, in place) and kScratch (the Communicator's
 //             reusable receive buffer). Their RegionIds derive from the op
 //             sequence number, so a late write of op k can never land in
-//             op k+1: it finds no registration and is held, then dropped.
+//             op k+1: it finds no registration and is held by the
+//             transport until the Communicator retires op k's ids, then
+//             dropped and counted (CommunicatorOptions::
+//             retire_stale_regions; without it, held for good).
 //   step    - one exchange of an algorithm, numbered per op; a write's
 //             immediate value is (step << 16) | chunk.
 //   chunk   - a ChunkPlanner piece of a step's byte range. All chunks of a
@@ -52,6 +55,13 @@ enum class Region : uint8_t { kData = 1, kScratch = 2 };
 // users of the same transport can use ids and tags below 2^63 and 2^31.
 transport::RegionId OpRegionId(uint64_t seq, Region region);
 uint32_t OpControlTag(uint64_t seq);
+
+// Op sequence numbers are taken modulo kOpSeqLimit in RegionIds.
+inline constexpr uint64_t kOpSeqLimit = uint64_t{1} << 60;
+
+// The RegionIds of ops [a, b) are [OpRegionIdsBegin(a), OpRegionIdsBegin(b)),
+// for a <= b <= kOpSeqLimit; a larger argument counts as kOpSeqLimit.
+transport::RegionId OpRegionIdsBegin(uint64_t seq);
 
 // A write's immediate value for chunk `chunk` of step `step`.
 // REQUIRES: step < 2^16, chunk < 2^16.

@@ -143,6 +143,10 @@ absl::Status NodeDaemon::OpenDataPlane() {
                             transport::tcp::TcpTransport::Create(tcp));
   transport_ = std::move(tcp_t);
   collective::CommunicatorOptions comm_options;
+  // This daemon's communicator is the only one on its transport: writes
+  // that arrive for an op that failed here, or for ops a new run skipped,
+  // are dropped and counted instead of held.
+  comm_options.retire_stale_regions = true;
   if (config.collective_timeout_ms() > 0) {
     comm_options.timeout = absl::Milliseconds(config.collective_timeout_ms());
   }
