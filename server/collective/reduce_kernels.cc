@@ -155,6 +155,32 @@ absl::Status CheckLength(DataType type, size_t bytes) {
   return absl::OkStatus();
 }
 
+// ReduceMany's block: small enough that a block of `out` stays in the L1
+// cache while every input is combined into it; a multiple of every element
+// size and of kStageBytes.
+constexpr size_t kManyBlockBytes = 8192;
+
+// Reduce() after its checks: lengths equal, whole elements.
+void ReduceChecked(DataType type, ReduceOp op, absl::Span<std::byte> inout,
+                   absl::Span<const std::byte> in) {
+  const size_t element_bytes = DataTypeBytes(type);
+  if (Aligned(inout.data(), element_bytes) &&
+      Aligned(in.data(), element_bytes)) {
+    ApplyAligned(type, op, inout.data(), in.data(),
+                 inout.size() / element_bytes);
+    return;
+  }
+  alignas(16) std::byte a[kStageBytes];
+  alignas(16) std::byte b[kStageBytes];
+  for (size_t done = 0; done < inout.size(); done += kStageBytes) {
+    const size_t bytes = std::min(kStageBytes, inout.size() - done);
+    std::memcpy(a, inout.data() + done, bytes);
+    std::memcpy(b, in.data() + done, bytes);
+    ApplyAligned(type, op, a, b, bytes / element_bytes);
+    std::memcpy(inout.data() + done, a, bytes);
+  }
+}
+
 }  // namespace
 
 absl::Status Reduce(DataType type, ReduceOp op, absl::Span<std::byte> inout,
@@ -165,21 +191,31 @@ absl::Status Reduce(DataType type, ReduceOp op, absl::Span<std::byte> inout,
                                                    " bytes: lengths differ"));
   }
   if (absl::Status s = CheckLength(type, inout.size()); !s.ok()) return s;
-  const size_t element_bytes = DataTypeBytes(type);
-  if (Aligned(inout.data(), element_bytes) &&
-      Aligned(in.data(), element_bytes)) {
-    ApplyAligned(type, op, inout.data(), in.data(),
-                 inout.size() / element_bytes);
-    return absl::OkStatus();
+  ReduceChecked(type, op, inout, in);
+  return absl::OkStatus();
+}
+
+absl::Status ReduceMany(DataType type, ReduceOp op, absl::Span<std::byte> out,
+                        absl::Span<const absl::Span<const std::byte>> in) {
+  if (in.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce of no inputs into ", out.size(), " bytes"));
   }
-  alignas(16) std::byte a[kStageBytes];
-  alignas(16) std::byte b[kStageBytes];
-  for (size_t done = 0; done < inout.size(); done += kStageBytes) {
-    const size_t bytes = std::min(kStageBytes, inout.size() - done);
-    std::memcpy(a, inout.data() + done, bytes);
-    std::memcpy(b, in.data() + done, bytes);
-    ApplyAligned(type, op, a, b, bytes / element_bytes);
-    std::memcpy(inout.data() + done, a, bytes);
+  for (size_t j = 0; j < in.size(); ++j) {
+    if (in[j].size() != out.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reduce into ", out.size(), " bytes: input ", j, " of ",
+                       in.size(), " has ", in[j].size(), " bytes"));
+    }
+  }
+  if (absl::Status s = CheckLength(type, out.size()); !s.ok()) return s;
+  for (size_t done = 0; done < out.size(); done += kManyBlockBytes) {
+    const size_t bytes = std::min(kManyBlockBytes, out.size() - done);
+    absl::Span<std::byte> block = out.subspan(done, bytes);
+    std::memcpy(block.data(), in[0].data() + done, bytes);
+    for (size_t j = 1; j < in.size(); ++j) {
+      ReduceChecked(type, op, block, in[j].subspan(done, bytes));
+    }
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,18 @@ namespace collective {
 absl::Status Reduce(DataType type, ReduceOp op, absl::Span<std::byte> inout,
                     absl::Span<const std::byte> in);
 
+// out[i] = in[0][i] op in[1][i] op ... op in[k-1][i], combined left to
+// right in the order of `in`: the values of copying in[0] into `out` and
+// then calling Reduce(type, op, out, in[j]) for j = 1 .. k-1, in one pass
+// over memory (`out` is made block by block, each block staying in cache
+// while every input is combined into it: k reads and one write per element
+// instead of 2k - 1 reads and k writes). kAverage sums, as Reduce().
+// REQUIRES: `out` overlaps no input (inputs may overlap each other).
+// InvalidArgument if `in` is empty, an input's length differs from out's,
+// or the length is not a multiple of the element size.
+absl::Status ReduceMany(DataType type, ReduceOp op, absl::Span<std::byte> out,
+                        absl::Span<const absl::Span<const std::byte>> in);
+
 // data[i] /= group_size (integers truncate toward zero). InvalidArgument if
 // group_size < 1 or the length is not a multiple of the element size.
 absl::Status FinishAverage(DataType type, absl::Span<std::byte> data,

@@ -73,6 +73,15 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
   STARLING_ASSIGN_OR_RETURN(g, registry->AddGauge("starling_node_group_size",
                                                   "Daemons in the group"));
   m.group_size = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_copied_bytes_total",
+             "Bytes of tensor data the daemon read or wrote in user space "
+             "(sync modes; a copy of n bytes counts 2n), by phase",
+             {"phase"}));
+  m.local_reduce_copied_bytes = c->WithLabels({"local_reduce"});
+  m.allreduce_staging_copied_bytes = c->WithLabels({"allreduce_staging"});
+  m.pull_copied_bytes = c->WithLabels({"pull"});
   return m;
 }
 

@@ -33,6 +33,17 @@ struct NodeMetrics {
   metrics::Gauge* optimizer_state_bytes = nullptr;
   metrics::Gauge* shard_bytes = nullptr;
   metrics::Gauge* group_size = nullptr;
+  // starling_node_copied_bytes_total{phase}: bytes of tensor data the
+  // daemon's own code read or wrote in user space in sync modes (each byte
+  // read and each byte written counts once, so a copy of n bytes counts
+  // 2n; the collectives' transfers and reductions are not included).
+  // phase="local_reduce": summing the local workers' gradients (and zeroing
+  // what none pushed); "allreduce_staging": a worker all-reduce's sum into
+  // the buffer the collective sends and the copies of the result back into
+  // the workers' pools; "pull": copies of the parameters into the pools.
+  metrics::Counter* local_reduce_copied_bytes = nullptr;
+  metrics::Counter* allreduce_staging_copied_bytes = nullptr;
+  metrics::Counter* pull_copied_bytes = nullptr;
 };
 
 }  // namespace node

@@ -10,6 +10,7 @@
 #include "proto/tensor_table.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/collective/reduce_kernels.h"
 #include "server/shard/optimizer/optimizer_factory.h"
 
 namespace starling {
@@ -23,6 +24,11 @@ constexpr absl::Duration kAbortPollInterval = absl::Milliseconds(20);
 
 absl::Span<std::byte> AsBytes(absl::Span<float> data) {
   return {reinterpret_cast<std::byte*>(data.data()),
+          data.size() * sizeof(float)};
+}
+
+absl::Span<const std::byte> AsConstBytes(absl::Span<const float> data) {
+  return {reinterpret_cast<const std::byte*>(data.data()),
           data.size() * sizeof(float)};
 }
 
@@ -77,9 +83,11 @@ void SyncEngine::Start() {
 
 void SyncEngine::Stop() {
   Deferred deferred;
+  bool first = false;  // later calls (the destructor's) only join
   {
     absl::MutexLock lock(&mu_);
     if (!stop_) {
+      first = true;
       stop_ = true;
       const absl::Status down = absl::UnavailableError(
           absl::StrCat("daemon ", options_.self, " is shutting down"));
@@ -94,7 +102,7 @@ void SyncEngine::Stop() {
     }
   }
   Flush(deferred);
-  stop_listener_.Notify();
+  if (first) stop_listener_.Notify();
   if (thread_.joinable()) thread_.join();
   if (abort_listener_.joinable()) abort_listener_.join();
 }
@@ -723,28 +731,10 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
         +[](int* readers) { return *readers == 0; }, &readers_));
   }
   const absl::Time start = absl::Now();
-  const TensorLayout& layout = run.layout;
   shard::ShardStore& store = *run.store;
   absl::Status status = [&]() -> absl::Status {
-    store.ZeroGradients();
+    STARLING_RETURN_IF_ERROR(LocalReduce(rounds, run));
     absl::Span<float> grads = store.gradients();
-    for (Round& round : rounds) {
-      for (const proto::PoolSlice& slice :
-           round.request.push_gradients().slices()) {
-        STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
-                                  layout.Find(slice.tensor()));
-        if (slice.elements() != entry->elements) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("tensor '", slice.tensor(), "' from ",
-                           round.worker.name, ": ", slice.elements(),
-                           " elements pushed, ", entry->elements, " declared"));
-        }
-        STARLING_ASSIGN_OR_RETURN(absl::Span<float> src,
-                                  round.worker.pool->Floats(slice));
-        float* dst = grads.data() + entry->offset;
-        for (size_t i = 0; i < src.size(); ++i) dst[i] += src[i];
-      }
-    }
     const collective::CallOptions call = Call(run);
     const absl::Time comm_start = absl::Now();
     STARLING_RETURN_IF_ERROR(Annotate(
@@ -778,30 +768,91 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
   return absl::OkStatus();
 }
 
+absl::Status SyncEngine::LocalReduce(const std::vector<Round>& rounds,
+                                     Run& run) {
+  // Each tensor's range of the gradient buffer is written once, in one pass
+  // over memory: the sum of the buffers pushed for it, read in place from
+  // the workers' pools in worker-index order (the first copied, the others
+  // added, as the reduce kernels do), or zeros where no worker pushed it.
+  // Starting from the first buffer rather than from a zeroed accumulator
+  // changes one thing only: an element that is -0.0 in every pushed buffer
+  // now sums to -0.0 (IEEE), where 0.0 + -0.0 made it +0.0.
+  const TensorLayout& layout = run.layout;
+  absl::Span<float> grads = run.store->gradients();
+  std::vector<std::vector<absl::Span<const std::byte>>> inputs(
+      layout.tensors.size());
+  for (const Round& round : rounds) {
+    for (const proto::PoolSlice& slice :
+         round.request.push_gradients().slices()) {
+      STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
+                                layout.Find(slice.tensor()));
+      if (slice.elements() != entry->elements) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", slice.tensor(), "' from ",
+                         round.worker.name, ": ", slice.elements(),
+                         " elements pushed, ", entry->elements, " declared"));
+      }
+      STARLING_ASSIGN_OR_RETURN(absl::Span<float> src,
+                                round.worker.pool->Floats(slice));
+      inputs[entry - layout.tensors.data()].push_back(AsConstBytes(src));
+    }
+  }
+  double bytes = 0;
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    const TensorLayout::Entry& entry = layout.tensors[t];
+    absl::Span<float> dst = grads.subspan(entry.offset, entry.elements);
+    if (inputs[t].empty()) {
+      std::fill(dst.begin(), dst.end(), 0.0f);
+      bytes += static_cast<double>(dst.size()) * sizeof(float);
+      continue;
+    }
+    STARLING_RETURN_IF_ERROR(collective::ReduceMany(
+        collective::DataType::kFloat32, collective::ReduceOp::kSum,
+        AsBytes(dst), inputs[t]));
+    // Each input read once, the sum written once.
+    bytes += (inputs[t].size() + 1.0) * dst.size() * sizeof(float);
+  }
+  metrics_->local_reduce_copied_bytes->Increment(bytes);
+  return absl::OkStatus();
+}
+
 absl::Status SyncEngine::AllReduce(std::vector<Round>& rounds, Run& run) {
   const std::string where = Describe(rounds[0].request);
   const size_t elements = rounds[0].request.all_reduce().slice().elements();
-  scratch_.assign(elements, 0.0f);
+  // The workers' buffers are summed (one pass) into scratch_, which the
+  // collective sends and reduces in place, and the result is copied back
+  // into each buffer; a failed collective leaves the workers' buffers as
+  // they were.
+  scratch_.resize(elements);
+  std::vector<absl::Span<const std::byte>> inputs;
   std::vector<absl::Span<float>> buffers;
   for (Round& round : rounds) {
     absl::StatusOr<absl::Span<float>> src =
         round.worker.pool->Floats(round.request.all_reduce().slice());
     if (!src.ok()) return Annotate(src.status(), where);
-    for (size_t i = 0; i < elements; ++i) scratch_[i] += (*src)[i];
+    inputs.push_back(AsConstBytes(*src));
     buffers.push_back(*src);
   }
+  absl::Span<std::byte> sum = AsBytes(absl::MakeSpan(scratch_));
+  STARLING_RETURN_IF_ERROR(
+      Annotate(collective::ReduceMany(collective::DataType::kFloat32,
+                                      collective::ReduceOp::kSum, sum, inputs),
+               where));
+  metrics_->allreduce_staging_copied_bytes->Increment((inputs.size() + 1.0) *
+                                                      sum.size());
   const absl::Time start = absl::Now();
   STARLING_RETURN_IF_ERROR(
-      Annotate(comm_->AllReduce(AsBytes(absl::MakeSpan(scratch_)),
-                                collective::DataType::kFloat32,
+      Annotate(comm_->AllReduce(sum, collective::DataType::kFloat32,
                                 collective::ReduceOp::kSum, Call(run)),
                where));
   metrics_->allreduce_seconds->Observe(
       absl::ToDoubleSeconds(absl::Now() - start));
   metrics_->collective_bytes->Increment(elements * sizeof(float));
   for (absl::Span<float> dst : buffers) {
-    std::memcpy(dst.data(), scratch_.data(), elements * sizeof(float));
+    std::memcpy(dst.data(), scratch_.data(), sum.size());
   }
+  metrics_->allreduce_staging_copied_bytes->Increment(2.0 * buffers.size() *
+                                                      sum.size());
   return absl::OkStatus();
 }
 
@@ -921,6 +972,7 @@ void SyncEngine::Pull(const WorkerHandle& worker,
       }
       std::memcpy(dst->data(), params.data() + (*entry)->offset,
                   dst->size() * sizeof(float));
+      metrics_->pull_copied_bytes->Increment(2.0 * dst->size() * sizeof(float));
     }
     absl::MutexLock lock(&mu_);
     --readers_;

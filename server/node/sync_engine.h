@@ -34,12 +34,18 @@
 //
 // The synchronous step (DESIGN.md "One synchronous step"), for push round s:
 //   1. local reduce: the workers' gradients, read in place from their pools,
-//      summed in worker-index order into the run's gradient buffer;
+//      summed in worker-index order straight into the run's gradient
+//      buffer, the one the reduce-scatter sends, in one pass over memory
+//      (collective::ReduceMany: the first copied, the others added);
 //   2. reduce-scatter (sum) across daemons;
 //   3. the optimizer (gradient scale 1 / total workers) updates the shard;
 //   4. all-gather of the parameters;
 //   5. version s + 1 is published; pulls waiting for it copy it out.
-// While a step writes the parameters (3-4) no pull reads them.
+// While a step writes the parameters (3-4) no pull reads them. Copies in
+// user space: the local reduce reads each pushed buffer once and writes
+// the gradient buffer once; a pull copies the tensors it names into the
+// worker's pool; the collectives send from and receive into the run's
+// buffers. NodeMetrics::*_copied_bytes count these bytes.
 //
 // Deadlines: a collective waits at most `timeout` + `grace` (a peer may be
 // holding the step for its missing worker); a pull as long for its
@@ -135,7 +141,8 @@ class SyncEngine {
   SyncEngine& operator=(const SyncEngine&) = delete;
 
   void Start();
-  // Fails queued rounds with Unavailable and joins the threads.
+  // Fails queued rounds with Unavailable and joins the threads. Idempotent
+  // (the destructor calls it again); call from one thread at a time.
   void Stop();
 
   // A worker attached: fills the HelloReply's run fields (run_id,
@@ -226,6 +233,8 @@ class SyncEngine {
   absl::Status CheckSame(const std::vector<Round>& rounds) const;
   absl::Status Commit(std::vector<Round>& rounds, proto::WorkerResponse* reply);
   absl::Status Step(std::vector<Round>& rounds, Run& run);
+  // Step's local reduce: the round's gradients into run.store->gradients().
+  absl::Status LocalReduce(const std::vector<Round>& rounds, Run& run);
   absl::Status AllReduce(std::vector<Round>& rounds, Run& run);
   absl::Status Finish(Run& run);
   collective::CallOptions Call(Run& run) const;
