@@ -1,9 +1,11 @@
 #include "server/node/ps_engine.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
@@ -15,31 +17,68 @@ namespace {
 
 constexpr uint32_t kPush = 1;
 constexpr uint32_t kPull = 2;
-constexpr size_t kRequestHeaderBytes = 24;
-constexpr size_t kReplyHeaderBytes = 16;
+// Reply stages.
+constexpr uint32_t kReady = 1;
+constexpr uint32_t kDone = 2;
+constexpr size_t kRequestBytes = 48;
+constexpr size_t kReplyHeaderBytes = 24;
+// Waits are cut into slices this long so that Stop() is noticed.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(200);
 
-void PutU32(std::vector<std::byte>* out, uint32_t v) {
-  const size_t at = out->size();
-  out->resize(at + 4);
-  std::memcpy(out->data() + at, &v, 4);
+// Region ids (the header's file comment): bits 63..61 are 010 for a push's
+// receive buffer on the owner, 011 for a pull's on the requester.
+constexpr uint64_t kPsRegionBit = uint64_t{1} << 62;
+constexpr uint64_t kPullRegionBit = uint64_t{1} << 61;
+constexpr int kWriterShift = 40;
+constexpr uint64_t kPushCountMask = (uint64_t{1} << kWriterShift) - 1;
+constexpr uint64_t kPullCountMask = kPullRegionBit - 1;
+
+transport::RegionId PushRegionId(int writer, uint64_t count) {
+  return kPsRegionBit | (static_cast<uint64_t>(writer) << kWriterShift) |
+         (count & kPushCountMask);
 }
 
-void PutU64(std::vector<std::byte>* out, uint64_t v) {
-  const size_t at = out->size();
-  out->resize(at + 8);
-  std::memcpy(out->data() + at, &v, 8);
+// The writer rank a push region id names, or -1 if `id` is not one.
+int PushRegionWriter(transport::RegionId id) {
+  if ((id >> 61) != 2) return -1;
+  return static_cast<int>((id & kPullCountMask) >> kWriterShift);
 }
 
-uint64_t GetU64(const std::byte* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
+transport::RegionId PullRegionId(uint64_t count) {
+  return kPsRegionBit | kPullRegionBit | (count & kPullCountMask);
 }
 
-uint32_t GetU32(const std::byte* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+bool IsPullRegionId(transport::RegionId id) { return (id >> 61) == 3; }
+
+absl::Span<std::byte> AsBytes(absl::Span<float> v) {
+  return {reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(float)};
+}
+
+// Both headers are laid out as on the wire (fixed-width fields, no
+// padding) and copied whole: host order, the group is one architecture.
+static_assert(sizeof(PsRequest) == kRequestBytes, "request header layout");
+struct ReplyHeader {
+  uint32_t code = 0;  // absl::StatusCode
+  uint32_t message_bytes = 0;
+  uint64_t request_id = 0;
+  uint32_t stage = 0;
+  uint32_t zero = 0;
+};
+static_assert(sizeof(ReplyHeader) == kReplyHeaderBytes, "reply layout");
+
+// The request header of `message`; if it is too short, as much of it as
+// there is (kind, reply tag and request id, for an error reply) and
+// DataLoss.
+absl::Status DecodeRequest(absl::Span<const std::byte> message,
+                           PsRequest* request) {
+  std::memcpy(
+      request, message.data(),
+      std::min(message.size(),
+               message.size() < kRequestBytes ? size_t{16} : kRequestBytes));
+  if (message.size() >= kRequestBytes) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("parameter-server request of ", message.size(),
+                   " bytes; version 2 requests have at least ", kRequestBytes));
 }
 
 }  // namespace
@@ -66,6 +105,15 @@ void PsEngine::Stop() {
   servers_.clear();
 }
 
+bool PsEngine::stopping() const {
+  return stop_.load(std::memory_order_relaxed);
+}
+
+absl::Status PsEngine::Stopped() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat(options_.self, " is stopping"));
+}
+
 int64_t PsEngine::updates() const {
   std::shared_ptr<Run> run = runs_->current_run();
   if (run == nullptr) return 0;
@@ -87,10 +135,67 @@ void PsEngine::CopyLocal(Run& run, absl::Span<float> out) {
   std::memcpy(out.data(), shard.data(), shard.size() * sizeof(float));
 }
 
+absl::StatusOr<transport::WriteNotice> PsEngine::AwaitWrite(
+    const transport::WriteMatch& match, absl::Time deadline) {
+  while (true) {
+    if (stopping()) return Stopped();
+    absl::StatusOr<transport::WriteNotice> notice = transport_->WaitForWrite(
+        match, std::min(deadline, absl::Now() + kWaitSlice));
+    if (!absl::IsDeadlineExceeded(notice.status()) || absl::Now() >= deadline) {
+      return notice;
+    }
+  }
+}
+
+absl::Status PsEngine::AwaitWrites(int peer, transport::Completion& done,
+                                   absl::Time deadline) {
+  absl::Status written = done.Wait(
+      deadline, absl::StrCat("writes to ", transport_->PeerName(peer)));
+  if (absl::IsDeadlineExceeded(written) && done.pending() > 0) {
+    written = absl::DeadlineExceededError(absl::StrCat(
+        "parameter-server writes to ", transport_->PeerName(peer),
+        " not finished within ", absl::FormatDuration(options_.timeout)));
+    // Closing the peer finishes our writes to it, so their buffers are free
+    // once we return; this wait returns at once.
+    transport_->AbortPeer(peer, written);
+    done.Wait(absl::InfiniteFuture()).IgnoreError();
+  }
+  return written;
+}
+
+absl::Status PsEngine::SendReply(int peer, uint32_t reply_tag,
+                                 uint64_t request_id, uint32_t stage,
+                                 const absl::Status& status,
+                                 absl::Span<const float> values) {
+  const size_t values_bytes = values.size() * sizeof(float);
+  const size_t room =
+      transport_->max_control_bytes() - kReplyHeaderBytes - values_bytes;
+  const size_t message_bytes = std::min(status.message().size(), room);
+  ReplyHeader header;
+  header.code = static_cast<uint32_t>(status.code());
+  header.message_bytes = static_cast<uint32_t>(message_bytes);
+  header.request_id = request_id;
+  header.stage = stage;
+  std::vector<std::byte> reply(kReplyHeaderBytes + message_bytes +
+                               values_bytes);
+  std::memcpy(reply.data(), &header, kReplyHeaderBytes);
+  std::memcpy(reply.data() + kReplyHeaderBytes, status.message().data(),
+              message_bytes);
+  if (values_bytes > 0) {
+    std::memcpy(reply.data() + kReplyHeaderBytes + message_bytes, values.data(),
+                values_bytes);
+  }
+  return transport_->SendControl(peer, reply_tag, reply);
+}
+
+// Owner side.
+
 void PsEngine::Serve(int peer) {
-  while (!stop_.load(std::memory_order_relaxed)) {
-    absl::StatusOr<std::vector<std::byte>> got = transport_->RecvControl(
-        peer, kPsRequestTag, absl::Now() + absl::Milliseconds(200));
+  // This peer's pushes land here, one at a time; its pulls are staged here.
+  std::vector<float> buffer;
+  while (!stopping()) {
+    absl::StatusOr<std::vector<std::byte>> got =
+        transport_->RecvControl(peer, kPsRequestTag, absl::Now() + kWaitSlice);
     if (absl::IsDeadlineExceeded(got.status())) continue;
     if (!got.ok()) {
       STARLING_LOG(DEBUG) << "parameter-server thread for "
@@ -98,63 +203,41 @@ void PsEngine::Serve(int peer) {
                           << " ends: " << got.status();
       return;
     }
-    absl::Status status;
-    std::vector<float> values;
-    uint32_t reply_tag = 0;
-    uint64_t request_id = 0;
-    if (got->size() < kRequestHeaderBytes) {
-      status = absl::DataLossError("short parameter-server request");
-    } else {
-      const uint32_t kind = GetU32(got->data());
-      reply_tag = GetU32(got->data() + 4);
-      request_id = GetU64(got->data() + 8);
-      const uint64_t run_id = GetU64(got->data() + 16);
-      const size_t body = got->size() - kRequestHeaderBytes;
-      std::shared_ptr<Run> run = runs_->current_run();
-      // The requester's daemon may have begun the run an instant before
-      // this one (the coordinator answers every rank at once): wait a
-      // little for it here, bounded.
-      const absl::Time begin_deadline = absl::Now() + options_.timeout;
-      while ((run == nullptr || run->id < run_id) &&
-             absl::Now() < begin_deadline &&
-             !stop_.load(std::memory_order_relaxed)) {
-        absl::SleepFor(absl::Milliseconds(2));
-        run = runs_->current_run();
-      }
-      const size_t shard_bytes =
-          run == nullptr ? 0 : run->store->shard_elements() * sizeof(float);
-      if (run == nullptr || run->id != run_id) {
-        status = absl::FailedPreconditionError(absl::StrCat(
-            "run ", run_id, " is not running on ", options_.self,
-            run == nullptr ? std::string(" (no run is)")
-                           : absl::StrCat(" (run ", run->id, " is)")));
-      } else if (kind == kPush && body == shard_bytes) {
-        std::vector<float> grads(run->store->shard_elements());
-        std::memcpy(grads.data(), got->data() + kRequestHeaderBytes, body);
-        status = ApplyLocal(*run, grads);
-      } else if (kind == kPull && body == 0) {
-        values.resize(run->store->shard_elements());
-        CopyLocal(*run, absl::MakeSpan(values));
-      } else {
+    PsRequest request;
+    absl::Status status = DecodeRequest(*got, &request);
+    const absl::Span<const std::byte> body =
+        absl::MakeConstSpan(*got).subspan(std::min(got->size(), kRequestBytes));
+    const bool push_region = request.kind == kPush && request.region != 0;
+    const bool own_push_region =
+        push_region && PushRegionWriter(request.region) == peer;
+    absl::Span<const float> values;  // an inline pull's answer
+    if (status.ok()) {
+      absl::StatusOr<std::shared_ptr<Run>> run = AwaitRun(request.run_id);
+      if (!run.ok()) {
+        status = run.status();
+      } else if (push_region && !own_push_region) {
         status = absl::DataLossError(absl::StrCat(
-            "parameter-server request kind ", kind, " with ", body,
-            " bytes; the shard of ", options_.self, " holds ", shard_bytes));
+            "push into region ", absl::StrFormat("0x%x", request.region),
+            ", which is not one of ", transport_->PeerName(peer)));
+      } else if (request.kind == kPush) {
+        status = ServePush(peer, request, body, **run, buffer);
+      } else if (request.kind == kPull && body.empty()) {
+        status = ServePull(peer, request, **run, buffer, &values);
+      } else {
+        status = absl::DataLossError(
+            absl::StrCat("parameter-server request of kind ", request.kind,
+                         " with ", body.size(), " bytes of values"));
       }
     }
-    if (reply_tag == 0) continue;  // nowhere to answer
-    std::vector<std::byte> reply;
-    PutU32(&reply, static_cast<uint32_t>(status.code()));
-    PutU32(&reply, static_cast<uint32_t>(status.message().size()));
-    PutU64(&reply, request_id);
-    const size_t at = reply.size();
-    reply.resize(at + status.message().size() + values.size() * sizeof(float));
-    std::memcpy(reply.data() + at, status.message().data(),
-                status.message().size());
-    if (!values.empty()) {
-      std::memcpy(reply.data() + at + status.message().size(), values.data(),
-                  values.size() * sizeof(float));
+    // Whatever happened, this push's id is done: a write to it still coming
+    // (or a requester's "gave up") is dropped, never held.
+    if (own_push_region) {
+      transport_->RetireRegions(request.region, request.region + 1);
     }
-    absl::Status sent = transport_->SendControl(peer, reply_tag, reply);
+    if (request.reply_tag == 0) continue;  // nowhere to answer
+    absl::Status sent =
+        SendReply(peer, request.reply_tag, request.request_id, kDone, status,
+                  status.ok() ? values : absl::Span<const float>());
     if (!sent.ok()) {
       STARLING_LOG(WARNING) << "parameter-server reply to "
                             << transport_->PeerName(peer) << ": " << sent;
@@ -162,153 +245,343 @@ void PsEngine::Serve(int peer) {
   }
 }
 
-absl::Status PsEngine::Call(int owner, uint32_t kind, uint32_t reply_tag,
-                            uint64_t request_id, uint64_t run_id,
-                            absl::Span<const float> payload,
-                            absl::Span<float> out) {
-  std::vector<std::byte> request;
-  PutU32(&request, kind);
-  PutU32(&request, reply_tag);
-  PutU64(&request, request_id);
-  PutU64(&request, run_id);
-  const size_t at = request.size();
-  request.resize(at + payload.size() * sizeof(float));
-  if (!payload.empty()) {
-    std::memcpy(request.data() + at, payload.data(),
-                payload.size() * sizeof(float));
+absl::StatusOr<std::shared_ptr<Run>> PsEngine::AwaitRun(uint64_t run_id) {
+  std::shared_ptr<Run> run = runs_->current_run();
+  // The requester's daemon may have begun the run an instant before this
+  // one (the coordinator answers every rank at once): wait a little for it
+  // here, bounded. SyncEngine offers no wake-up for a new run, hence the
+  // short poll.
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  while ((run == nullptr || run->id < run_id) && absl::Now() < deadline &&
+         !stopping()) {
+    absl::SleepFor(absl::Milliseconds(2));
+    run = runs_->current_run();
   }
-  if (request.size() > transport_->max_control_bytes() ||
-      out.size() * sizeof(float) + kReplyHeaderBytes + 256 >
-          transport_->max_control_bytes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the shard of ", transport_->PeerName(owner), " (",
-                     std::max(payload.size(), out.size()) * sizeof(float),
-                     " bytes) exceeds the control-message limit of ",
-                     transport_->max_control_bytes(),
-                     " bytes of parameter-server mode version 1"));
+  if (run == nullptr || run->id != run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", run_id, " is not running on ", options_.self,
+                     run == nullptr ? std::string(" (no run is)")
+                                    : absl::StrCat(" (run ", run->id, " is)")));
   }
-  STARLING_RETURN_IF_ERROR(
-      transport_->SendControl(owner, kPsRequestTag, request));
-  return absl::OkStatus();
+  return run;
 }
 
-absl::Status PsEngine::DoPush(const WorkerHandle& worker, Run& run,
-                              const proto::PushGradientsRequest& push) {
-  const TensorLayout* layout = &run.layout;
-  std::vector<float> flat(layout->total_elements, 0.0f);
-  for (const proto::PoolSlice& slice : push.slices()) {
+// The receive buffer is registered under the requester's id only between
+// "ready" and the gradient's landing; the id is retired before the buffer
+// is read, so nothing else lands in it while the optimizer reads it.
+absl::Status PsEngine::ServePush(int peer, const PsRequest& request,
+                                 absl::Span<const std::byte> gradient, Run& run,
+                                 std::vector<float>& buffer) {
+  const size_t shard_bytes = run.store->shard_elements() * sizeof(float);
+  const bool inline_part = request.region == 0;
+  if (request.part_bytes != shard_bytes || request.offset_bytes != 0 ||
+      gradient.size() != (inline_part ? shard_bytes : 0)) {
+    return absl::DataLossError(absl::StrCat(
+        "push of ", request.part_bytes, " bytes at offset ",
+        request.offset_bytes, " with ", gradient.size(),
+        " bytes inline; the shard of ", options_.self, " holds ", shard_bytes));
+  }
+  buffer.resize(run.store->shard_elements());
+  if (inline_part) {
+    std::memcpy(buffer.data(), gradient.data(), shard_bytes);
+    return ApplyLocal(run, buffer);
+  }
+  STARLING_RETURN_IF_ERROR(transport_->RegisterRegion(
+      request.region, AsBytes(absl::MakeSpan(buffer))));
+  transport::WriteMatch match;
+  match.region = request.region;
+  match.peer = peer;
+  const absl::Status ready = SendReply(
+      peer, request.reply_tag, request.request_id, kReady, absl::OkStatus());
+  absl::StatusOr<transport::WriteNotice> notice =
+      ready.ok() ? AwaitWrite(match, absl::Now() + options_.timeout)
+                 : absl::StatusOr<transport::WriteNotice>(ready);
+  transport_->RetireRegions(request.region, request.region + 1);
+  // Cannot be NotFound: registered above, and only this thread deregisters.
+  transport_->DeregisterRegion(request.region).IgnoreError();
+  if (!notice.ok()) {
+    return Annotate(
+        notice.status(),
+        absl::StrCat("waiting for the gradient of push ", request.request_id,
+                     " from ", transport_->PeerName(peer)));
+  }
+  if (notice->length_bytes == 0) {
+    return absl::CancelledError(absl::StrCat(
+        transport_->PeerName(peer), " gave up push ", request.request_id));
+  }
+  if (notice->offset_bytes != 0 || notice->length_bytes != shard_bytes ||
+      notice->imm != static_cast<uint32_t>(request.request_id)) {
+    return absl::DataLossError(absl::StrCat(
+        "push ", request.request_id, " from ", transport_->PeerName(peer),
+        " wrote ", notice->length_bytes, " bytes at offset ",
+        notice->offset_bytes, " with immediate ", notice->imm, "; expected ",
+        shard_bytes, " bytes at 0"));
+  }
+  return ApplyLocal(run, buffer);
+}
+
+// The shard is copied out under `ps_mu` (a write's source must not change
+// while it is sent, and no lock is held across the write).
+absl::Status PsEngine::ServePull(int peer, const PsRequest& request, Run& run,
+                                 std::vector<float>& buffer,
+                                 absl::Span<const float>* values) {
+  const size_t shard_bytes = run.store->shard_elements() * sizeof(float);
+  const bool inline_part = request.region == 0;
+  if (request.part_bytes != shard_bytes ||
+      !(inline_part || IsPullRegionId(request.region))) {
+    return absl::DataLossError(
+        absl::StrCat("pull of ", request.part_bytes, " bytes into region ",
+                     absl::StrFormat("0x%x", request.region), "; the shard of ",
+                     options_.self, " holds ", shard_bytes));
+  }
+  if (inline_part &&
+      kReplyHeaderBytes + shard_bytes > transport_->max_control_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inline pull of ", shard_bytes, " bytes; control messages hold ",
+        transport_->max_control_bytes()));
+  }
+  buffer.resize(run.store->shard_elements());
+  CopyLocal(run, absl::MakeSpan(buffer));
+  if (inline_part) {
+    *values = buffer;
+    return absl::OkStatus();
+  }
+  transport::Completion done;
+  transport_->Write(peer, AsBytes(absl::MakeSpan(buffer)), request.region,
+                    request.offset_bytes,
+                    static_cast<uint32_t>(request.request_id), &done);
+  return AwaitWrites(peer, done, absl::Now() + options_.timeout);
+}
+
+// Requester side.
+
+absl::Status PsEngine::AwaitReply(int owner, uint32_t reply_tag,
+                                  uint64_t request_id, uint32_t stage,
+                                  absl::Span<float> values, absl::Time deadline,
+                                  bool* answered) {
+  *answered = false;
+  while (true) {
+    if (stopping()) return Stopped();
+    absl::StatusOr<std::vector<std::byte>> got = transport_->RecvControl(
+        owner, reply_tag, std::min(deadline, absl::Now() + kWaitSlice));
+    if (absl::IsDeadlineExceeded(got.status())) {
+      if (absl::Now() < deadline) continue;
+      return absl::DeadlineExceededError(
+          absl::StrCat("no answer to parameter-server request ", request_id,
+                       " within ", absl::FormatDuration(options_.timeout)));
+    }
+    if (!got.ok()) return got.status();
+    if (got->size() < kReplyHeaderBytes) {
+      return absl::DataLossError(absl::StrCat(
+          "parameter-server reply of ", got->size(), " bytes is too short"));
+    }
+    ReplyHeader header;
+    std::memcpy(&header, got->data(), kReplyHeaderBytes);
+    // A late reply to an earlier call (it timed out) is dropped here.
+    if (header.request_id != request_id) continue;
+    const std::byte* message = got->data() + kReplyHeaderBytes;
+    // Values come with an Ok answer to what the caller waits for.
+    const size_t values_bytes = header.code == 0 && header.stage == stage
+                                    ? values.size() * sizeof(float)
+                                    : 0;
+    if (got->size() !=
+            kReplyHeaderBytes + header.message_bytes + values_bytes ||
+        header.code >
+            static_cast<uint32_t>(absl::StatusCode::kUnauthenticated) ||
+        (header.stage != kReady && header.stage != kDone) ||
+        (header.stage == kReady && header.code != 0)) {
+      return absl::DataLossError(absl::StrCat(
+          "malformed parameter-server reply of ", got->size(), " bytes"));
+    }
+    *answered = true;
+    if (header.code == 0 && header.stage != stage) {
+      return absl::DataLossError(absl::StrCat(
+          "parameter-server reply '", header.stage == kReady ? "ready" : "done",
+          "' to request ", request_id, " out of turn"));
+    }
+    if (values_bytes > 0) {
+      std::memcpy(values.data(), message + header.message_bytes, values_bytes);
+    }
+    return absl::Status(static_cast<absl::StatusCode>(header.code),
+                        std::string(reinterpret_cast<const char*>(message),
+                                    header.message_bytes));
+  }
+}
+
+absl::Status PsEngine::Move(
+    const WorkerHandle& worker, Run& run, uint32_t kind,
+    const google::protobuf::RepeatedPtrField<proto::PoolSlice>& slices) {
+  const TensorLayout& layout = run.layout;
+  // Each slice's offset in the layout and the worker's buffer.
+  std::vector<std::pair<size_t, absl::Span<float>>> buffers;
+  for (const proto::PoolSlice& slice : slices) {
     STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
-                              layout->Find(slice.tensor()));
+                              layout.Find(slice.tensor()));
     if (slice.elements() != entry->elements) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", slice.tensor(), "': ", slice.elements(),
-                       " elements pushed, ", entry->elements, " declared"));
+                       " elements ", kind == kPush ? "pushed, " : "asked, ",
+                       entry->elements, " declared"));
     }
-    STARLING_ASSIGN_OR_RETURN(absl::Span<float> src,
+    STARLING_ASSIGN_OR_RETURN(absl::Span<float> buffer,
                               worker.pool->Floats(slice));
-    std::memcpy(flat.data() + entry->offset, src.data(),
-                src.size() * sizeof(float));
+    buffers.emplace_back(entry->offset, buffer);
   }
-  return Exchange(worker, run, kPush, absl::MakeSpan(flat));
-}
-
-absl::Status PsEngine::DoPull(const WorkerHandle& worker, Run& run,
-                              const proto::PullParametersRequest& pull) {
-  const TensorLayout* layout = &run.layout;
-  std::vector<float> flat(layout->total_elements, 0.0f);
-  STARLING_RETURN_IF_ERROR(Exchange(worker, run, kPull, absl::MakeSpan(flat)));
-  for (const proto::PoolSlice& slice : pull.slices()) {
-    STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
-                              layout->Find(slice.tensor()));
-    if (slice.elements() != entry->elements) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", slice.tensor(), "': ", slice.elements(),
-                       " elements asked, ", entry->elements, " declared"));
+  // Tensors a push leaves out count as zeros.
+  std::vector<float> flat(layout.total_elements, 0.0f);
+  for (const auto& [offset, buffer] : buffers) {
+    if (kind == kPush) {
+      std::copy(buffer.begin(), buffer.end(), flat.begin() + offset);
     }
-    STARLING_ASSIGN_OR_RETURN(absl::Span<float> dst,
-                              worker.pool->Floats(slice));
-    std::memcpy(dst.data(), flat.data() + entry->offset,
-                dst.size() * sizeof(float));
+  }
+  STARLING_RETURN_IF_ERROR(Exchange(worker, run, kind, absl::MakeSpan(flat)));
+  for (const auto& [offset, buffer] : buffers) {
+    if (kind == kPull) {
+      std::copy_n(flat.begin() + offset, buffer.size(), buffer.begin());
+    }
   }
   return absl::OkStatus();
 }
 
-// Sends every remote owner its part first, then applies (or reads) the own
-// shard, then collects the replies: the owners work in parallel.
+// Sends every remote owner its request first, then applies (or reads) the
+// own shard, then goes through the owners in rank order: a push writes its
+// part as soon as that owner is ready and then collects the "done"s; a pull
+// waits for each owner's reply (and write). The owners work in parallel.
+// Rank order keeps pushes free of deadlock: an owner waiting for a push's
+// gradient waits on a requester that waits on an owner of lower rank, so
+// the lowest such owner's requester always goes on.
+// Every write posted is over before this returns (`flat` is the source or
+// the target).
 absl::Status PsEngine::Exchange(const WorkerHandle& worker, Run& run,
                                 uint32_t kind, absl::Span<float> flat) {
+  if (stopping()) return Stopped();
   const int rank = transport_->rank();
   const int size = transport_->size();
   const collective::ShardLayout shards(flat.size(), size);
-  const uint32_t reply_tag = kPsReplyTagBase + worker.index;
-  const uint64_t request_id =
-      next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  auto part = [&](int owner) {
+    return flat.subspan(shards.Begin(owner), shards.Size(owner));
+  };
+  const size_t eager_bytes =
+      std::min(options_.eager_bytes, transport_->max_control_bytes() -
+                                         kRequestBytes - kReplyHeaderBytes);
+  std::vector<bool> remote(size, false), inline_part(size, false);
+  bool any_region = false;
+  for (int owner = 0; owner < size; ++owner) {
+    remote[owner] = owner != rank && shards.Size(owner) > 0;
+    inline_part[owner] = shards.Size(owner) * sizeof(float) <= eager_bytes;
+    any_region |= remote[owner] && !inline_part[owner];
+  }
+  PsRequest request;
+  request.kind = kind;
+  request.reply_tag = kPsReplyTagBase + worker.index;
+  request.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  request.run_id = run.id;
+  const uint32_t imm = static_cast<uint32_t>(request.request_id);
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  transport::RegionId region = 0;
+  if (any_region && kind == kPush) {
+    region = PushRegionId(
+        rank, next_push_region_.fetch_add(1, std::memory_order_relaxed));
+  } else if (any_region) {
+    region =
+        PullRegionId(next_pull_region_.fetch_add(1, std::memory_order_relaxed));
+    absl::Status registered = transport_->RegisterRegion(region, AsBytes(flat));
+    if (!registered.ok()) {
+      transport_->RetireRegions(region, region + 1);
+      return Annotate(registered, "registering the pull's receive buffer");
+    }
+  }
   absl::Status first_error;
+  auto failed = [&](int owner, const absl::Status& status) {
+    if (status.ok() || !first_error.ok()) return;
+    first_error = Annotate(
+        status, absl::StrCat("shard owner ", transport_->PeerName(owner)));
+  };
+
   std::vector<bool> sent(size, false);
   for (int owner = 0; owner < size; ++owner) {
-    if (owner == rank || shards.Size(owner) == 0) continue;
-    absl::Span<float> part =
-        flat.subspan(shards.Begin(owner), shards.Size(owner));
-    absl::Status status = Call(owner, kind, reply_tag, request_id, run.id,
-                               kind == kPush ? absl::Span<const float>(part)
-                                             : absl::Span<const float>(),
-                               part);
-    if (!status.ok()) {
-      if (first_error.ok()) {
-        first_error = Annotate(
-            status, absl::StrCat("shard owner ", transport_->PeerName(owner)));
-      }
-      continue;
+    if (!remote[owner]) continue;
+    request.region = inline_part[owner] ? 0 : region;
+    request.offset_bytes = kind == kPull && !inline_part[owner]
+                               ? shards.Begin(owner) * sizeof(float)
+                               : 0;
+    request.part_bytes = shards.Size(owner) * sizeof(float);
+    const size_t values_bytes =
+        kind == kPush && inline_part[owner] ? request.part_bytes : 0;
+    std::vector<std::byte> message(kRequestBytes + values_bytes);
+    std::memcpy(message.data(), &request, kRequestBytes);
+    if (values_bytes > 0) {
+      std::memcpy(message.data() + kRequestBytes, part(owner).data(),
+                  values_bytes);
     }
-    sent[owner] = true;
+    absl::Status status =
+        transport_->SendControl(owner, kPsRequestTag, message);
+    failed(owner, status);
+    sent[owner] = status.ok();
   }
-  absl::Span<float> own = flat.subspan(shards.Begin(rank), shards.Size(rank));
   if (kind == kPush) {
-    absl::Status status = ApplyLocal(run, own);
-    if (!status.ok() && first_error.ok()) first_error = status;
+    failed(rank, ApplyLocal(run, part(rank)));
   } else {
-    CopyLocal(run, own);
+    CopyLocal(run, part(rank));
   }
-  const absl::Time deadline = absl::Now() + options_.timeout;
+
+  // Writes to each owner, each bounded from when it was posted.
+  std::vector<std::unique_ptr<transport::Completion>> writes(size);
+  std::vector<absl::Time> write_deadlines(size);
+  std::vector<bool> gradient_sent(size, false);
   for (int owner = 0; owner < size; ++owner) {
     if (!sent[owner]) continue;
-    absl::StatusOr<std::vector<std::byte>> got;
-    // Late replies to an earlier call (it timed out) are dropped here.
-    while (true) {
-      got = transport_->RecvControl(owner, reply_tag, deadline);
-      if (!got.ok() || got->size() < kReplyHeaderBytes ||
-          GetU64(got->data() + 8) == request_id) {
-        break;
+    const bool by_write = !inline_part[owner];
+    bool answered = false;
+    absl::Status status = AwaitReply(
+        owner, request.reply_tag, request.request_id,
+        kind == kPush && by_write ? kReady : kDone,
+        kind == kPull && !by_write ? part(owner) : absl::Span<float>(),
+        deadline, &answered);
+    if (kind == kPush && by_write && (status.ok() || !answered)) {
+      // Ready: the gradient. No answer: 0 bytes, telling the owner (once it
+      // gets to this request) that nobody waits for it any more.
+      writes[owner] = std::make_unique<transport::Completion>();
+      write_deadlines[owner] = absl::Now() + options_.timeout;
+      const absl::Span<float> gradient =
+          status.ok() ? part(owner) : absl::Span<float>();
+      transport_->Write(owner, AsBytes(gradient), region, 0, imm,
+                        writes[owner].get());
+      gradient_sent[owner] = status.ok();
+    } else if (kind == kPull && by_write && status.ok()) {
+      transport::WriteMatch match;
+      match.region = region;
+      match.peer = owner;
+      absl::StatusOr<transport::WriteNotice> notice =
+          AwaitWrite(match, deadline);
+      status = notice.status();
+      if (notice.ok() &&
+          (notice->offset_bytes != shards.Begin(owner) * sizeof(float) ||
+           notice->length_bytes != shards.Size(owner) * sizeof(float) ||
+           notice->imm != imm)) {
+        status = absl::DataLossError(absl::StrCat(
+            "pull ", request.request_id, ": ", notice->length_bytes,
+            " bytes landed at offset ", notice->offset_bytes,
+            " with immediate ", notice->imm, ", not the owner's part"));
       }
     }
-    absl::Status status = got.status();
-    if (got.ok()) {
-      const size_t part_bytes =
-          kind == kPull ? shards.Size(owner) * sizeof(float) : 0;
-      const size_t message_bytes =
-          got->size() < kReplyHeaderBytes ? 0 : GetU32(got->data() + 4);
-      const bool failed = got->size() >= 4 && GetU32(got->data()) != 0;
-      if (got->size() < kReplyHeaderBytes ||
-          got->size() !=
-              kReplyHeaderBytes + message_bytes + (failed ? 0 : part_bytes)) {
-        status = absl::DataLossError("malformed parameter-server reply");
-      } else {
-        const uint32_t code = GetU32(got->data());
-        const uint32_t length = GetU32(got->data() + 4);
-        status = absl::Status(static_cast<absl::StatusCode>(code),
-                              std::string(reinterpret_cast<const char*>(
-                                              got->data() + kReplyHeaderBytes),
-                                          length));
-        if (status.ok() && kind == kPull) {
-          std::memcpy(flat.data() + shards.Begin(owner),
-                      got->data() + kReplyHeaderBytes + length, part_bytes);
-        }
-      }
-    }
-    if (!status.ok() && first_error.ok()) {
-      first_error = Annotate(
-          status, absl::StrCat("shard owner ", transport_->PeerName(owner)));
-    }
+    failed(owner, status);
+  }
+  for (int owner = 0; owner < size; ++owner) {
+    if (!gradient_sent[owner]) continue;
+    bool answered = false;
+    failed(owner, AwaitReply(owner, request.reply_tag, request.request_id,
+                             kDone, absl::Span<float>(), deadline, &answered));
+  }
+  for (int owner = 0; owner < size; ++owner) {
+    if (writes[owner] == nullptr) continue;
+    failed(owner, AwaitWrites(owner, *writes[owner], write_deadlines[owner]));
+  }
+  if (any_region && kind == kPull) {
+    // Retired first, so that an owner's late write is dropped, not held.
+    transport_->RetireRegions(region, region + 1);
+    // Cannot be NotFound: registered above, and only this call deregisters.
+    transport_->DeregisterRegion(region).IgnoreError();
   }
   return first_error;
 }
@@ -318,7 +591,8 @@ void PsEngine::Push(const WorkerHandle& worker,
   const absl::Time start = absl::Now();
   absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
   absl::Status status =
-      run.ok() ? DoPush(worker, **run, request.push_gradients()) : run.status();
+      run.ok() ? Move(worker, **run, kPush, request.push_gradients().slices())
+               : run.status();
   if (!status.ok()) {
     status =
         Annotate(status, absl::StrCat("parameter-server push of step ",
@@ -334,9 +608,9 @@ void PsEngine::Pull(const WorkerHandle& worker,
                     const proto::WorkerRequest& request) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
-  absl::Status status = run.ok()
-                            ? DoPull(worker, **run, request.pull_parameters())
-                            : run.status();
+  absl::Status status =
+      run.ok() ? Move(worker, **run, kPull, request.pull_parameters().slices())
+               : run.status();
   if (!status.ok()) {
     status = Annotate(status, absl::StrCat("parameter-server pull from ",
                                            worker.name, " on ", options_.self));

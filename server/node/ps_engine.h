@@ -7,39 +7,79 @@
 // a pull reads every owner's current values. Nothing is synchronised
 // across workers: pulls see whatever the shards hold.
 //
-// Wire (transport control messages, so version 1 limits a shard to
-// max_control_bytes, 1 MiB by default: 262,140 floats; larger shards are
-// refused with InvalidArgument):
-//   request, tag kPsRequestTag:   u32 kind (1 push, 2 pull), u32 reply tag,
-//                                 u64 request id, u64 run id, then for a
-//                                 push the owner's shard of the gradient as
-//                                 float32 (little-endian host order; the
-//                                 group is one architecture)
-//   reply, tag = the reply tag:   u32 absl::StatusCode, u32 message bytes,
-//                                 u64 request id, the message, then for a
-//                                 pull the shard's parameters as float32
+// A part (one owner's range of a push or pull) of up to `eager_bytes`
+// travels inside the control messages (push: in the request, pull: in the
+// reply): small tensors are spared a round trip and two registrations.
+// Larger parts move on the data plane, one-sided writes into registered
+// regions, and have no size limit. Terms: the requester is the daemon whose
+// worker pushes or pulls; the owner is the daemon holding the shard.
+//   push: the requester sends a request naming a region id it chose for
+//         this push; the owner registers a receive buffer under that id and
+//         replies "ready"; the requester writes its part of the gradient
+//         there (one write; its immediate is the request id's low 32 bits)
+//         and the write's landing tells the owner to apply it; the owner
+//         retires the id, applies and replies "done". A requester that
+//         gives up before "ready" writes 0 bytes to the id instead, which
+//         frees the owner at once.
+//   pull: the requester registers its receive buffer under an id of its
+//         own and names it (and the offset of the owner's part) in the
+//         request; the owner copies its shard, writes it there and replies
+//         "done"; the requester waits for the reply and the write, then
+//         retires the id.
+// Region ids (those with bit 63 set are the collectives', op_context.h):
+//   push: 2^62 | writer rank (< 2^21) << 40 | the writer's push count
+//         (40 bits)
+//   pull: 2^62 | 2^61 | the requester's pull count (61 bits)
+// Each id serves one request and is retired (Transport::RetireRegions)
+// once done, so a late write of an abandoned request is dropped, never
+// landing in a later one's buffer; ids of one writer are consecutive, so
+// the retired set stays a few ranges. An owner serves each peer on one
+// thread with one receive buffer, and applies pushes under the run's
+// `ps_mu`: concurrent pushes from several workers and peers never share a
+// buffer.
+//
+// Wire (control messages; integers and floats in host order, the group is
+// one architecture):
+//   request, tag kPsRequestTag:
+//     u32 kind (1 push, 2 pull), u32 reply tag, u64 request id, u64 run id,
+//     u64 region id (0: the part travels inline), u64 offset bytes (where
+//     in the pull's region the part goes; else 0), u64 part bytes (must be
+//     the owner's shard bytes), then for an inline push the gradient part
+//     as float32
+//   reply, tag = the reply tag:
+//     u32 absl::StatusCode, u32 message bytes, u64 request id,
+//     u32 stage (1 ready: write the gradient now; 2 done), u32 zero,
+//     the message, then for an inline pull's Ok "done" the part as
+//     float32. An error is a "done" with no values.
 // The reply tag is kPsReplyTagBase + the local worker index, so each
 // worker's reader thread owns its (peer, tag) pair and needs no lock; a
 // reply whose request id is not the one awaited (a late answer to a call
 // that timed out) is dropped, so it can never answer a later call. A
 // request for another run than the owner's running one is refused.
-// Each daemon serves requests on one thread per peer.
+//
+// Deadlines: a push or pull takes at most `timeout` (then the owners that
+// did not answer are named); an owner waits at most `timeout` for a run its
+// peer began an instant earlier and for the gradient after "ready". Writes
+// not finished by then abort their peer (Transport::AbortPeer), so that no
+// buffer is freed under a write.
 //
 // Thread-safe. Threads: one server thread per peer (Start/Stop); Push and
 // Pull run on the workers' reader threads. The shard and optimizer are
-// touched under `mu_` (compute only, no I/O under it).
+// touched under the run's `ps_mu` (compute only, no I/O under it); the
+// engine holds no lock of its own.
 #ifndef STARLING_SERVER_NODE_PS_ENGINE_H_
 #define STARLING_SERVER_NODE_PS_ENGINE_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/worker.pb.h"
@@ -47,8 +87,7 @@
 #include "server/node/run.h"
 #include "server/node/sync_engine.h"
 #include "server/node/worker_session.h"
-#include "server/shard/optimizer/optimizer.h"
-#include "server/shard/shard_store.h"
+#include "server/transport/completion.h"
 #include "server/transport/transport.h"
 
 namespace starling {
@@ -57,8 +96,26 @@ namespace node {
 inline constexpr uint32_t kPsRequestTag = 2;
 inline constexpr uint32_t kPsReplyTagBase = 1024;
 
+// A request's header, laid out as on the wire (the file comment; 48 bytes,
+// no padding).
+struct PsRequest {
+  uint32_t kind = 0;  // 1 push, 2 pull
+  uint32_t reply_tag = 0;
+  uint64_t request_id = 0;
+  uint64_t run_id = 0;
+  transport::RegionId region = 0;
+  uint64_t offset_bytes = 0;
+  uint64_t part_bytes = 0;
+};
+
 struct PsEngineOptions {
+  // Bound on one push or pull, and on each wait of the owner's side.
   absl::Duration timeout = absl::Seconds(30);
+  // Parts up to this many bytes travel inside control messages (at most
+  // the transport's max_control_bytes() less the headers); larger ones as
+  // one-sided writes.
+  size_t eager_bytes = size_t{64} << 10;
+  // "rank 2 (127.0.0.1:29502)": this daemon in messages.
   std::string self;
 };
 
@@ -73,6 +130,8 @@ class PsEngine {
   PsEngine& operator=(const PsEngine&) = delete;
 
   void Start();
+  // Joins the server threads; pushes and pulls in flight end within a wait
+  // slice (FailedPrecondition), later ones fail at once.
   void Stop();
 
   // Both answer the worker themselves.
@@ -83,31 +142,66 @@ class PsEngine {
   int64_t updates() const;
 
  private:
-  absl::Status DoPush(const WorkerHandle& worker, Run& run,
-                      const proto::PushGradientsRequest& push);
-  absl::Status DoPull(const WorkerHandle& worker, Run& run,
-                      const proto::PullParametersRequest& pull);
-  // Pushes `flat` to (kPush) or fills it from (kPull) every owner.
+  // Pushes (kind 1) the worker's `slices` or pulls (kind 2) into them.
+  absl::Status Move(
+      const WorkerHandle& worker, Run& run, uint32_t kind,
+      const google::protobuf::RepeatedPtrField<proto::PoolSlice>& slices);
+  // Pushes `flat` to (kind 1) or fills it from (kind 2) every owner.
   absl::Status Exchange(const WorkerHandle& worker, Run& run, uint32_t kind,
                         absl::Span<float> flat);
-  // Sends one request of `kind` to `owner` (the reply is collected by
-  // Exchange). `out` is where a pull's part will land (size check only).
-  absl::Status Call(int owner, uint32_t kind, uint32_t reply_tag,
-                    uint64_t request_id, uint64_t run_id,
-                    absl::Span<const float> payload, absl::Span<float> out);
+  // Waits for the reply to `request_id` from `owner` at `stage` (1 ready,
+  // 2 done), dropping stale ones; an inline pull's values go to `values`.
+  // Returns the owner's answer, and sets `*answered`, when a reply came (an
+  // error is final at either stage); otherwise why none did
+  // (DeadlineExceeded, the peer's status, or FailedPrecondition when
+  // stopping).
+  absl::Status AwaitReply(int owner, uint32_t reply_tag, uint64_t request_id,
+                          uint32_t stage, absl::Span<float> values,
+                          absl::Time deadline, bool* answered);
+  // WaitForWrite in slices, so that Stop() is noticed.
+  absl::StatusOr<transport::WriteNotice> AwaitWrite(
+      const transport::WriteMatch& match, absl::Time deadline);
+  // Waits for the writes counted by `done` to `peer`; past `deadline`
+  // aborts the peer, which finishes them. Either way they are over (their
+  // buffers free) when it returns.
+  absl::Status AwaitWrites(int peer, transport::Completion& done,
+                           absl::Time deadline);
   static absl::Status ApplyLocal(Run& run, absl::Span<const float> grads);
   static void CopyLocal(Run& run, absl::Span<float> out);
+
+  // Owner side: serves `peer`'s requests until Stop().
   void Serve(int peer);
+  // The run `run_id` once it runs here (waiting up to `timeout` for it to
+  // begin), or FailedPrecondition.
+  absl::StatusOr<std::shared_ptr<Run>> AwaitRun(uint64_t run_id);
+  // Handle one request with `buffer` (reused per peer); the status
+  // returned is the "done" reply's. A push sends "ready" unless `gradient`
+  // came inline; an inline pull sets `*values` (a view of `buffer`).
+  absl::Status ServePush(int peer, const PsRequest& request,
+                         absl::Span<const std::byte> gradient, Run& run,
+                         std::vector<float>& buffer);
+  absl::Status ServePull(int peer, const PsRequest& request, Run& run,
+                         std::vector<float>& buffer,
+                         absl::Span<const float>* values);
+  absl::Status SendReply(int peer, uint32_t reply_tag, uint64_t request_id,
+                         uint32_t stage, const absl::Status& status,
+                         absl::Span<const float> values = {});
+  bool stopping() const;
+  absl::Status Stopped() const;  // FailedPrecondition naming this daemon
 
   const PsEngineOptions options_;
   transport::Transport* const transport_;
   const SyncEngine* const runs_;
   NodeMetrics* const metrics_;
   std::vector<std::thread> servers_;
-  // relaxed is enough: servers poll it between bounded waits.
+  // relaxed is enough: waits poll it between bounded slices.
   std::atomic<bool> stop_{false};
   // relaxed: only uniqueness matters.
   std::atomic<uint64_t> next_request_id_{1};
+  // Region id counters (see the file comment); relaxed: only uniqueness
+  // matters, and gaps from a race fill within a moment.
+  std::atomic<uint64_t> next_push_region_{0};
+  std::atomic<uint64_t> next_pull_region_{0};
 };
 
 }  // namespace node
