@@ -251,10 +251,23 @@ void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
     request->set_shard_bytes(current->store->ShardBytes());
     request->set_optimizer_state_bytes(current->optimizer->StateBytes());
   }
+  int missing = 0;
   for (const proto::WorkerStatus& w : sync_->workers()) {
+    missing += w.state() == proto::WorkerStatus::STATE_MISSING ? 1 : 0;
     *request->add_workers() = w;
   }
   *request->mutable_run() = run;
+  // The metrics that follow the heartbeat (same period, same truth).
+  metrics_.missing_workers->Set(missing);
+  metrics_.run_id->Set(run.state() == proto::RunStatus::STATE_RUNNING
+                           ? static_cast<double>(run.run_id())
+                           : 0);
+  const uint64_t dropped = transport_->stale_writes_dropped();
+  if (dropped > stale_writes_reported_) {
+    metrics_.stale_writes_dropped->Increment(
+        static_cast<double>(dropped - stale_writes_reported_));
+    stale_writes_reported_ = dropped;
+  }
 }
 
 void NodeDaemon::OnRunFailed(const proto::RunFailure& failure) {

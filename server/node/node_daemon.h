@@ -120,6 +120,9 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   std::unique_ptr<CoordinatorLink> link_;
   proto::JoinResponse join_;  // set by Start(), then immutable
   int data_listen_fd_ = -1;   // bound before joining; the transport takes it
+  // transport_->stale_writes_dropped() already added to the metric.
+  // Confined to the coordinator link's thread (FillHeartbeat).
+  uint64_t stale_writes_reported_ = 0;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<collective::Communicator> comm_;
   std::unique_ptr<SyncEngine> sync_;

@@ -62,6 +62,22 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
                             "Local workers attached to this daemon"));
   m.attached_workers = g->Get();
   STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_missing_workers",
+                            "Local workers that left the running run without "
+                            "finishing and have not been replaced yet"));
+  m.missing_workers = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_run_id",
+                            "The training run this daemon runs (0 between "
+                            "runs)"));
+  m.run_id = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_stale_writes_dropped_total",
+             "Data-plane writes that arrived for an operation that was gone "
+             "(failed here, or skipped by a new run) and were dropped"));
+  m.stale_writes_dropped = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
       g,
       registry->AddGauge("starling_node_optimizer_state_bytes",
                          "Bytes of optimizer state for this daemon's shard"));

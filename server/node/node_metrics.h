@@ -30,6 +30,13 @@ struct NodeMetrics {
   metrics::Histogram* push_seconds = nullptr;
   metrics::Histogram* pull_seconds = nullptr;
   metrics::Gauge* attached_workers = nullptr;
+  // Local workers that left a running run without finishing (within their
+  // grace), and the current run's id (0 between runs); set every heartbeat.
+  metrics::Gauge* missing_workers = nullptr;
+  metrics::Gauge* run_id = nullptr;
+  // One-sided writes that arrived for an op that was gone (failed here, or
+  // skipped by a new run) and were dropped; set every heartbeat.
+  metrics::Counter* stale_writes_dropped = nullptr;
   metrics::Gauge* optimizer_state_bytes = nullptr;
   metrics::Gauge* shard_bytes = nullptr;
   metrics::Gauge* group_size = nullptr;

@@ -148,6 +148,12 @@ TEST(StatusTruth,
             1);
   EXPECT_EQ(
       Metric(cluster.metrics_port(kRank), "starling_node_attached_workers"), 1);
+  // The daemon's own metrics were set with the heartbeat that said so.
+  EXPECT_EQ(
+      Metric(cluster.metrics_port(kRank), "starling_node_missing_workers"), 1);
+  EXPECT_EQ(Metric(cluster.metrics_port(0), "starling_node_missing_workers"),
+            0);
+  EXPECT_GE(Metric(cluster.metrics_port(kRank), "starling_node_run_id"), 1);
   (void)cluster.Wait(workers[victim], absl::Seconds(5));
 
   // Past the grace the run fails on every rank, naming the worker.
