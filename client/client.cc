@@ -209,6 +209,72 @@ absl::Status Client::PullParameters(int64_t version,
       .Wait(connection_->options().timeout);
 }
 
+namespace {
+
+// OK when `header` says the parameters hold `version`.
+absl::Status CheckVersion(const SharedParametersHeader& header,
+                          int64_t version) {
+  const int64_t held = header.version.load(std::memory_order_acquire);
+  if (held == version) return absl::OkStatus();
+  if (held < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a view of parameter version ", version,
+        " was asked, but the daemon is writing version ",
+        header.writing.load(std::memory_order_acquire),
+        " over the parameters (a view lasts until this worker's next push)"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "a view of parameter version ", version,
+      " was asked, but the daemon's parameters hold version ", held,
+      held > version ? " (a view shows the current version only)" : ""));
+}
+
+}  // namespace
+
+absl::StatusOr<absl::Span<const float>> Client::ParametersView(
+    int64_t version, absl::string_view tensor) {
+  const std::string what =
+      absl::StrCat("parameters_view of '", tensor, "' version ", version);
+  if (connection_->hello().mode() == proto::JobConfig::MODE_PARAMETER_SERVER) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what,
+                     ": parameter-server mode has no views (the shard "
+                     "owners update the parameters at any time); use "
+                     "PullParameters (",
+                     connection_->where(), ")"));
+  }
+  STARLING_RETURN_IF_ERROR(Annotate(connection_->EnsureCommitted(), what));
+  absl::StatusOr<Connection::SharedParameters> shared =
+      connection_->shared_parameters();
+  if (!shared.ok()) return Annotate(shared.status(), what);
+  STARLING_ASSIGN_OR_RETURN(uint64_t offset, connection_->OffsetOf(tensor));
+  STARLING_ASSIGN_OR_RETURN(uint64_t elements, connection_->ElementsOf(tensor));
+  const absl::Span<const float> view(shared->parameters + offset, elements);
+  const int64_t held = shared->header->version.load(std::memory_order_acquire);
+  if (held == version) return view;  // the common case: no round trip
+  if (held < version) {
+    // Wait for the version as a pull does: a pull of no tensors copies
+    // nothing.
+    proto::WorkerRequest request;
+    request.mutable_pull_parameters()->set_version(version);
+    STARLING_RETURN_IF_ERROR(Future(connection_->Send(std::move(request), what))
+                                 .Wait(connection_->options().timeout));
+  }
+  absl::Status current = CheckVersion(*shared->header, version);
+  if (!current.ok()) {
+    return Annotate(current,
+                    absl::StrCat(what, " (", connection_->where(), ")"));
+  }
+  return view;
+}
+
+absl::Status Client::CheckParametersView(int64_t version) const {
+  absl::StatusOr<Connection::SharedParameters> shared =
+      connection_->shared_parameters();
+  if (!shared.ok()) return shared.status();
+  return CheckVersion(*shared->header, version);
+}
+
 Future Client::AllReduceAsync(absl::Span<float> data) {
   const std::string what =
       absl::StrCat("all_reduce of ", data.size(), " floats");

@@ -20,7 +20,9 @@
 // creates (a memfd) and hands to the daemon at Connect(); Allocate*() carve
 // buffers from it. Push and all-reduce read the worker's buffers in place,
 // pull writes them in place: zero copies between worker and daemon. Buffers
-// outside the pool are refused (InvalidArgument).
+// outside the pool are refused (InvalidArgument). In sync modes a worker
+// may also read the daemon's parameters in place, read-only
+// (ParametersView): no copy at all.
 //
 // Tensors: every worker of the job declares the same tensors (name, shape,
 // dtype) in the same order before its first push, pull, all-reduce or
@@ -185,6 +187,38 @@ class Client {
                               const std::vector<Tensor>& parameters);
   Future PullParametersAsync(int64_t version,
                              const std::vector<Tensor>& parameters);
+
+  // Zero-copy reads of the parameters (sync modes). At the end of the
+  // declarations the daemon hands this worker its parameter memory (a
+  // sealed memfd: no writable mapping of it can be made), which the client
+  // maps read-only. ParametersView waits for `version` updates exactly as
+  // PullParameters does (bounded by ClientOptions::timeout; every worker
+  // of the job must push each step), then returns the daemon's copy of
+  // `tensor` in place: no bytes are copied, nothing is written to the pool.
+  //
+  //   absl::Span<const float> w = *client->ParametersView(step, "w");
+  //   ... compute g from w ...
+  //   client->PushGradients(step, {{"w", g}});   // w is invalid from here
+  //
+  // Lifetime: a view of version v holds version v until this worker's
+  // PushGradients(v) (the step that overwrites the parameters starts only
+  // after every local worker pushed), and not past Finish() or the
+  // Client's destruction. Use it before pushing, or copy what must last.
+  // CheckParametersView(v) says whether the memory still holds version v.
+  //
+  // Errors: FailedPrecondition when the daemon holds no parameters to
+  // share (parameter-server mode, whose shards change at any time; before
+  // a run; an empty model), or when the parameters hold another version
+  // than `version` by the time it is ready (a view of an older version
+  // than the current one: the message names both); InvalidArgument for a
+  // tensor not declared; DeadlineExceeded as PullParameters. Float32
+  // tensors only (what the daemon holds).
+  absl::StatusOr<absl::Span<const float>> ParametersView(
+      int64_t version, absl::string_view tensor);
+  // OK while the shared parameters hold `version`; FailedPrecondition
+  // naming the version they hold (or the one being written over them)
+  // otherwise, or why there is no view (as ParametersView). Never blocks.
+  absl::Status CheckParametersView(int64_t version) const;
 
   // data = the sum of every worker's data (same length on every worker).
   absl::Status AllReduce(absl::Span<float> data);

@@ -2,7 +2,9 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -136,6 +138,8 @@ Connection::~Connection() {
   if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) reader_.join();
   ::close(fd_);
+  absl::MutexLock lock(&mu_);
+  UnmapParametersLocked();
 }
 
 void Connection::Break(const absl::Status& why) {
@@ -219,6 +223,16 @@ void Connection::ReadLoop() {
     Pending p;
     {
       absl::MutexLock lock(&mu_);
+      if (frame->received_fd >= 0) {
+        // Only a commit reply carries one: the run's parameters (sync
+        // modes). Kept before the commit's future completes.
+        if (response.has_commit() && response.code() == 0) {
+          if (params_fd_ >= 0) ::close(params_fd_);
+          params_fd_ = frame->received_fd;
+        } else {
+          ::close(frame->received_fd);
+        }
+      }
       auto it = pending_.find(response.id());
       if (it == pending_.end()) continue;  // not ours any more: ignore
       p = std::move(it->second);
@@ -249,6 +263,8 @@ absl::Status Connection::Declare(const proto::TensorSpec& spec) {
   STARLING_RETURN_IF_ERROR(state->Wait(absl::Now() + options_.timeout));
   absl::MutexLock lock(&mu_);
   declared_[spec.name()] = elements;
+  offsets_[spec.name()] = declared_elements_;
+  declared_elements_ += elements;
   return absl::OkStatus();
 }
 
@@ -292,12 +308,80 @@ absl::Status Connection::EnsureCommitted() {
     total_workers_ = response.commit().total_workers();
     run_id_ = response.commit().run_id();
     next_step_ = response.commit().next_step();
+    if (params_map_ == nullptr && params_error_.ok()) MapParametersLocked();
   }
   return status;
 }
 
+void Connection::MapParametersLocked() {
+  if (params_fd_ < 0) return;
+  const int fd = std::exchange(params_fd_, -1);
+  const size_t expected =
+      SharedParametersFileBytes(declared_elements_ * sizeof(float));
+  struct stat st = {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != expected) {
+    params_error_ = absl::DataLossError(absl::StrCat(
+        "the daemon's parameter memfd holds ", st.st_size, " bytes, not the ",
+        expected, " of the ", declared_elements_,
+        " declared parameters and the header page (", where_, ")"));
+    ::close(fd);
+    return;
+  }
+  void* map = ::mmap(nullptr, expected, PROT_READ, MAP_SHARED, fd, 0);
+  const int error = errno;
+  ::close(fd);  // the mapping keeps the memory
+  if (map == MAP_FAILED) {
+    params_error_ = absl::DataLossError(absl::StrCat(
+        "mapping the daemon's parameters (", expected,
+        " bytes) read-only failed: ", strerror(error), " (", where_, ")"));
+    return;
+  }
+  params_map_ = map;
+  params_map_bytes_ = expected;
+}
+
+void Connection::UnmapParametersLocked() {
+  if (params_fd_ >= 0) ::close(params_fd_);
+  params_fd_ = -1;
+  if (params_map_ != nullptr) ::munmap(params_map_, params_map_bytes_);
+  params_map_ = nullptr;
+  params_map_bytes_ = 0;
+  params_error_ = absl::OkStatus();
+}
+
+absl::StatusOr<Connection::SharedParameters> Connection::shared_parameters()
+    const {
+  absl::MutexLock lock(&mu_);
+  if (!params_error_.ok()) return params_error_;
+  if (params_map_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the daemon shares no parameters with this worker (no run, a "
+        "parameter-server run, or an empty model) (",
+        where_, ")"));
+  }
+  SharedParameters shared;
+  shared.header = static_cast<const SharedParametersHeader*>(params_map_);
+  shared.parameters = reinterpret_cast<const float*>(
+      static_cast<const char*>(params_map_) + SharedParametersHeaderBytes());
+  shared.elements = declared_elements_;
+  return shared;
+}
+
+absl::StatusOr<uint64_t> Connection::OffsetOf(absl::string_view tensor) const {
+  absl::MutexLock lock(&mu_);
+  auto it = offsets_.find(std::string(tensor));
+  if (it == offsets_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor, "' was not declared (", where_, ")"));
+  }
+  return it->second;
+}
+
 void Connection::ResetRun() {
   absl::MutexLock lock(&mu_);
+  UnmapParametersLocked();
+  offsets_.clear();
+  declared_elements_ = 0;
   commit_ = nullptr;
   declared_.clear();
   run_id_ = 0;

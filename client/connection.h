@@ -25,6 +25,7 @@
 #include "client/future_state.h"
 #include "client/shared_pool.h"
 #include "proto/worker.pb.h"
+#include "server/base/shared_parameters.h"
 
 namespace starling {
 namespace client {
@@ -60,8 +61,22 @@ class Connection {
   int total_workers() const;
   uint64_t run_id() const;
   int64_t next_step() const;
-  // After Finish(): the next declarations start the next run.
+  // After Finish(): the next declarations start the next run (unmaps the
+  // run's parameters).
   void ResetRun();
+
+  // The run's parameters as the daemon shares them (sync modes), mapped
+  // read-only at the commit: FailedPrecondition before the commit, when
+  // the daemon passed none (parameter-server mode, an empty model), or
+  // DataLoss when the memfd it passed did not match the declarations.
+  struct SharedParameters {
+    const SharedParametersHeader* header = nullptr;
+    const float* parameters = nullptr;
+    uint64_t elements = 0;
+  };
+  absl::StatusOr<SharedParameters> shared_parameters() const;
+  // Where tensor `name` begins in the parameters (declaration order).
+  absl::StatusOr<uint64_t> OffsetOf(absl::string_view tensor) const;
 
  private:
   Connection(ClientOptions options, std::unique_ptr<SharedPool> pool, int fd);
@@ -73,6 +88,9 @@ class Connection {
   void WriteLoop();
   // Fails every pending op and later sends with `why`.
   void Break(const absl::Status& why);
+  // Maps params_fd_ (if any) for the committed declarations.
+  void MapParametersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmapParametersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ClientOptions options_;
   std::unique_ptr<SharedPool> pool_;
@@ -95,6 +113,17 @@ class Connection {
   // Set when the connection broke; fails later sends.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> declared_ ABSL_GUARDED_BY(mu_);
+  // Offsets of the declared tensors in the flat parameters, and their sum.
+  std::map<std::string, uint64_t> offsets_ ABSL_GUARDED_BY(mu_);
+  uint64_t declared_elements_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The parameters' memfd from the commit reply (owned), until mapped.
+  int params_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  // The read-only mapping of it (header page, then parameters), or null.
+  void* params_map_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t params_map_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Why there is no mapping after the commit (DataLoss), if it failed.
+  absl::Status params_error_ ABSL_GUARDED_BY(mu_);
 
   // The current run's commit: null until the first data op sends it.
   std::shared_ptr<internal::FutureState> commit_ ABSL_GUARDED_BY(mu_);

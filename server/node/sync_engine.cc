@@ -1,5 +1,7 @@
 #include "server/node/sync_engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -320,6 +322,7 @@ void SyncEngine::Submit(const WorkerHandle& worker,
                         const proto::WorkerRequest& request) {
   absl::Status refuse;
   proto::WorkerResponse answer;
+  int pass_fd = -1;  // the parameters' memfd, with a resuming commit's reply
   {
     absl::MutexLock lock(&mu_);
     Slot& slot = slots_[worker.index];
@@ -343,6 +346,9 @@ void SyncEngine::Submit(const WorkerHandle& worker,
         answer.mutable_commit()->set_total_workers(run_->total_workers);
         answer.mutable_commit()->set_run_id(run_->id);
         answer.mutable_commit()->set_next_step(slot.next_step);
+        if (options_.pushes_are_rounds) {
+          pass_fd = ::dup(run_->store->parameters_fd());
+        }
       }
     } else if (slot.run_id != 0 &&
                (run_ == nullptr || slot.run_id != run_->id)) {
@@ -363,7 +369,7 @@ void SyncEngine::Submit(const WorkerHandle& worker,
     }
   }
   worker.responder->Reply(request.id(), Annotate(refuse, Describe(request)),
-                          std::move(answer));
+                          std::move(answer), pass_fd);
 }
 
 bool SyncEngine::RoundReadyLocked() const {
@@ -533,8 +539,18 @@ void SyncEngine::Loop() {
       STARLING_LOG(WARNING) << status;
     }
     Flush(deferred);
+    // Sync modes: a committed worker gets the parameters' memfd, to map
+    // them read-only (client ParametersView; parameter-server mode writes
+    // them at any time, so no views there).
+    const bool pass_parameters =
+        status.ok() && options_.pushes_are_rounds &&
+        rounds[0].request.kind_case() == proto::WorkerRequest::kCommitTensors;
+    const std::shared_ptr<Run> committed =
+        pass_parameters ? current_run() : nullptr;
     for (Round& round : rounds) {
-      round.worker.responder->Reply(round.request.id(), status, reply);
+      round.worker.responder->Reply(
+          round.request.id(), status, reply,
+          committed != nullptr ? ::dup(committed->store->parameters_fd()) : -1);
       if (is_step) {
         metrics_->pushes->Increment();
         metrics_->push_seconds->Observe(
@@ -732,6 +748,8 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
   }
   const absl::Time start = absl::Now();
   shard::ShardStore& store = *run.store;
+  // Views of version `step` (held by workers that all pushed now) end.
+  store.MarkWriting(step + 1);
   absl::Status status = [&]() -> absl::Status {
     STARLING_RETURN_IF_ERROR(LocalReduce(rounds, run));
     absl::Span<float> grads = store.gradients();
@@ -762,6 +780,7 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
   if (run_.get() != &run) {
     return absl::AbortedError(absl::StrCat(where, ": the run ended"));
   }
+  store.MarkVersion(step + 1);
   applied_version_ = step + 1;
   metrics_->steps->Increment();
   metrics_->step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));

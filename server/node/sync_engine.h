@@ -41,6 +41,10 @@
 //   3. the optimizer (gradient scale 1 / total workers) updates the shard;
 //   4. all-gather of the parameters;
 //   5. version s + 1 is published; pulls waiting for it copy it out.
+// The parameters live in a sealed memfd (ShardStore) whose header page the
+// step marks "writing s + 1" before 3 and "version s + 1" after 4; in sync
+// modes each committed worker gets the descriptor with its commit reply and
+// may read them in place, read-only (client ParametersView: no copy).
 // While a step writes the parameters (3-4) no pull reads them. Copies in
 // user space: the local reduce reads each pushed buffer once and writes
 // the gradient buffer once; a pull copies the tensors it names into the

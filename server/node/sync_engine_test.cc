@@ -108,9 +108,11 @@ class TestWorker {
   // The next reply's status.
   absl::Status NextReply() {
     std::string frame;
-    if (!handle_.responder->Next(&frame)) {
+    int pass_fd = -1;
+    if (!handle_.responder->Next(&frame, &pass_fd)) {
       return absl::InternalError("no reply");
     }
+    if (pass_fd >= 0) ::close(pass_fd);
     proto::WorkerResponse response;
     EXPECT_TRUE(response.ParseFromString(frame));
     return absl::Status(static_cast<absl::StatusCode>(response.code()),

@@ -86,25 +86,32 @@ absl::StatusOr<absl::Span<float>> WorkerPool::Floats(
   return absl::Span<float>(reinterpret_cast<float*>(base_ + offset), elements);
 }
 
+Responder::~Responder() {
+  for (const Queued& queued : queue_) {
+    if (queued.pass_fd >= 0) ::close(queued.pass_fd);
+  }
+}
+
 void Responder::Reply(uint64_t id, const absl::Status& status,
-                      proto::WorkerResponse response) {
+                      proto::WorkerResponse response, int pass_fd) {
   response.set_id(id);
   response.set_code(static_cast<int>(status.code()));
   response.set_message(std::string(status.message()));
   std::string frame = response.SerializeAsString();
   absl::MutexLock lock(&mu_);
-  if (closed_) return;  // the worker is gone
-  if (queued_bytes_ + frame.size() > kMaxQueuedReplyBytes) {
+  if (closed_ || queued_bytes_ + frame.size() > kMaxQueuedReplyBytes) {
+    if (pass_fd >= 0) ::close(pass_fd);
+    if (closed_) return;  // the worker is gone
     // The worker does not read: stop here; the writer closes the socket.
     overflowed_ = true;
     closed_ = true;
     return;
   }
   queued_bytes_ += frame.size();
-  queue_.push_back(std::move(frame));
+  queue_.push_back(Queued{std::move(frame), pass_fd});
 }
 
-bool Responder::Next(std::string* frame) {
+bool Responder::Next(std::string* frame, int* pass_fd) {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](Responder* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
@@ -112,7 +119,8 @@ bool Responder::Next(std::string* frame) {
       },
       this));
   if (queue_.empty() || overflowed_) return false;
-  *frame = std::move(queue_.front());
+  *frame = std::move(queue_.front().frame);
+  *pass_fd = queue_.front().pass_fd;
   queue_.pop_front();
   queued_bytes_ -= frame->size();
   return true;
@@ -152,8 +160,10 @@ WorkerSession::~WorkerSession() {
 
 void WorkerSession::WriteLoop() {
   std::string frame;
-  while (responder_->Next(&frame)) {
-    absl::Status status = WriteFrame(fd_, frame);
+  int pass_fd = -1;
+  while (responder_->Next(&frame, &pass_fd)) {
+    absl::Status status = WriteFrame(fd_, frame, pass_fd);
+    if (pass_fd >= 0) ::close(pass_fd);  // the worker holds its own copy
     if (!status.ok()) {
       STARLING_LOG(DEBUG) << "reply to a worker not sent: " << status;
       break;

@@ -77,16 +77,22 @@ class Responder {
   Responder() = default;
   Responder(const Responder&) = delete;
   Responder& operator=(const Responder&) = delete;
+  // Closes the descriptors of replies never sent.
+  ~Responder();
 
-  // Queues `response` with `id` and `status`. Dropped once the session
-  // closed (the worker is gone; its reader thread reports that).
+  // Queues `response` with `id` and `status`, and `pass_fd` (taken over;
+  // -1: none) to send with it as SCM_RIGHTS. Dropped (the descriptor
+  // closed) once the session closed (the worker is gone; its reader thread
+  // reports that).
   void Reply(uint64_t id, const absl::Status& status,
-             proto::WorkerResponse response = proto::WorkerResponse());
+             proto::WorkerResponse response = proto::WorkerResponse(),
+             int pass_fd = -1);
 
   // For the session's writer thread: blocks until a frame is queued (sets
-  // `frame`, returns true) or the session closed and nothing is left to
-  // send (returns false).
-  bool Next(std::string* frame);
+  // `frame` and `pass_fd`, which the caller then owns, -1 for none; returns
+  // true) or the session closed and nothing is left to send (returns
+  // false).
+  bool Next(std::string* frame, int* pass_fd);
   // No more replies are queued; Next() returns false once drained.
   void Close();
   // True once the queue overflowed (the writer closes the socket).
@@ -94,7 +100,11 @@ class Responder {
 
  private:
   mutable absl::Mutex mu_;
-  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  struct Queued {
+    std::string frame;
+    int pass_fd = -1;  // owned
+  };
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool overflowed_ ABSL_GUARDED_BY(mu_) = false;

@@ -22,9 +22,11 @@ uint64_t Mix64(uint64_t x) {
 }
 
 absl::StatusOr<PageBuffer> AllocateFloats(size_t elements,
-                                          absl::string_view what) {
+                                          absl::string_view what, bool shared) {
   absl::StatusOr<PageBuffer> buffer =
-      PageBuffer::Allocate(elements * sizeof(float));
+      shared ? PageBuffer::AllocateShared(elements * sizeof(float),
+                                          "starling-parameters")
+             : PageBuffer::Allocate(elements * sizeof(float));
   if (!buffer.ok()) {
     return Annotate(buffer.status(),
                     absl::StrCat("while allocating the ", what, " buffer of ",
@@ -50,10 +52,12 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
         absl::StrCat("parameter vector of ", options.total_elements,
                      " float32 elements overflows its size in bytes"));
   }
-  STARLING_ASSIGN_OR_RETURN(
-      PageBuffer params, AllocateFloats(options.total_elements, "parameter"));
+  STARLING_ASSIGN_OR_RETURN(PageBuffer params,
+                            AllocateFloats(options.total_elements, "parameter",
+                                           /*shared=*/true));
   STARLING_ASSIGN_OR_RETURN(PageBuffer grads,
-                            AllocateFloats(options.total_elements, "gradient"));
+                            AllocateFloats(options.total_elements, "gradient",
+                                           /*shared=*/false));
   return std::unique_ptr<ShardStore>(
       new ShardStore(options, std::move(params), std::move(grads)));
 }
@@ -64,6 +68,25 @@ ShardStore::ShardStore(const ShardStoreOptions& options, PageBuffer params,
       rank_(options.rank),
       params_(std::move(params)),
       grads_(std::move(grads)) {}
+
+uint64_t ShardStore::ParameterFileBytes() const {
+  return SharedParametersFileBytes(ParameterBytes());
+}
+
+void ShardStore::MarkVersion(int64_t version) {
+  header()->writing.store(-1, std::memory_order_relaxed);
+  // release: the parameters' writes happen before a reader sees `version`.
+  header()->version.store(version, std::memory_order_release);
+}
+
+void ShardStore::MarkWriting(int64_t version) {
+  header()->version.store(-1, std::memory_order_relaxed);
+  header()->writing.store(version, std::memory_order_release);
+}
+
+int64_t ShardStore::MarkedVersion() const {
+  return header()->version.load(std::memory_order_acquire);
+}
 
 absl::Status ShardStore::InitializeFromSeed(uint64_t seed, float scale) {
   if (!std::isfinite(scale) || scale < 0) {

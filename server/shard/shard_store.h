@@ -8,9 +8,11 @@
 //     it, and the reduce-scatter leaves the global sum of this rank's shard in
 //     the same range of it.
 // Both buffers are page-aligned PageBuffers, so the transport can register
-// them. Thread-compatible: the node daemon's step phases (reduce,
-// reduce-scatter, update, all-gather, pull) order all access; the store
-// itself takes no locks.
+// them. The parameters live in a sealed memfd behind a header page holding
+// their version (server/base/shared_parameters.h), so that local workers can
+// map them read-only (sync modes: client ParametersView). Thread-compatible:
+// the node daemon's step phases (reduce, reduce-scatter, update, all-gather,
+// pull) order all access; the store itself takes no locks.
 #ifndef STARLING_SERVER_SHARD_SHARD_STORE_H_
 #define STARLING_SERVER_SHARD_SHARD_STORE_H_
 
@@ -21,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/base/shared_parameters.h"
 #include "server/collective/shard_layout.h"
 #include "server/shard/page_buffer.h"
 
@@ -92,6 +95,19 @@ class ShardStore {
   const PageBuffer& parameter_buffer() const { return params_; }
   const PageBuffer& gradient_buffer() const { return grads_; }
 
+  // The parameters' memfd (owned by the store; dup it to pass it on). Sealed
+  // against resizing and, where the kernel can, new writable mappings.
+  int parameters_fd() const { return params_.fd(); }
+  // Bytes of that memfd: the header page and the parameters' pages.
+  uint64_t ParameterFileBytes() const;
+  // The version the shared header announces: `version` (the parameters
+  // hold it, release order after the writes), or, with MarkWriting, that
+  // the parameters are being overwritten with `version`.
+  void MarkVersion(int64_t version);
+  void MarkWriting(int64_t version);
+  // The header's current version (-1 while writing).
+  int64_t MarkedVersion() const;
+
   // Fills every parameter with a value drawn uniformly from [-scale, scale]
   // by hashing (seed, element index). Independent of ranks and rank, so every
   // rank given the same seed holds the same full vector without
@@ -116,6 +132,9 @@ class ShardStore {
 
   float* params_data() const { return static_cast<float*>(params_.data()); }
   float* grads_data() const { return static_cast<float*>(grads_.data()); }
+  SharedParametersHeader* header() const {
+    return static_cast<SharedParametersHeader*>(params_.header());
+  }
 
   collective::ShardLayout layout_;
   int rank_;

@@ -12,17 +12,19 @@
 #   tests/bench/sync_step_bench.sh                  # build -c opt, 4 x 2, 1e7, 3 + 20 steps
 #   tests/bench/sync_step_bench.sh --bin DIR        # binaries from DIR, no build
 #   tests/bench/sync_step_bench.sh --daemons 2 --workers 1 --dim 1000000 --steps 10
+#   tests/bench/sync_step_bench.sh --pull-view      # workers read views, no pull copies
 #
 # Options: --daemons D (4) --workers W (2) --dim N (10000000) --warmup N (3)
 # --steps N (20) --port-base P (38400: coordinator P, its metrics P+1,
 # daemon r data P+10+r, admin P+40+r, metrics P+70+r) --bin DIR (holding
 # starling-coordinator, starling-node, sync_step_worker) --keep (leave the
-# scratch directory with every process's logs). Every process this script
-# starts is stopped on exit, by pid.
+# scratch directory with every process's logs) --pull-view (workers read
+# the parameters in place: Client::ParametersView, sync_step_worker
+# --pull_view). Every process this script starts is stopped on exit, by pid.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DAEMONS=4 WORKERS=2 DIM=10000000 WARMUP=3 STEPS=20 PORT_BASE=38400 BIN="" KEEP=0
-BUILT_BIN=
+BUILT_BIN= PULL_VIEW=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --daemons) DAEMONS=$2; shift 2 ;;
@@ -33,7 +35,8 @@ while [[ $# -gt 0 ]]; do
     --port-base) PORT_BASE=$2; shift 2 ;;
     --bin) BIN=$(realpath "$2"); shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    --pull-view) PULL_VIEW=1; shift ;;
+    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
     *) echo "sync_step_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -123,6 +126,7 @@ for ((r = 0; r < DAEMONS; r++)); do
   for ((w = 0; w < WORKERS; w++)); do
     "$BIN/sync_step_worker" --worker_socket "$WORK/node$r.sock" --worker_index "$w" \
         --dim "$DIM" --warmup "$WARMUP" --steps "$STEPS" --sync_dir "$WORK/sync" \
+        --pull_view=$([[ $PULL_VIEW == 1 ]] && echo true || echo false) \
         >"$WORK/worker$r.$w.out" 2>"$WORK/worker$r.$w.err" &
     PIDS+=($!)
     WORKER_PIDS+=($!)
@@ -140,7 +144,7 @@ for pid in "${WORKER_PIDS[@]}"; do
 done
 
 echo "commit $(cd "$REPO" && git rev-parse --short HEAD)$(cd "$REPO" && git diff --quiet HEAD -- server || echo ' (server/ modified)'), binaries $BIN"
-echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD, $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$WORK" "$DAEMONS" "$WORKERS" "$STEPS" <<'EOF'
 import re, sys
 work, daemons, workers, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -6,6 +6,10 @@
 // daemons' data path), push `step`. t_w is a per-worker hash of the
 // element index, so workers differ and every run computes the same values.
 //
+// With --pull_view the worker reads the parameters in place, read-only,
+// from the daemon's memory (Client::ParametersView) instead of pulling a
+// copy into its pool; "pull" times the view (the wait for the version).
+//
 // Warm-up steps first, then the timed steps. With --sync_dir the worker
 // stops at two points and waits for the script, which reads the daemons'
 // counters there: before the first timed step (file "timed.<rank>.<index>",
@@ -46,6 +50,8 @@ ABSL_FLAG(int, steps, 20, "timed steps");
 ABSL_FLAG(std::string, sync_dir, "",
           "directory of the handshake files with the bench script; empty: "
           "no handshake");
+ABSL_FLAG(bool, pull_view, false,
+          "read the parameters through Client::ParametersView (no copy)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120),
           "bound on connecting, each op and each handshake");
 
@@ -113,7 +119,17 @@ absl::Status Handshake(const std::string& dir, const std::string& phase,
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
-absl::Status Run(Client& client, int64_t dim, int warmup, int steps,
+// The parameters of `version`: a view of the daemon's, or pulled into `x`.
+absl::StatusOr<absl::Span<const float>> Parameters(Client& client,
+                                                   int64_t version, bool view,
+                                                   absl::Span<float> x) {
+  if (view) return client.ParametersView(version, "x");
+  absl::Status status = client.PullParameters(version, {Tensor{"x", x}});
+  if (!status.ok()) return status;
+  return absl::Span<const float>(x);
+}
+
+absl::Status Run(Client& client, int64_t dim, int warmup, int steps, bool view,
                  const std::string& sync_dir, absl::Duration timeout) {
   absl::Status status =
       client.DeclareTensor("x", {dim}, client::DataType::kFloat32);
@@ -122,8 +138,9 @@ absl::Status Run(Client& client, int64_t dim, int warmup, int steps,
   if (!x.ok()) return x.status();
   absl::StatusOr<absl::Span<float>> grad = client.AllocateTensor("x");
   if (!grad.ok()) return grad.status();
-  status = client.PullParameters(0, {Tensor{"x", *x}});
-  if (!status.ok()) return status;
+  absl::StatusOr<absl::Span<const float>> params =
+      Parameters(client, 0, view, *x);
+  if (!params.ok()) return params.status();
   if (client.first_step() != 0) {
     return absl::FailedPreconditionError("the bench starts fresh runs only");
   }
@@ -139,11 +156,11 @@ absl::Status Run(Client& client, int64_t dim, int warmup, int steps,
       if (!status.ok()) return status;
     }
     const absl::Time t0 = absl::Now();
-    status = client.PullParameters(step, {Tensor{"x", *x}});
-    if (!status.ok()) return status;
+    params = Parameters(client, step, view, *x);
+    if (!params.ok()) return params.status();
     const absl::Time t1 = absl::Now();
     float* g = grad->data();
-    const float* p = x->data();
+    const float* p = params->data();
     const float* t = target.data();
     for (int64_t i = 0; i < dim; ++i) g[i] = p[i] - t[i];
     const absl::Time t2 = absl::Now();
@@ -162,9 +179,10 @@ absl::Status Run(Client& client, int64_t dim, int warmup, int steps,
   if (!status.ok()) return status;
   status = client.Barrier();
   if (!status.ok()) return status;
-  status = client.PullParameters(warmup + steps, {Tensor{"x", *x}});
-  if (!status.ok()) return status;
-  const uint64_t hash = Fnv1a(*x);
+  params = Parameters(client, warmup + steps, view, *x);
+  if (!params.ok()) return params.status();
+  const uint64_t hash = Fnv1a(*params);
+  const float x0 = (*params)[0];
   status = client.Finish();
   if (!status.ok()) return status;
   std::printf(
@@ -172,7 +190,7 @@ absl::Status Run(Client& client, int64_t dim, int warmup, int steps,
       "params_fnv=%016llx x0=%a\n",
       client.rank(), client.worker_index(), Median(step_ms), Median(pull_ms),
       Median(push_ms), Median(grad_ms), static_cast<unsigned long long>(hash),
-      static_cast<double>((*x)[0]));
+      static_cast<double>(x0));
   return absl::OkStatus();
 }
 
@@ -198,8 +216,8 @@ int Main(int argc, char** argv) {
   absl::Status status = client.status();
   if (status.ok()) {
     status = Run(**client, dim, absl::GetFlag(FLAGS_warmup),
-                 absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_sync_dir),
-                 options.timeout);
+                 absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_pull_view),
+                 absl::GetFlag(FLAGS_sync_dir), options.timeout);
   }
   if (!status.ok()) {
     std::fprintf(stderr, "sync_step_worker: %s\n",

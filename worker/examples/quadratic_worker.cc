@@ -7,9 +7,20 @@
 // In sync modes every step is averaged over all workers by the daemons; in
 // parameter-server mode each push is applied by the shard owners at once.
 //
+// With --pull_view (sync SGD, staleness 0) it reads the parameters in
+// place from the daemon's read-only memory (Client::ParametersView)
+// instead of pulling copies; --view_checks then also checks, after the
+// training, that the view cannot be written and that a stale version is
+// refused, and prints "view_checks=ok" before the parameters.
+//
 // Prints, on success, one line "loss=<loss> params=<hex floats>" (the
 // parameters' bit patterns, for the tests' bit-identity check) and exits 0;
 // on failure, the error on stderr, exit 1.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,6 +55,12 @@ ABSL_FLAG(bool, declare_float64, false,
 ABSL_FLAG(int, staleness, 0,
           "0: synchronous SGD; k > 0: asynchronous pushes, each step computed "
           "on parameters at least k steps old");
+ABSL_FLAG(bool, pull_view, false,
+          "read the parameters through Client::ParametersView (no copy); "
+          "staleness 0 only");
+ABSL_FLAG(bool, view_checks, false,
+          "with --pull_view: check that the view is read-only and that a "
+          "stale version is refused; prints view_checks=ok");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
           "bound on connecting and on each op");
 ABSL_FLAG(bool, homogeneous, false,
@@ -128,6 +145,75 @@ absl::StatusOr<std::vector<float>> Train(Client& client, int dim, int steps,
 }
 // [README API sample ends]
 
+// Train() with staleness 0, reading the parameters through views: the
+// same arithmetic on the same values, so the same bits.
+absl::StatusOr<std::vector<float>> TrainWithViews(Client& client, int dim,
+                                                  int steps) {
+  absl::Status status =
+      client.DeclareTensor("x", {dim}, client::DataType::kFloat32);
+  if (!status.ok()) return status;
+  absl::StatusOr<absl::Span<float>> grad = client.AllocateTensor("x");
+  if (!grad.ok()) return grad.status();
+  const int workers = client.group_size() * client.local_workers();
+  const int me = client.rank() * client.local_workers() + client.worker_index();
+  for (int64_t step = client.first_step(); step < steps; ++step) {
+    // Valid until this worker's push of `step`.
+    absl::StatusOr<absl::Span<const float>> x =
+        client.ParametersView(step, "x");
+    if (!x.ok()) return x.status();
+    QuadraticGradient(me, workers, *x, *grad);
+    status = client.PushGradients(step, {{"x", *grad}});
+    if (!status.ok()) return status;
+  }
+  status = client.Barrier();
+  if (!status.ok()) return status;
+  absl::StatusOr<absl::Span<const float>> x = client.ParametersView(steps, "x");
+  if (!x.ok()) return x.status();
+  return std::vector<float>(x->begin(), x->end());
+}
+
+// After TrainWithViews (the parameters hold version `steps`): the view's
+// memory is read-only for this process, and a stale version is refused.
+absl::Status CheckViews(Client& client, int steps) {
+  absl::StatusOr<absl::Span<const float>> x = client.ParametersView(steps, "x");
+  if (!x.ok()) return x.status();
+  absl::Status status = client.CheckParametersView(steps);
+  if (!status.ok()) return status;
+  // No writable mapping can be made of it...
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(x->data()) &
+                                        ~(page - 1));
+  if (::mprotect(start, page, PROT_READ | PROT_WRITE) == 0) {
+    return absl::InternalError("mprotect(PROT_WRITE) of the view succeeded");
+  }
+  // ...and a write through it faults (in a child, which dies of it).
+  const pid_t child = ::fork();
+  if (child == 0) {
+    *const_cast<volatile float*>(x->data()) = 1.0f;
+    ::_exit(0);
+  }
+  int wstatus = 0;
+  if (child < 0 || ::waitpid(child, &wstatus, 0) != child ||
+      !WIFSIGNALED(wstatus) || WTERMSIG(wstatus) != SIGSEGV) {
+    return absl::InternalError(absl::StrCat(
+        "a write through the view did not fault (wait status ", wstatus, ")"));
+  }
+  // A stale version is refused, naming both versions.
+  absl::StatusOr<absl::Span<const float>> stale =
+      client.ParametersView(steps - 1, "x");
+  if (stale.ok() ||
+      stale.status().code() != absl::StatusCode::kFailedPrecondition ||
+      stale.status().message().find(absl::StrCat("version ", steps - 1)) ==
+          absl::string_view::npos ||
+      stale.status().message().find(absl::StrCat("version ", steps)) ==
+          absl::string_view::npos) {
+    return absl::InternalError(
+        absl::StrCat("a view of version ", steps - 1, " at version ", steps,
+                     " gave: ", stale.ok() ? "OK" : stale.status().ToString()));
+  }
+  return absl::OkStatus();
+}
+
 // Every worker all-reduces [its number + 1, 1]: the sums must be
 // W (W + 1) / 2 and W, exactly (small integers in float).
 absl::Status CheckAllReduce(Client& client, absl::Duration timeout) {
@@ -180,6 +266,12 @@ int Main(int argc, char** argv) {
                                              : client::DataType::kFloat32);
     if (status.ok()) status = (*client)->Barrier();
     x = status;
+  } else if (absl::GetFlag(FLAGS_pull_view)) {
+    x = TrainWithViews(**client, dim, absl::GetFlag(FLAGS_steps));
+    if (x.ok() && absl::GetFlag(FLAGS_view_checks)) {
+      absl::Status status = CheckViews(**client, absl::GetFlag(FLAGS_steps));
+      if (!status.ok()) x = status;
+    }
   } else {
     x = Train(**client, dim, absl::GetFlag(FLAGS_steps),
               absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_homogeneous),
@@ -191,6 +283,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   std::string checked;
+  if (absl::GetFlag(FLAGS_view_checks)) checked = "view_checks=ok ";
   if (absl::GetFlag(FLAGS_check_allreduce)) {
     absl::Status status = CheckAllReduce(**client, options.timeout);
     if (!status.ok()) {
@@ -198,7 +291,7 @@ int Main(int argc, char** argv) {
                    std::string(status.message()).c_str());
       return 1;
     }
-    checked = "allreduce=ok ";
+    absl::StrAppend(&checked, "allreduce=ok ");
   }
   // Done: the run ends once every worker of the job finished; the daemons
   // release its memory and stay up for the next run.
