@@ -137,35 +137,14 @@ pid_t NodeCluster::Spawn(const std::string& name, const std::string& binary,
 
 void NodeCluster::StartCoordinator() {
   Spawn("coordinator", BinaryPath("server/coordinator/starling-coordinator"),
-        {"--job_id=test", absl::StrCat("--expected_nodes=", options_.daemons),
-         absl::StrCat("--parameter_count=", options_.fix_parameter_count
-                                                ? options_.parameter_count
-                                                : 0),
-         absl::StrCat("--listen=", coordinator_address()), "--metrics_port=0",
-         absl::StrCat("--mode=", options_.mode),
-         absl::StrCat("--optimizer=", options_.optimizer),
-         absl::StrCat("--learning_rate=", options_.learning_rate),
-         absl::StrCat("--collective_timeout=",
-                      absl::FormatDuration(options_.collective_timeout)),
-         absl::StrCat("--heartbeat_timeout=",
-                      absl::FormatDuration(options_.heartbeat_timeout)),
-         "--log_level=warning"});
+        CoordinatorFlags({}));
 }
 
 void NodeCluster::StartDaemons() {
   for (int d = 0; d < options_.daemons; ++d) {
-    daemon_pids_.push_back(
-        Spawn(absl::StrCat("node", d), BinaryPath("server/node/starling-node"),
-              {absl::StrCat("--coordinator=", coordinator_address()),
-               "--job_id=test", absl::StrCat("--hostname=node", d),
-               absl::StrCat("--data_port=", data_ports_[d]),
-               absl::StrCat("--admin_port=", admin_ports_[d]),
-               absl::StrCat("--metrics_port=", metrics_ports_[d]),
-               absl::StrCat("--worker_socket=", socket_path(d)),
-               absl::StrCat("--local_workers=", options_.local_workers),
-               absl::StrCat("--worker_grace=",
-                            absl::FormatDuration(options_.worker_grace)),
-               "--timeout=30s", "--log_level=warning"}));
+    daemon_pids_.push_back(Spawn(absl::StrCat("node", d),
+                                 BinaryPath("server/node/starling-node"),
+                                 DaemonFlags(d, {})));
   }
 }
 
@@ -302,7 +281,6 @@ int PickLoopbackPort() { return PickPort(); }
 
 std::vector<std::string> NodeCluster::CoordinatorFlags(
     const std::vector<std::string>& extra) const {
-  // The same flags as StartCoordinator().
   return MergeFlags(
       {"--job_id=test", absl::StrCat("--expected_nodes=", options_.daemons),
        absl::StrCat("--parameter_count=", options_.fix_parameter_count
@@ -322,7 +300,6 @@ std::vector<std::string> NodeCluster::CoordinatorFlags(
 
 std::vector<std::string> NodeCluster::DaemonFlags(
     int daemon, const std::vector<std::string>& extra) const {
-  // The same flags as StartDaemons().
   return MergeFlags({absl::StrCat("--coordinator=", coordinator_address()),
                      "--job_id=test", absl::StrCat("--hostname=node", daemon),
                      absl::StrCat("--data_port=", data_ports_[daemon]),

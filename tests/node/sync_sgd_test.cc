@@ -31,20 +31,8 @@ constexpr int kSteps = 50;
 constexpr float kLearningRate = 0.1f;
 constexpr double kTolerance = 1e-5;
 
-// Plain C++ SGD on the mean of the workers' gradients.
 std::vector<float> Reference() {
-  std::vector<float> x(kDim, 0.0f), grad(kDim);
-  for (int step = 0; step < kSteps; ++step) {
-    std::vector<double> sum(kDim, 0.0);
-    for (int w = 0; w < kWorkers; ++w) {
-      examples::QuadraticGradient(w, kWorkers, x, absl::MakeSpan(grad));
-      for (int i = 0; i < kDim; ++i) sum[i] += grad[i];
-    }
-    for (int i = 0; i < kDim; ++i) {
-      x[i] -= kLearningRate * static_cast<float>(sum[i] / kWorkers);
-    }
-  }
-  return x;
+  return SyncSgdReference(kWorkers, kDim, kSteps, kLearningRate);
 }
 
 void RunJob(int staleness) {

@@ -1,5 +1,6 @@
-// Parsing quadratic_worker's result line ("loss=... params=<hex>") for the
-// node tests. Testonly; stateless.
+// Parsing quadratic_worker's result line ("loss=... params=<hex>") and the
+// plain-C++ reference of its synchronous SGD, for the node tests. Testonly;
+// stateless.
 #ifndef STARLING_TESTS_NODE_TEST_PARAMS_H_
 #define STARLING_TESTS_NODE_TEST_PARAMS_H_
 
@@ -8,6 +9,9 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "absl/types/span.h"
+#include "worker/examples/quadratic.h"
 
 namespace starling {
 namespace testing_node {
@@ -32,6 +36,24 @@ inline std::vector<float> ParamsOf(const std::string& out) {
     values.push_back(v);
   }
   return values;
+}
+
+// What `steps` steps of synchronous SGD (learning rate `lr`, on the mean of
+// `workers` quadratic_worker gradients summed in fp64, from x = 0) give.
+inline std::vector<float> SyncSgdReference(int workers, int dim, int steps,
+                                           float lr) {
+  std::vector<float> x(dim, 0.0f), grad(dim);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<double> sum(dim, 0.0);
+    for (int w = 0; w < workers; ++w) {
+      examples::QuadraticGradient(w, workers, x, absl::MakeSpan(grad));
+      for (int i = 0; i < dim; ++i) sum[i] += grad[i];
+    }
+    for (int i = 0; i < dim; ++i) {
+      x[i] -= lr * static_cast<float>(sum[i] / workers);
+    }
+  }
+  return x;
 }
 
 }  // namespace testing_node
