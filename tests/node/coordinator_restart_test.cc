@@ -35,14 +35,6 @@ std::vector<ProcessResult> WaitAll(NodeCluster& cluster,
   return results;
 }
 
-coordinator::RunResult Ctl(const NodeCluster& cluster) {
-  return coordinator::RunBinary(
-      {BinaryPath("server/coordinator/starlingctl"), "status",
-       absl::StrCat("--coordinator=", cluster.coordinator_address()),
-       "--timeout=2s"},
-      10);
-}
-
 TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
   ClusterOptions options;
   options.daemons = kDaemons;
@@ -99,7 +91,7 @@ TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
   bool healthy = false;
   const absl::Time deadline = restarted + absl::Seconds(10);
   while (!healthy && absl::Now() < deadline) {
-    ctl = Ctl(cluster);
+    ctl = cluster.CtlStatus();
     healthy = ctl.exit_code == 0 && ctl.output.find(absl::StrCat(
                                         kDaemons, " of ", kDaemons,
                                         " nodes healthy")) != std::string::npos;
@@ -124,7 +116,7 @@ TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
     EXPECT_EQ(ParamsHex(results[w].out), expected) << "worker " << w;
   }
   // Still the whole group, healthy, after the run.
-  ctl = Ctl(cluster);
+  ctl = cluster.CtlStatus();
   EXPECT_THAT(ctl.output, HasSubstr(absl::StrCat(kDaemons, " of ", kDaemons,
                                                  " nodes healthy")));
   for (int d = 0; d < kDaemons; ++d) {

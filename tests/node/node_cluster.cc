@@ -202,6 +202,13 @@ ProcessResult NodeCluster::Wait(pid_t pid, absl::Duration timeout) {
 
 void NodeCluster::Kill(pid_t pid, int signal) { ::kill(pid, signal); }
 
+coordinator::RunResult NodeCluster::CtlStatus() const {
+  return coordinator::RunBinary(
+      {BinaryPath("server/coordinator/starlingctl"), "status",
+       absl::StrCat("--coordinator=", coordinator_address()), "--timeout=2s"},
+      10);
+}
+
 std::string NodeCluster::ServerLogs() const {
   std::string logs =
       absl::StrCat("--- coordinator stderr:\n",

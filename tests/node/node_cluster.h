@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
 #include "proto/node_admin.pb.h"
+#include "server/coordinator/test_binaries.h"
 
 namespace starling {
 namespace testing_node {
@@ -68,6 +69,8 @@ class NodeCluster {
   void Kill(pid_t pid, int signal);
   // The coordinator's and daemons' stderr so far, for failure messages.
   std::string ServerLogs() const;
+  // `starlingctl status` against this cluster's coordinator (2 s timeout).
+  coordinator::RunResult CtlStatus() const;
 
   std::string coordinator_address() const;
   int data_port(int daemon) const { return data_ports_[daemon]; }

@@ -58,14 +58,6 @@ double Metric(int port, const std::string& name,
   return kAbsent;
 }
 
-coordinator::RunResult Ctl(const NodeCluster& cluster) {
-  return coordinator::RunBinary(
-      {BinaryPath("server/coordinator/starlingctl"), "status",
-       absl::StrCat("--coordinator=", cluster.coordinator_address()),
-       "--timeout=2s"},
-      10);
-}
-
 // Worker `index` of rank `rank` as the coordinator last heard of it.
 proto::WorkerStatus::State WorkerState(const proto::JobStatus& status, int rank,
                                        int index) {
@@ -138,7 +130,7 @@ TEST(StatusTruth,
       "missing_seen_ms", static_cast<int>(absl::ToInt64Milliseconds(seen)));
   EXPECT_LT(seen, heartbeat_period + slack);
   // So do starlingctl and the metrics, as they read the same heartbeat.
-  const coordinator::RunResult missing_view = Ctl(cluster);
+  const coordinator::RunResult missing_view = cluster.CtlStatus();
   EXPECT_EQ(missing_view.exit_code, 0) << missing_view.output;
   EXPECT_THAT(missing_view.output, HasSubstr("MISSING")) << missing_view.output;
   EXPECT_THAT(missing_view.output, HasSubstr("grace left"))
@@ -168,7 +160,7 @@ TEST(StatusTruth,
   coordinator::RunResult failed_view;
   bool shown = false;
   while (!shown && absl::Now() < failed + absl::Seconds(10)) {
-    failed_view = Ctl(cluster);
+    failed_view = cluster.CtlStatus();
     shown = failed_view.output.find("FAILED") != std::string::npos;
     if (!shown) absl::SleepFor(absl::Milliseconds(50));
   }
