@@ -11,30 +11,13 @@
 #include "client/connection.h"
 #include "client/future_state.h"
 #include "proto/common.pb.h"
+#include "proto/data_type.h"
 #include "proto/worker.pb.h"
 #include "server/base/status_macros.h"
 
 namespace starling {
 namespace client {
 namespace {
-
-proto::DataType ToProto(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return proto::DATA_TYPE_FLOAT32;
-    case DataType::kFloat64:
-      return proto::DATA_TYPE_FLOAT64;
-    case DataType::kFloat16:
-      return proto::DATA_TYPE_FLOAT16;
-    case DataType::kBFloat16:
-      return proto::DATA_TYPE_BFLOAT16;
-    case DataType::kInt32:
-      return proto::DATA_TYPE_INT32;
-    case DataType::kInt64:
-      return proto::DATA_TYPE_INT64;
-  }
-  return proto::DATA_TYPE_UNSPECIFIED;
-}
 
 Future Failed(absl::Status status) {
   auto state = std::make_shared<internal::FutureState>("failed op");
@@ -84,24 +67,6 @@ absl::Status AddSlices(
 }
 
 }  // namespace
-
-absl::string_view DataTypeName(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
 
 Future::Future() : Future(nullptr) {}
 
@@ -157,7 +122,7 @@ absl::Status Client::DeclareTensor(absl::string_view name,
   proto::TensorSpec spec;
   spec.set_name(std::string(name));
   for (int64_t d : shape) spec.add_shape(d);
-  spec.set_dtype(ToProto(dtype));
+  spec.set_dtype(proto::DataTypeToProto(dtype));
   return connection_->Declare(spec);
 }
 

@@ -76,14 +76,16 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/base/data_type.h"
 
 namespace starling {
 namespace client {
 
-enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64 };
-
-// "float32", ...
-absl::string_view DataTypeName(DataType type);
+// The element types (kFloat32, kFloat64, kFloat16, kBFloat16, kInt32,
+// kInt64) and their names ("float32", ...), defined once for the client and
+// the daemons in server/base/data_type.h.
+using ::starling::DataType;
+using ::starling::DataTypeName;
 
 struct ClientOptions {
   // The daemon's worker socket (starling-node --worker_socket). Required.

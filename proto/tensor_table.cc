@@ -6,27 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/data_type.h"
+#include "server/base/data_type.h"
 
 namespace starling {
 namespace proto {
 
-const char* DataTypeName(DataType type) {
-  switch (type) {
-    case DATA_TYPE_FLOAT32:
-      return "float32";
-    case DATA_TYPE_FLOAT64:
-      return "float64";
-    case DATA_TYPE_FLOAT16:
-      return "float16";
-    case DATA_TYPE_BFLOAT16:
-      return "bfloat16";
-    case DATA_TYPE_INT32:
-      return "int32";
-    case DATA_TYPE_INT64:
-      return "int64";
-    default:
-      return "unspecified";
-  }
+absl::string_view DataTypeName(DataType type) {
+  absl::StatusOr<::starling::DataType> known = DataTypeFromProto(type);
+  return known.ok() ? ::starling::DataTypeName(*known) : "unspecified";
 }
 
 std::string DescribeSpec(const TensorSpec& spec) {

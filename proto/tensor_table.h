@@ -3,7 +3,8 @@
 // written in messages ("[4, 5] float32"), its element count, and the
 // comparison of two tables that names the first difference. A node daemon
 // compares its local workers' lists; the coordinator compares the ranks'
-// tables at BeginRun. Depends only on the protos. Stateless; thread-safe.
+// tables at BeginRun. Depends only on the protos and server/base's DataType.
+// Stateless; thread-safe.
 #ifndef STARLING_PROTO_TENSOR_TABLE_H_
 #define STARLING_PROTO_TENSOR_TABLE_H_
 
@@ -18,8 +19,10 @@
 namespace starling {
 namespace proto {
 
-// "float32", "bfloat16", ...; "unspecified" for DATA_TYPE_UNSPECIFIED.
-const char* DataTypeName(DataType type);
+// DataTypeName (server/base/data_type.h) of the type the wire value names:
+// "float32", "bfloat16", ...; "unspecified" for DATA_TYPE_UNSPECIFIED and
+// values this build does not know.
+absl::string_view DataTypeName(DataType type);
 
 // "[4, 5] float32"; a scalar is "[] float32".
 std::string DescribeSpec(const TensorSpec& spec);

@@ -23,53 +23,6 @@ float BitsToFloat(uint32_t bits) {
 
 }  // namespace
 
-size_t DataTypeBytes(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-  }
-  return 0;
-}
-
-absl::string_view DataTypeName(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "float32" || lower == "fp32") return DataType::kFloat32;
-  if (lower == "float64" || lower == "fp64") return DataType::kFloat64;
-  if (lower == "float16" || lower == "fp16") return DataType::kFloat16;
-  if (lower == "bfloat16" || lower == "bf16") return DataType::kBFloat16;
-  if (lower == "int32") return DataType::kInt32;
-  if (lower == "int64") return DataType::kInt64;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown data type \"", name,
-                   "\" (want float32, float64, float16, bfloat16, int32 or "
-                   "int64)"));
-}
-
 absl::string_view ReduceOpName(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -92,10 +45,6 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   if (lower == "average" || lower == "avg") return ReduceOp::kAverage;
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown reduce op \"", name, "\" (want sum, min, max or average)"));
-}
-
-bool IsFloatingPoint(DataType type) {
-  return type != DataType::kInt32 && type != DataType::kInt64;
 }
 
 float HalfToFloat(uint16_t half) {

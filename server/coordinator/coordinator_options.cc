@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "proto/data_type.h"
 #include "proto/job_config_checks.h"
 #include "proto/tensor_table.h"
+#include "server/base/data_type.h"
 #include "server/base/status_macros.h"
 
 namespace starling {
@@ -19,19 +21,8 @@ absl::Status Invalid(absl::string_view field, absl::string_view why) {
 }  // namespace
 
 int BytesPerElement(proto::DataType dtype) {
-  switch (dtype) {
-    case proto::DATA_TYPE_FLOAT32:
-    case proto::DATA_TYPE_INT32:
-      return 4;
-    case proto::DATA_TYPE_FLOAT64:
-    case proto::DATA_TYPE_INT64:
-      return 8;
-    case proto::DATA_TYPE_FLOAT16:
-    case proto::DATA_TYPE_BFLOAT16:
-      return 2;
-    default:
-      return 0;
-  }
+  absl::StatusOr<DataType> known = proto::DataTypeFromProto(dtype);
+  return known.ok() ? static_cast<int>(DataTypeBytes(*known)) : 0;
 }
 
 absl::Status ValidateAndComplete(CoordinatorOptions* options) {

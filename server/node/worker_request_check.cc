@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "proto/data_type.h"
 #include "server/base/status_macros.h"
 
 namespace starling {
@@ -53,8 +54,7 @@ absl::Status CheckSpec(const proto::TensorSpec& spec) {
     }
     elements *= static_cast<uint64_t>(d);
   }
-  if (!proto::DataType_IsValid(spec.dtype()) ||
-      spec.dtype() == proto::DATA_TYPE_UNSPECIFIED) {
+  if (!proto::DataTypeFromProto(spec.dtype()).ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", spec.name(), "' has data type ",
                      static_cast<int>(spec.dtype()), ", not a known one"));
