@@ -1,16 +1,16 @@
 // SyncEngine: the daemon's step thread, the runs it serves one after the
 // other, and the local worker slots.
 //
-// Slots. A daemon has `local_workers` slots, one per worker index. A slot
-// is empty, attached (a connected worker), missing (its worker left a
-// running run without finishing) or finished (its worker called Finish).
-// A missing slot holds the run's rounds for `grace`: a new worker with the
-// same index resumes in its place (the HelloReply tells it the run and the
-// step its predecessor reached; it declares the run's tensors again, pulls
-// and goes on, and since its predecessor's unconsumed requests were
-// dropped, no update is lost or doubled). Past the grace the run fails on
-// every rank naming the missing worker. A worker that attaches and leaves
-// before its run began changes nothing.
+// Slots (WorkerSlots). A daemon has `local_workers` slots, one per worker
+// index. A slot is empty, attached (a connected worker), missing (its
+// worker left a running run without finishing) or finished (its worker
+// called Finish). A missing slot holds the run's rounds for `grace`: a new
+// worker with the same index resumes in its place (the HelloReply tells it
+// the run and the step its predecessor reached; it declares the run's
+// tensors again, pulls and goes on, and since its predecessor's unconsumed
+// requests were dropped, no update is lost or doubled). Past the grace the
+// run fails on every rank naming the missing worker. A worker that attaches
+// and leaves before its run began changes nothing.
 //
 // Runs. A run begins with the commit round (every local worker ended its
 // declarations): the local declaration lists must agree, then the
@@ -32,37 +32,36 @@
 // slot has one queued, the step thread takes the head of each, checks they
 // are the same request, runs it and answers every worker.
 //
-// The synchronous step (DESIGN.md "One synchronous step"), for push round s:
-//   1. local reduce: the workers' gradients, read in place from their pools,
-//      summed in worker-index order straight into the run's gradient
-//      buffer, the one the reduce-scatter sends, in one pass over memory
-//      (collective::ReduceMany: the first copied, the others added);
-//   2. reduce-scatter (sum) across daemons;
-//   3. the optimizer (gradient scale 1 / total workers) updates the shard;
-//   4. all-gather of the parameters;
-//   5. version s + 1 is published; pulls waiting for it copy it out.
+// The synchronous step (DESIGN.md "One synchronous step"), for push round
+// s: the local reduce, reduce-scatter, optimizer and all-gather
+// (StepDataPath::ApplyStep), then version s + 1 is published and pulls
+// waiting for it copy it out (StepDataPath::CopyParameters).
 // The parameters live in a sealed memfd (ShardStore) whose header page the
-// step marks "writing s + 1" before 3 and "version s + 1" after 4; in sync
-// modes each committed worker gets the descriptor with its commit reply and
-// may read them in place, read-only (client ParametersView: no copy).
-// While a step writes the parameters (3-4) no pull reads them. Copies in
-// user space: the local reduce reads each pushed buffer once and writes
-// the gradient buffer once; a pull copies the tensors it names into the
-// worker's pool; the collectives send from and receive into the run's
-// buffers. NodeMetrics::*_copied_bytes count these bytes.
+// step marks "writing s + 1" before the optimizer and "version s + 1" after
+// the all-gather; in sync modes each committed worker gets the descriptor
+// with its commit reply and may read them in place, read-only (client
+// ParametersView: no copy). While a step writes the parameters no pull
+// reads them (`updating_`, `readers_`). Copies in user space are
+// StepDataPath's; NodeMetrics::*_copied_bytes count them.
 //
 // Deadlines: a collective waits at most `timeout` + `grace` (a peer may be
 // holding the step for its missing worker); a pull as long for its
 // version; the commit `timeout` for the other daemons' workers.
 //
+// Failure notices to and from the peers: RunAbortNotices (kRunAbortTag).
+// Ended runs: RunHistory.
+//
 // Thread-safe. Threads: the step thread and the abort listener
 // (Start/Stop); callers' threads (workers' reader threads, the heartbeat)
-// for everything else. Replies are queued, never written, under the lock.
+// for everything else. One mutex, `mu_`, guards the slots, the running run,
+// its version and the history (WorkerSlots and RunHistory are
+// thread-compatible, held under it); DeclaredTensors' own lock is taken
+// under it, never the reverse. Replies are queued, never written, under the
+// lock; no collective, send or rendezvous runs under it.
 #ifndef STARLING_SERVER_NODE_SYNC_ENGINE_H_
 #define STARLING_SERVER_NODE_SYNC_ENGINE_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -73,22 +72,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "proto/common.pb.h"
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/node/declared_tensors.h"
 #include "server/node/node_metrics.h"
+#include "server/node/round.h"
 #include "server/node/run.h"
+#include "server/node/run_abort_notices.h"
+#include "server/node/run_history.h"
+#include "server/node/step_data_path.h"
 #include "server/node/worker_session.h"
+#include "server/node/worker_slots.h"
 #include "server/transport/transport.h"
 
 namespace starling {
 namespace node {
-
-// Control tag of a run's failure notice between daemons (RunAbort).
-inline constexpr uint32_t kRunAbortTag = 3;
 
 // How a daemon begins and ends runs with the rest of its group: the
 // coordinator's BeginRun / EndRun in the daemon, a fake in tests.
@@ -181,37 +181,15 @@ class SyncEngine {
   int attached_workers() const;
 
  private:
-  struct Round {
-    WorkerHandle worker;
-    proto::WorkerRequest request;
-    absl::Time submitted;
-  };
-  struct Slot {
-    proto::WorkerStatus::State state = proto::WorkerStatus::STATE_UNSPECIFIED;
-    bool connected = false;
-    // The current (or last) worker in this slot.
-    WorkerHandle worker;
-    // The run this slot takes part in; 0: declaring for the next one.
-    uint64_t run_id = 0;
-    // Push rounds of the run consumed from this slot.
-    int64_t next_step = 0;
-    // Attached in place of a missing worker, not yet committed: its
-    // declarations are checked against the run's layout.
-    bool resuming = false;
-    size_t resumed_declarations = 0;
-    absl::Time missing_since;
-    std::deque<Round> queue;
-  };
   // Replies and notices gathered under the lock, sent after it.
   struct Deferred {
-    std::vector<std::pair<Round, absl::Status>> replies;
+    WorkerSlots::Replies replies;
     bool broadcast = false;
     proto::RunAbort abort;
     std::vector<proto::RunStatus> ended;
   };
 
   void Loop();
-  void AbortListener();
   void Flush(Deferred& deferred);
   // Fails the running run `run_id` with `why`; Internal to the lock.
   void FailRunLocked(uint64_t run_id, const absl::Status& why, bool broadcast,
@@ -220,26 +198,16 @@ class SyncEngine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Steps applied (sync modes) or updates of the shard (parameter server).
   int64_t StepsLocked(Run& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The error a request from a slot of run `run_id` gets when that run is
-  // not the running one.
-  absl::Status StaleRunErrorLocked(uint64_t run_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the run if a missing slot's grace passed; returns the earliest
   // time one will.
   absl::Time CheckGraceLocked(Deferred* deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool RoundReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string WorkerName(const WorkerHandle& worker) const;
 
   absl::Status Execute(std::vector<Round>& rounds,
                        const std::shared_ptr<Run>& run,
                        proto::WorkerResponse* reply);
-  absl::Status CheckSame(const std::vector<Round>& rounds) const;
   absl::Status Commit(std::vector<Round>& rounds, proto::WorkerResponse* reply);
   absl::Status Step(std::vector<Round>& rounds, Run& run);
-  // Step's local reduce: the round's gradients into run.store->gradients().
-  absl::Status LocalReduce(const std::vector<Round>& rounds, Run& run);
-  absl::Status AllReduce(std::vector<Round>& rounds, Run& run);
   absl::Status Finish(Run& run);
   collective::CallOptions Call(Run& run) const;
   std::string Describe(const proto::WorkerRequest& request) const;
@@ -251,23 +219,23 @@ class SyncEngine {
   RunRendezvous* const rendezvous_;
   const std::function<void(int64_t, const absl::Status&)> on_step_;
   DeclaredTensors declared_;
+  // ApplyStep and AllReduce on the step thread; CopyParameters in Pull.
+  StepDataPath data_path_;
+  RunAbortNotices notices_;
   std::thread thread_;
-  std::thread abort_listener_;
-  absl::Notification stop_listener_;
-  std::vector<float> scratch_;  // step thread only: all-reduce sums
 
   mutable absl::Mutex mu_;
   // Signalled when a queue, a slot or the run changes.
   absl::CondVar changed_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  WorkerSlots slots_ ABSL_GUARDED_BY(mu_);
   // The running run, or null.
   std::shared_ptr<Run> run_ ABSL_GUARDED_BY(mu_);
   int64_t applied_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool updating_ ABSL_GUARDED_BY(mu_) = false;
   int readers_ ABSL_GUARDED_BY(mu_) = 0;
   // Ended runs, newest last (at most options_.history).
-  std::deque<proto::RunStatus> history_ ABSL_GUARDED_BY(mu_);
+  RunHistory history_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace node

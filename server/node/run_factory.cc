@@ -1,0 +1,53 @@
+#include "server/node/run_factory.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/tensor_table.h"
+#include "server/base/status_macros.h"
+#include "server/shard/optimizer/optimizer_factory.h"
+#include "server/shard/shard_store.h"
+
+namespace starling {
+namespace node {
+
+absl::StatusOr<std::shared_ptr<Run>> CreateRun(
+    const std::vector<proto::TensorSpec>& tensors,
+    const RunFactoryOptions& options) {
+  auto run = std::make_shared<Run>();
+  run->id = options.run_id;
+  run->layout = TensorLayout::FromSpecs(tensors);
+  run->total_workers = options.total_workers;
+  run->started = absl::Now();
+  for (const TensorLayout::Entry& entry : run->layout.tensors) {
+    if (entry.spec.dtype() != proto::DATA_TYPE_FLOAT32) {
+      return absl::UnimplementedError(
+          absl::StrCat("tensor '", entry.spec.name(), "' is ",
+                       proto::DescribeSpec(entry.spec),
+                       ": this version moves float32 tensors only"));
+    }
+  }
+  shard::ShardStoreOptions store_options;
+  store_options.total_elements = run->layout.total_elements;
+  store_options.ranks = options.ranks;
+  store_options.rank = options.rank;
+  STARLING_ASSIGN_OR_RETURN(run->store,
+                            shard::ShardStore::Create(store_options));
+  shard::OptimizerOptions optimizer_options;
+  optimizer_options.name = options.optimizer;
+  optimizer_options.learning_rate = options.learning_rate;
+  if (optimizer_options.name == "none") {
+    optimizer_options.name = "sgd";
+    optimizer_options.learning_rate = 0.0f;
+  }
+  STARLING_ASSIGN_OR_RETURN(
+      run->optimizer,
+      shard::CreateOptimizer(optimizer_options, run->store->shard_elements()));
+  STARLING_RETURN_IF_ERROR(run->optimizer->SetGradientScale(
+      1.0f / static_cast<float>(std::max(1, run->total_workers))));
+  return run;
+}
+
+}  // namespace node
+}  // namespace starling
