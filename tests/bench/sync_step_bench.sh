@@ -122,11 +122,14 @@ for ((r = 0; r < DAEMONS; r++)); do
       >"$WORK/node$r.out" 2>"$WORK/node$r.err" &
   PIDS+=($!)
 done
+# Only with --pull-view, so that workers built before views existed run too.
+VIEW_FLAG=()
+[[ $PULL_VIEW == 1 ]] && VIEW_FLAG=(--pull_view)
 for ((r = 0; r < DAEMONS; r++)); do
   for ((w = 0; w < WORKERS; w++)); do
     "$BIN/sync_step_worker" --worker_socket "$WORK/node$r.sock" --worker_index "$w" \
         --dim "$DIM" --warmup "$WARMUP" --steps "$STEPS" --sync_dir "$WORK/sync" \
-        --pull_view=$([[ $PULL_VIEW == 1 ]] && echo true || echo false) \
+        "${VIEW_FLAG[@]}" \
         >"$WORK/worker$r.$w.out" 2>"$WORK/worker$r.$w.err" &
     PIDS+=($!)
     WORKER_PIDS+=($!)
