@@ -203,6 +203,35 @@ TEST_F(WorkerChannelTest, DaemonErrorsCarryTheOpAndWhere) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("127.0.0.1:1234"));
 }
 
+// ClientOptions::timeout bounds a synchronous push that the daemon does not
+// answer (its step waits for a worker of another node, say): the worker
+// gets DeadlineExceeded naming the op, not a wait of the daemon's choosing.
+TEST_F(WorkerChannelTest, SyncPushIsBoundedByTheClientTimeout) {
+  client::ClientOptions options;
+  options.socket_path = path_;
+  options.worker_index = 0;
+  options.timeout = absl::Milliseconds(300);
+  options.pool_bytes = 1 << 16;
+  absl::StatusOr<std::unique_ptr<client::Client>> c =
+      client::Client::Connect(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->DeclareTensor("w", {3}, client::DataType::kFloat32).ok());
+  absl::StatusOr<absl::Span<float>> w = (*c)->AllocateTensor("w");
+  ASSERT_TRUE(w.ok());
+  const absl::Time start = absl::Now();
+  const absl::Status status = (*c)->PushGradients(0, {{"w", *w}});
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("push_gradients step 0"));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(3));
+  ASSERT_TRUE(daemon_.pushed_.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  // The late answer is dropped; the connection still serves.
+  daemon_.ReleasePush();
+  EXPECT_TRUE((*c)->PullParameters(1, {{"w", *w}}).ok());
+}
+
 TEST_F(WorkerChannelTest, TakenWorkerIndexIsRefused) {
   std::unique_ptr<client::Client> first = Connect(0);
   ASSERT_NE(first, nullptr);
