@@ -120,12 +120,13 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
 
   if (formed_) {
     // The same node asking again (its first answer was lost) gets the same
-    // answer; anyone else is turned away.
+    // answer, until it is heard from (then it has it); anyone else is
+    // turned away.
     for (size_t rank = 0; rank < members_.size(); ++rank) {
       const Member& m = members_[rank];
       if (m.join.data_address() == request.data_address() &&
           m.join.hostname() == request.hostname() &&
-          m.health != proto::NODE_HEALTH_LOST) {
+          m.health != proto::NODE_HEALTH_LOST && !m.heard_from) {
         return JoinResponseLocked(static_cast<int>(rank));
       }
     }
@@ -551,6 +552,7 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
     UpdateGroupGaugesLocked();
   }
   member->last_heartbeat = now;
+  member->heard_from = true;
   NoteIterationLocked(member, request.iteration());
   member->reported_shard_bytes = request.shard_bytes();
   member->reported_optimizer_state_bytes = request.optimizer_state_bytes();

@@ -173,6 +173,9 @@ class Coordinator {
     // False after an adoption until this member re-registered (JOINING).
     bool registered = true;
     absl::Time last_heartbeat;
+    // A heartbeat came since the group formed: the member has its join
+    // answer, so a join in its name is not a retry (and gets no group key).
+    bool heard_from = false;
     std::optional<uint64_t> last_iteration;
     std::string last_error;
     uint64_t shard_elements = 0;

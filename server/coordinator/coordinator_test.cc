@@ -197,6 +197,16 @@ TEST_F(CoordinatorTest, JoinAfterTheGroupFormedIsRefusedButARetryIsAnswered) {
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse again,
                        coordinator_->Join(JoinRequestFor(0), Soon()));
   EXPECT_EQ(again.SerializeAsString(), first.SerializeAsString());
+  // Once it heartbeats it has its answer: a join in its name is someone
+  // else's, and gets neither the answer nor the group's key.
+  proto::HeartbeatRequest beat;
+  beat.set_job_id("job-a");
+  beat.set_rank(0);
+  beat.set_group_epoch(first.group_epoch());
+  ASSERT_OK(coordinator_->Heartbeat(beat).status());
+  EXPECT_THAT(coordinator_->Join(JoinRequestFor(0), Soon()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("already formed its group")));
 }
 
 TEST_F(CoordinatorTest, JoinPastItsDeadlineSaysHowManyJoined) {
