@@ -1,8 +1,8 @@
 // The shard map: which contiguous range of the flat parameter vector each
 // rank owns, as proto::ShardRange. The split itself is the one definition
 // in server/base/block_split.h, which server/collective's ShardLayout
-// (reduce-scatter leaves block r on rank r) uses too. Stateless;
-// thread-safe.
+// (reduce-scatter leaves block r on rank r) computes the same way.
+// Stateless; thread-safe.
 #ifndef STARLING_SERVER_COORDINATOR_SHARD_MAP_H_
 #define STARLING_SERVER_COORDINATOR_SHARD_MAP_H_
 

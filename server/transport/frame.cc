@@ -50,6 +50,11 @@ const char* FrameTypeName(FrameType type) {
   return "unknown";
 }
 
+absl::StatusCode ErrorFrameCode(uint32_t imm) {
+  if (imm == 0 || imm > 16) return absl::StatusCode::kUnknown;
+  return static_cast<absl::StatusCode>(imm);
+}
+
 void PutLittleEndian32(uint32_t value, uint8_t* out) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(value >> (8 * i));
 }

@@ -65,6 +65,10 @@ void EncodeFrameHeader(const FrameHeader& header,
 // not checked: the handshake reports a mismatch with both versions.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::Span<const uint8_t> bytes);
 
+// The status code an ERROR frame carries in its imm; kUnknown for 0 (Ok
+// means no error) and values absl does not define.
+absl::StatusCode ErrorFrameCode(uint32_t imm);
+
 // Little-endian helpers, shared with the HELLO body and tests.
 void PutLittleEndian32(uint32_t value, uint8_t* out);
 void PutLittleEndian64(uint64_t value, uint8_t* out);

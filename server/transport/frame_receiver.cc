@@ -216,13 +216,10 @@ FrameReceiver::Result FrameReceiver::FinishFrame() {
     case Kind::kError: {
       const std::string text(reinterpret_cast<const char*>(message_.data()),
                              message_.size());
-      absl::StatusCode code = static_cast<absl::StatusCode>(header_.imm);
-      if (header_.imm == 0 || header_.imm > 16)
-        code = absl::StatusCode::kUnknown;
-      return Fail(
-          absl::Status(code, absl::StrCat(name_(peer_),
-                                          " failed the connection: ", text)),
-          false);
+      return Fail(absl::Status(ErrorFrameCode(header_.imm),
+                               absl::StrCat(name_(peer_),
+                                            " failed the connection: ", text)),
+                  false);
     }
   }
   return Result();

@@ -368,7 +368,9 @@ absl::Status Inbox::NoteWritePart(int peer, const Landing& landing) {
 }
 
 void Inbox::Publish(int peer, const PendingWrite& write) {
-  if (Stale(write.region)) {
+  // One lookup per write: Stale() and the choice of queue both need it.
+  const bool registered = regions_.contains(write.region);
+  if (!registered && retired_.Contains(write.region)) {
     ++stale_writes_dropped_;
     return;
   }
@@ -379,7 +381,7 @@ void Inbox::Publish(int peer, const PendingWrite& write) {
   notice.offset_bytes = write.begin;
   notice.length_bytes = write.end - write.begin;
   notice.imm = write.imm;
-  if (regions_.contains(write.region)) {
+  if (registered) {
     notices_[write.region].push_back(notice);
     Changed();
   } else {

@@ -226,14 +226,7 @@ void Acceptor::AcceptAll() {
       if ((err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) &&
           !pending_.empty()) {
         // Out of descriptors: the oldest handshake makes room.
-        Pending* oldest = nullptr;
-        for (auto& [key, pending] : pending_) {
-          if (pending->admitted) continue;
-          if (oldest == nullptr || pending->deadline < oldest->deadline) {
-            oldest = pending.get();
-          }
-        }
-        if (oldest != nullptr) {
+        if (Pending* oldest = OldestUnadmitted(); oldest != nullptr) {
           Drop(oldest, status);
           continue;
         }
@@ -254,14 +247,7 @@ void Acceptor::AcceptAll() {
       return;
     }
     if (pending_.size() >= kMaxPendingHandshakes) {
-      Pending* oldest = nullptr;
-      for (auto& [key, pending] : pending_) {
-        if (pending->admitted) continue;
-        if (oldest == nullptr || pending->deadline < oldest->deadline) {
-          oldest = pending.get();
-        }
-      }
-      if (oldest != nullptr) {
+      if (Pending* oldest = OldestUnadmitted(); oldest != nullptr) {
         Drop(oldest,
              absl::ResourceExhaustedError(absl::StrCat(
                  "dropped for a newer one: more than ", kMaxPendingHandshakes,
@@ -289,6 +275,17 @@ void Acceptor::AcceptAll() {
     pending->fd = std::move(owned);
     pending_[fd] = std::move(pending);
   }
+}
+
+Acceptor::Pending* Acceptor::OldestUnadmitted() {
+  Pending* oldest = nullptr;
+  for (auto& [fd, pending] : pending_) {
+    if (pending->admitted) continue;
+    if (oldest == nullptr || pending->deadline < oldest->deadline) {
+      oldest = pending.get();
+    }
+  }
+  return oldest;
 }
 
 void Acceptor::Serve(Pending* pending, uint32_t events) {

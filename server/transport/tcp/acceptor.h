@@ -74,6 +74,9 @@ class Acceptor {
   bool Flush(Pending* pending);
   void Finish(Pending* pending);
   void Drop(Pending* pending, const absl::Status& why);
+  // The handshake accepted first (earliest deadline) that has not claimed a
+  // slot; null if none.
+  Pending* OldestUnadmitted();
   void ExpireHandshakes();
   // Logs (bounded) that `what` ("refused", "dropped") happened to the
   // connection from `address`, and keeps `why` for Wait()'s message.

@@ -41,6 +41,11 @@ const char* const kSecretHint =
     "start every node with the same "
     "--cluster_secret_file";
 
+// How to get past the no-secret policy (loopback peers only).
+const char* const kNoSecretFix =
+    "start every node with --cluster_secret_file=<file> (the same secret on "
+    "every node), or with --insecure on a trusted network";
+
 }  // namespace
 
 Handshaker::Handshaker(HandshakeConfig config)
@@ -69,21 +74,23 @@ absl::Status Handshaker::Start(std::vector<uint8_t>* out) {
   if (config_.role == HandshakeConfig::Role::kAccept) return absl::OkStatus();
   if (!has_cluster_secret() && !config_.peer_is_loopback && !config_.insecure) {
     state_ = State::kFailed;
-    return absl::UnauthenticatedError(absl::StrCat(
-        Who(), " is not on a loopback address and ",
-        config_.name(static_cast<int>(local_.sender_rank)),
-        " has no cluster secret: start every node with "
-        "--cluster_secret_file=<file> (the same secret on every node), or "
-        "with --insecure on a trusted network"));
+    return absl::UnauthenticatedError(
+        absl::StrCat(Who(), " is not on a loopback address and ",
+                     config_.name(static_cast<int>(local_.sender_rank)),
+                     " has no cluster secret: ", kNoSecretFix));
   }
   AppendHello(local_, out);
+  AppendChallenge(out);
+  return absl::OkStatus();
+}
+
+void Handshaker::AppendChallenge(std::vector<uint8_t>* out) const {
   Challenge challenge;
   challenge.mode = has_secret() ? AuthMode::kHmacSha256 : AuthMode::kNone;
   challenge.nonce = config_.nonce;
   uint8_t frame[kChallengeFrameBytes];
   EncodeChallengeFrame(challenge, frame);
   Append(frame, sizeof(frame), out);
-  return absl::OkStatus();
 }
 
 size_t Handshaker::BytesWanted() const {
@@ -185,9 +192,7 @@ absl::Status Handshaker::OnFrame(std::vector<uint8_t>* out) {
 absl::Status Handshaker::PeerError() {
   state_ = State::kFailed;
   refused_by_peer_ = true;
-  absl::StatusCode code = static_cast<absl::StatusCode>(header_.imm);
-  if (header_.imm == 0 || header_.imm > 16) code = absl::StatusCode::kUnknown;
-  return absl::Status(code,
+  return absl::Status(ErrorFrameCode(header_.imm),
                       absl::StrCat(Who(), " refused: ", Printable(payload_)));
 }
 
@@ -259,9 +264,8 @@ absl::Status Handshaker::OnChallenge(std::vector<uint8_t>* out) {
         absl::UnauthenticatedError(absl::StrCat(
             "connection from ", config_.peer_address, " claiming to be ", them,
             " refused by ", me,
-            ": without a cluster secret only loopback peers are accepted; "
-            "start every node with --cluster_secret_file=<file> (the same "
-            "secret on every node), or with --insecure on a trusted network")),
+            ": without a cluster secret only loopback peers are accepted; ",
+            kNoSecretFix)),
         out);
   }
   if (!accepting) {
@@ -269,12 +273,7 @@ absl::Status Handshaker::OnChallenge(std::vector<uint8_t>* out) {
     return absl::OkStatus();
   }
   AppendHello(local_, out);
-  Challenge ours;
-  ours.mode = has_secret() ? AuthMode::kHmacSha256 : AuthMode::kNone;
-  ours.nonce = config_.nonce;
-  uint8_t frame[kChallengeFrameBytes];
-  EncodeChallengeFrame(ours, frame);
-  Append(frame, sizeof(frame), out);
+  AppendChallenge(out);
   if (has_secret()) {
     uint8_t proof[kProofFrameBytes];
     EncodeProofFrame(

@@ -113,6 +113,8 @@ class Handshaker {
   absl::Status OnChallenge(std::vector<uint8_t>* out);
   absl::Status OnProof(std::vector<uint8_t>* out);
   absl::Status PeerError();
+  // Appends our CHALLENGE: the mode our secret implies, and our nonce.
+  void AppendChallenge(std::vector<uint8_t>* out) const;
   // Appends ERROR with `why` and fails with it.
   absl::Status Fail(const absl::Status& why, std::vector<uint8_t>* out);
   std::string Who() const;
