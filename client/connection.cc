@@ -262,21 +262,26 @@ absl::Status Connection::Declare(const proto::TensorSpec& spec) {
                     absl::StrCat("declare tensor '", spec.name(), "'"));
   STARLING_RETURN_IF_ERROR(state->Wait(absl::Now() + options_.timeout));
   absl::MutexLock lock(&mu_);
-  declared_[spec.name()] = elements;
-  offsets_[spec.name()] = declared_elements_;
+  declared_[spec.name()] = Declared{declared_elements_, elements};
   declared_elements_ += elements;
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Connection::ElementsOf(
+absl::StatusOr<Connection::Declared> Connection::FindDeclared(
     absl::string_view tensor) const {
   absl::MutexLock lock(&mu_);
-  auto it = declared_.find(std::string(tensor));
+  auto it = declared_.find(tensor);
   if (it == declared_.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", tensor, "' was not declared (", where_, ")"));
   }
   return it->second;
+}
+
+absl::StatusOr<uint64_t> Connection::ElementsOf(
+    absl::string_view tensor) const {
+  STARLING_ASSIGN_OR_RETURN(const Declared declared, FindDeclared(tensor));
+  return declared.elements;
 }
 
 absl::Status Connection::EnsureCommitted() {
@@ -368,22 +373,16 @@ absl::StatusOr<Connection::SharedParameters> Connection::shared_parameters()
 }
 
 absl::StatusOr<uint64_t> Connection::OffsetOf(absl::string_view tensor) const {
-  absl::MutexLock lock(&mu_);
-  auto it = offsets_.find(std::string(tensor));
-  if (it == offsets_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", tensor, "' was not declared (", where_, ")"));
-  }
-  return it->second;
+  STARLING_ASSIGN_OR_RETURN(const Declared declared, FindDeclared(tensor));
+  return declared.offset;
 }
 
 void Connection::ResetRun() {
   absl::MutexLock lock(&mu_);
   UnmapParametersLocked();
-  offsets_.clear();
+  declared_.clear();
   declared_elements_ = 0;
   commit_ = nullptr;
-  declared_.clear();
   run_id_ = 0;
   next_step_ = 0;
 }

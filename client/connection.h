@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -84,6 +85,15 @@ class Connection {
   std::shared_ptr<internal::FutureState> SendLocked(
       proto::WorkerRequest request, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A declared tensor: where it begins in the flat parameters (declaration
+  // order) and its size.
+  struct Declared {
+    uint64_t offset = 0;
+    uint64_t elements = 0;
+  };
+  // ElementsOf() and OffsetOf(): InvalidArgument if `tensor` was not
+  // declared.
+  absl::StatusOr<Declared> FindDeclared(absl::string_view tensor) const;
   void ReadLoop();
   void WriteLoop();
   // Fails every pending op and later sends with `why`.
@@ -112,9 +122,8 @@ class Connection {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the connection broke; fails later sends.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, uint64_t> declared_ ABSL_GUARDED_BY(mu_);
-  // Offsets of the declared tensors in the flat parameters, and their sum.
-  std::map<std::string, uint64_t> offsets_ ABSL_GUARDED_BY(mu_);
+  // The declared tensors (declared_elements_ is their sum).
+  std::map<std::string, Declared, std::less<>> declared_ ABSL_GUARDED_BY(mu_);
   uint64_t declared_elements_ ABSL_GUARDED_BY(mu_) = 0;
 
   // The parameters' memfd from the commit reply (owned), until mapped.

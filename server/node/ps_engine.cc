@@ -1,6 +1,7 @@
 #include "server/node/ps_engine.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/collective/shard_layout.h"
+#include "server/node/float_bytes.h"
 
 namespace starling {
 namespace node {
@@ -50,10 +52,6 @@ transport::RegionId PullRegionId(uint64_t count) {
 
 bool IsPullRegionId(transport::RegionId id) { return (id >> 61) == 3; }
 
-absl::Span<std::byte> AsBytes(absl::Span<float> v) {
-  return {reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(float)};
-}
-
 // Both headers are laid out as on the wire (fixed-width fields, no
 // padding) and copied whole: host order, the group is one architecture.
 static_assert(sizeof(PsRequest) == kRequestBytes, "request header layout");
@@ -71,11 +69,12 @@ static_assert(sizeof(ReplyHeader) == kReplyHeaderBytes, "reply layout");
 // DataLoss.
 absl::Status DecodeRequest(absl::Span<const std::byte> message,
                            PsRequest* request) {
-  std::memcpy(
-      request, message.data(),
-      std::min(message.size(),
-               message.size() < kRequestBytes ? size_t{16} : kRequestBytes));
-  if (message.size() >= kRequestBytes) return absl::OkStatus();
+  if (message.size() >= kRequestBytes) {
+    std::memcpy(request, message.data(), kRequestBytes);
+    return absl::OkStatus();
+  }
+  std::memcpy(request, message.data(),
+              std::min(message.size(), offsetof(PsRequest, run_id)));
   return absl::DataLossError(
       absl::StrCat("parameter-server request of ", message.size(),
                    " bytes; version 2 requests have at least ", kRequestBytes));
@@ -429,14 +428,14 @@ absl::Status PsEngine::Move(
   }
   // Tensors a push leaves out count as zeros.
   std::vector<float> flat(layout.total_elements, 0.0f);
-  for (const auto& [offset, buffer] : buffers) {
-    if (kind == kPush) {
+  if (kind == kPush) {
+    for (const auto& [offset, buffer] : buffers) {
       std::copy(buffer.begin(), buffer.end(), flat.begin() + offset);
     }
   }
   STARLING_RETURN_IF_ERROR(Exchange(worker, run, kind, absl::MakeSpan(flat)));
-  for (const auto& [offset, buffer] : buffers) {
-    if (kind == kPull) {
+  if (kind == kPull) {
+    for (const auto& [offset, buffer] : buffers) {
       std::copy_n(flat.begin() + offset, buffer.size(), buffer.begin());
     }
   }

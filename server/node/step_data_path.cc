@@ -9,22 +9,10 @@
 #include "absl/types/span.h"
 #include "server/base/status_macros.h"
 #include "server/collective/reduce_kernels.h"
+#include "server/node/float_bytes.h"
 
 namespace starling {
 namespace node {
-namespace {
-
-absl::Span<std::byte> AsBytes(absl::Span<float> data) {
-  return {reinterpret_cast<std::byte*>(data.data()),
-          data.size() * sizeof(float)};
-}
-
-absl::Span<const std::byte> AsConstBytes(absl::Span<const float> data) {
-  return {reinterpret_cast<const std::byte*>(data.data()),
-          data.size() * sizeof(float)};
-}
-
-}  // namespace
 
 StepDataPath::StepDataPath(collective::Communicator* comm, NodeMetrics* metrics)
     : comm_(comm), metrics_(metrics) {}
@@ -67,8 +55,11 @@ absl::Status StepDataPath::LocalReduce(const std::vector<Round>& rounds,
   // now sums to -0.0 (IEEE), where 0.0 + -0.0 made it +0.0.
   const TensorLayout& layout = run.layout;
   absl::Span<float> grads = run.store->gradients();
-  std::vector<std::vector<absl::Span<const std::byte>>> inputs(
-      layout.tensors.size());
+  // Reused across steps: each tensor's list keeps its capacity.
+  std::vector<std::vector<absl::Span<const std::byte>>>& inputs =
+      reduce_inputs_;
+  inputs.resize(layout.tensors.size());
+  for (auto& tensor_inputs : inputs) tensor_inputs.clear();
   for (const Round& round : rounds) {
     for (const proto::PoolSlice& slice :
          round.request.push_gradients().slices()) {

@@ -29,11 +29,13 @@
 #ifndef STARLING_SERVER_NODE_STEP_DATA_PATH_H_
 #define STARLING_SERVER_NODE_STEP_DATA_PATH_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/node/node_metrics.h"
@@ -82,6 +84,9 @@ class StepDataPath {
   collective::Communicator* const comm_;
   NodeMetrics* const metrics_;
   std::vector<float> scratch_;  // step thread only: all-reduce sums
+  // Step thread only: LocalReduce's pushed buffers, per tensor (kept so
+  // that a step allocates nothing once the lists have grown).
+  std::vector<std::vector<absl::Span<const std::byte>>> reduce_inputs_;
 };
 
 }  // namespace node

@@ -46,8 +46,7 @@ void SyncEngine::Stop() {
     absl::MutexLock lock(&mu_);
     if (!stop_) {
       stop_ = true;
-      const absl::Status down = absl::UnavailableError(
-          absl::StrCat("daemon ", options_.self, " is shutting down"));
+      const absl::Status down = ShuttingDown();
       if (run_ != nullptr) run_->cancel.Cancel(down);
       slots_.FailQueued(down, &deferred.replies);
       changed_.SignalAll();
@@ -61,6 +60,11 @@ void SyncEngine::Stop() {
 
 std::string SyncEngine::Describe(const proto::WorkerRequest& request) const {
   return DescribeRequest(request, options_.self);
+}
+
+absl::Status SyncEngine::ShuttingDown() const {
+  return absl::UnavailableError(
+      absl::StrCat("daemon ", options_.self, " is shutting down"));
 }
 
 void SyncEngine::Flush(Deferred& deferred) {
@@ -90,10 +94,7 @@ absl::Status SyncEngine::Attach(const WorkerHandle& worker,
                      " runs --local_workers=", options_.local_workers, ")"));
   }
   absl::MutexLock lock(&mu_);
-  if (stop_) {
-    return absl::UnavailableError(
-        absl::StrCat("daemon ", options_.self, " is shutting down"));
-  }
+  if (stop_) return ShuttingDown();
   STARLING_ASSIGN_OR_RETURN(const WorkerSlots::Attached attached,
                             slots_.Attach(worker, absl::Now(), reply));
   if (attached == WorkerSlots::Attached::kResumed) {
@@ -143,8 +144,7 @@ void SyncEngine::Submit(const WorkerHandle& worker,
     const bool commit =
         request.kind_case() == proto::WorkerRequest::kCommitTensors;
     if (stop_) {
-      refuse = absl::UnavailableError(
-          absl::StrCat("daemon ", options_.self, " is shutting down"));
+      refuse = ShuttingDown();
     } else if (slot == nullptr) {
       refuse = absl::FailedPreconditionError("this worker was replaced");
     } else if (commit && slot->resuming && run_ != nullptr &&
@@ -362,7 +362,7 @@ absl::Status SyncEngine::Commit(std::vector<Round>& rounds,
   std::vector<proto::TensorSpec> tensors;
   std::string local_error;
   if (local.ok()) {
-    tensors = *local;
+    tensors = std::move(*local);
   } else {
     local_error = std::string(local.status().message());
   }
@@ -507,8 +507,7 @@ void SyncEngine::Pull(const WorkerHandle& worker,
     } else {
       mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
       if (stop_) {
-        status = absl::UnavailableError(
-            absl::StrCat("daemon ", options_.self, " is shutting down"));
+        status = ShuttingDown();
       } else if (run_ == nullptr || run_->id != run_id) {
         status = history_.StaleRunError(run_id);
       } else if (applied_version_ < version || updating_) {

@@ -211,6 +211,8 @@ class SyncEngine {
   absl::Status Finish(Run& run);
   collective::CallOptions Call(Run& run) const;
   std::string Describe(const proto::WorkerRequest& request) const;
+  // Unavailable: this daemon is stopping.
+  absl::Status ShuttingDown() const;
 
   const SyncEngineOptions options_;
   collective::Communicator* const comm_;
