@@ -88,15 +88,11 @@ TEST(CoordinatorAddress,
 
   // It was retrying: it joins as soon as the coordinator is up.
   cluster.StartCoordinator();
-  const absl::Time join_deadline = absl::Now() + absl::Seconds(10);
-  bool joined = false;
   proto::NodeStatusReply status;
-  while (!joined && absl::Now() < join_deadline) {
-    std::string error;
-    joined = cluster.NodeStatus(0, &status, &error);
-    if (!joined) absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_TRUE(joined) << cluster.ServerLogs();
+  ASSERT_TRUE(cluster.WaitForNode(
+      0, absl::Seconds(10), [](const proto::NodeStatusReply&) { return true; },
+      &status))
+      << cluster.ServerLogs();
   EXPECT_EQ(status.rank(), 0);
   proto::JobStatus job;
   std::string error;

@@ -32,19 +32,17 @@ void KillOneDaemonMidRun(const ClusterOptions& options, absl::Duration bound) {
       {"--steps=100000", "--step_delay=5ms", "--timeout=20s"});
 
   // Mid-run: wait (bounded) until the coordinator has seen iterations.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  bool running = false;
-  while (!running && absl::Now() < deadline) {
-    proto::JobStatus status;
-    std::string error;
-    if (cluster.JobStatus(&status, &error) && status.formed()) {
-      running = true;
-      for (const proto::NodeStatus& node : status.nodes()) {
-        if (node.last_iteration() < 5) running = false;
-      }
-    }
-    if (!running) absl::SleepFor(absl::Milliseconds(100));
-  }
+  proto::JobStatus status;
+  const bool running = cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        if (!s.formed()) return false;
+        for (const proto::NodeStatus& node : s.nodes()) {
+          if (node.last_iteration() < 5) return false;
+        }
+        return true;
+      },
+      &status);
   ASSERT_TRUE(running) << "the job did not get going\n" << cluster.ServerLogs();
 
   constexpr int kVictim = 3;
@@ -65,21 +63,17 @@ void KillOneDaemonMidRun(const ClusterOptions& options, absl::Duration bound) {
   }
   EXPECT_LT(absl::Now() - killed, bound);
 
-  bool lost = false;
-  const absl::Time lost_deadline = absl::Now() + absl::Seconds(10);
-  while (!lost && absl::Now() < lost_deadline) {
-    proto::JobStatus status;
-    std::string error;
-    if (cluster.JobStatus(&status, &error) &&
-        status.nodes_size() == options.daemons) {
-      lost = status.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
-      if (lost) {
-        EXPECT_EQ(status.healthy_nodes(), options.daemons - 1);
-      }
-    }
-    if (!lost) absl::SleepFor(absl::Milliseconds(100));
-  }
+  const bool lost = cluster.WaitForJob(
+      absl::Seconds(10),
+      [&options](const proto::JobStatus& s) {
+        return s.nodes_size() == options.daemons &&
+               s.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
+      },
+      &status);
   EXPECT_TRUE(lost) << "the coordinator did not mark rank 3 LOST";
+  if (lost) {
+    EXPECT_EQ(status.healthy_nodes(), options.daemons - 1);
+  }
 
   // A survivor's admin view of the group shows the dead peer lost.
   proto::GroupReply group;

@@ -42,7 +42,8 @@ TEST(ForgedHelloWithoutSecret, DoesNotTakeTheRealRanksPlace) {
       << cluster.ServerLogs();
   EXPECT_LT(absl::Now() - start, kFormationBound);
   ExpectHealthyGroup(cluster);
-  ExpectTrainingBitIdentical(cluster);
+  ExpectTrainingBitIdentical(cluster, {"--steps=20", "--timeout=20s"},
+                             absl::Seconds(30));
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ TEST(FormationStranger, IdleGarbageAndHalfHelloDelayNoOneAndMarkNoOneLost) {
   EXPECT_LT(formed, kFormationBound) << cluster.ServerLogs();
 
   ExpectHealthyGroup(cluster);
-  ExpectTrainingBitIdentical(cluster);
+  ExpectTrainingBitIdentical(cluster, {"--steps=20", "--timeout=20s"},
+                             absl::Seconds(30));
   // The strangers' handshake deadlines (5 s) have passed by now for some;
   // no node was marked lost meanwhile.
   ExpectHealthyGroup(cluster);
@@ -168,7 +169,8 @@ TEST(FormationStranger, ForgedHelloWithoutTheSecretIsRefusedAndLogged) {
             HasSubstr("failed the cluster-secret challenge")));
 
   ExpectHealthyGroup(cluster);
-  ExpectTrainingBitIdentical(cluster);
+  ExpectTrainingBitIdentical(cluster, {"--steps=20", "--timeout=20s"},
+                             absl::Seconds(30));
   ExpectHealthyGroup(cluster);
 }
 

@@ -14,7 +14,6 @@
 #include "proto/coordinator.pb.h"
 #include "server/transport/frame.h"
 #include "server/transport/handshake.h"
-#include "tests/node/test_params.h"
 
 namespace starling {
 namespace testing_node {
@@ -112,16 +111,11 @@ bool WaitForServing(NodeCluster& cluster, absl::Duration bound) {
 }
 
 bool WaitForJoined(NodeCluster& cluster, int nodes) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    proto::JobStatus status;
-    std::string error;
-    if (cluster.JobStatus(&status, &error) && status.nodes_size() == nodes) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
+  proto::JobStatus status;
+  return cluster.WaitForJob(
+      absl::Seconds(10),
+      [nodes](const proto::JobStatus& s) { return s.nodes_size() == nodes; },
+      &status);
 }
 
 void ExpectHealthyGroup(NodeCluster& cluster) {
@@ -144,20 +138,6 @@ void ExpectHealthyGroup(NodeCluster& cluster) {
   proto::NodeStatusReply node2;
   ASSERT_TRUE(cluster.NodeStatus(2, &node2, &error)) << error;
   EXPECT_EQ(node2.rank(), 2);
-}
-
-void ExpectTrainingBitIdentical(NodeCluster& cluster) {
-  const std::vector<pid_t> workers =
-      cluster.StartAllWorkers({"--steps=20", "--timeout=20s"});
-  std::string params;
-  for (size_t w = 0; w < workers.size(); ++w) {
-    const ProcessResult r = cluster.Wait(workers[w], absl::Seconds(30));
-    ASSERT_EQ(r.exit_code, 0)
-        << "worker " << w << ": " << r.err << cluster.ServerLogs();
-    if (w == 0) params = ParamsHex(r.out);
-    EXPECT_EQ(ParamsHex(r.out), params) << "worker " << w;
-  }
-  EXPECT_FALSE(params.empty());
 }
 
 ClusterOptions FormationOptions() {

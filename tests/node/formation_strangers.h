@@ -68,10 +68,6 @@ bool WaitForJoined(NodeCluster& cluster, int nodes);
 // rank r is node<r> at its own data port and its daemon runs.
 void ExpectHealthyGroup(NodeCluster& cluster);
 
-// One worker per daemon, a few steps: every worker ends bit-identical
-// (gtest expectations).
-void ExpectTrainingBitIdentical(NodeCluster& cluster);
-
 }  // namespace testing_node
 }  // namespace starling
 

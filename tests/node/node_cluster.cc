@@ -11,16 +11,22 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/node_admin.grpc.pb.h"
 #include "server/base/logging.h"
 #include "server/coordinator/test_binaries.h"
+#include "tests/node/test_params.h"
 
 namespace starling {
 namespace testing_node {
@@ -356,6 +362,73 @@ bool NodeCluster::Alive(pid_t pid) const {
            stat[paren + 2] != 'Z' && stat[paren + 2] != 'X';
   }
   return false;
+}
+
+bool NodeCluster::WaitForJob(
+    absl::Duration bound,
+    const std::function<bool(const proto::JobStatus&)>& done,
+    proto::JobStatus* last) {
+  const absl::Time deadline = absl::Now() + bound;
+  while (absl::Now() < deadline) {
+    std::string error;
+    if (JobStatus(last, &error) && done(*last)) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+bool NodeCluster::WaitForNode(
+    int daemon, absl::Duration bound,
+    const std::function<bool(const proto::NodeStatusReply&)>& done,
+    proto::NodeStatusReply* last) {
+  const absl::Time deadline = absl::Now() + bound;
+  while (absl::Now() < deadline) {
+    std::string error;
+    if (NodeStatus(daemon, last, &error) && done(*last)) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+double Metric(int port, const std::string& name,
+              const std::vector<std::string>& labels) {
+  httplib::Client http("127.0.0.1", port);
+  http.set_connection_timeout(2);
+  http.set_read_timeout(2);
+  auto response = http.Get("/metrics");
+  if (!response || response->status != 200)
+    return std::numeric_limits<double>::quiet_NaN();
+  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t end = line.find_first_of("{ ");
+    if (end == absl::string_view::npos || line.substr(0, end) != name) {
+      continue;
+    }
+    bool match = true;
+    for (const std::string& label : labels) {
+      match = match && line.find(label) != absl::string_view::npos;
+    }
+    if (!match) continue;
+    double value = 0;
+    const size_t space = line.rfind(' ');
+    if (absl::SimpleAtod(line.substr(space + 1), &value)) return value;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+void ExpectTrainingBitIdentical(NodeCluster& cluster,
+                                const std::vector<std::string>& worker_flags,
+                                absl::Duration bound) {
+  const std::vector<pid_t> workers = cluster.StartAllWorkers(worker_flags);
+  std::string params;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const ProcessResult r = cluster.Wait(workers[w], bound);
+    ASSERT_EQ(r.exit_code, 0)
+        << "worker " << w << ": " << r.err << cluster.ServerLogs();
+    if (w == 0) params = ParamsHex(r.out);
+    EXPECT_EQ(ParamsHex(r.out), params) << "worker " << w;
+  }
+  EXPECT_FALSE(params.empty());
 }
 
 }  // namespace testing_node

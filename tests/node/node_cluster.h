@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,6 +110,17 @@ class NodeCluster {
   // Whether child `pid` runs (has not exited; not reaped by Wait()).
   bool Alive(pid_t pid) const;
 
+  // Polls (every 50 ms, bounded by `bound`) the coordinator's JobStatus, or
+  // daemon `daemon`'s NodeStatus, until `done` holds for it; true then.
+  // `last` receives the last status read, for failure messages.
+  bool WaitForJob(absl::Duration bound,
+                  const std::function<bool(const proto::JobStatus&)>& done,
+                  proto::JobStatus* last);
+  bool WaitForNode(
+      int daemon, absl::Duration bound,
+      const std::function<bool(const proto::NodeStatusReply&)>& done,
+      proto::NodeStatusReply* last);
+
  private:
   const ClusterOptions options_;
   const std::string dir_;
@@ -129,6 +141,19 @@ std::string BinaryPath(const std::string& target);
 
 // A loopback port nobody listens on, picked as the cluster's ports are.
 int PickLoopbackPort();
+
+// The value of the sample `name` whose labels include every one of
+// `labels` (`key="value"`), from the Prometheus text at
+// 127.0.0.1:`port`/metrics (2 s timeouts); NaN when absent or unreachable.
+double Metric(int port, const std::string& name,
+              const std::vector<std::string>& labels = {});
+
+// Starts every worker of `cluster` with `worker_flags`, waits for each
+// (at most `bound`): every one exits 0 with the same parameters, bit for
+// bit (gtest expectations).
+void ExpectTrainingBitIdentical(NodeCluster& cluster,
+                                const std::vector<std::string>& worker_flags,
+                                absl::Duration bound);
 
 }  // namespace testing_node
 }  // namespace starling

@@ -1,7 +1,11 @@
 // starling-node's start-up failures exit 1 with one error line: a
 // coordinator it cannot reach within --timeout (after logging why while it
 // retried), and data/admin ports in use.
+#include <stdlib.h>
+
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,18 +24,38 @@ std::string Node() {
   return coordinator::RunfilePath("server/node/starling-node");
 }
 
-std::string Socket() {
-  return absl::StrCat("/tmp/starling-node-main-test-", ::getpid(), ".sock");
-}
+// A worker socket path of the test's own, in a fresh directory under /tmp
+// (Unix socket paths are limited to 107 bytes; TEST_TMPDIR is longer),
+// removed with its contents (the socket's lock file) on destruction. Not
+// named after the pid: sandboxed runs of this test share /tmp and pids.
+class SocketDir {
+ public:
+  SocketDir() {
+    char dir[] = "/tmp/starling-node-main-test-XXXXXX";
+    if (::mkdtemp(dir) != nullptr) dir_ = dir;
+  }
+  ~SocketDir() {
+    std::error_code ignored;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  }
+  SocketDir(const SocketDir&) = delete;
+  SocketDir& operator=(const SocketDir&) = delete;
+
+  std::string path() const { return dir_ + "/node.sock"; }
+
+ private:
+  std::string dir_;
+};
 
 TEST(NodeMain, UnreachableCoordinatorIsLoggedWithItsCauseThenOneErrorLine) {
+  const SocketDir socket;
   const int nobody = coordinator::PickFreePort();
   const std::string address = absl::StrCat("127.0.0.1:", nobody);
   coordinator::RunResult result = coordinator::RunBinary(
       {Node(), absl::StrCat("--coordinator=", address), "--job_id=j",
        absl::StrCat("--data_port=", coordinator::PickFreePort()),
        "--admin_port=0", "--metrics_port=0",
-       absl::StrCat("--worker_socket=", Socket()), "--timeout=2s"},
+       absl::StrCat("--worker_socket=", socket.path()), "--timeout=2s"},
       20);
   EXPECT_EQ(result.exit_code, 1) << result.output;
   // While retrying, the node says why (the first failure at once), then
@@ -51,11 +75,12 @@ TEST(NodeMain, UnreachableCoordinatorIsLoggedWithItsCauseThenOneErrorLine) {
 }
 
 TEST(NodeMain, DataPortInUseIsOneLineNamingThePort) {
+  const SocketDir socket;
   coordinator::OccupiedPort taken;
   coordinator::RunResult result = coordinator::RunBinary(
       {Node(), "--coordinator=127.0.0.1:1", "--job_id=j",
        absl::StrCat("--data_port=", taken.port()), "--admin_port=0",
-       "--metrics_port=0", absl::StrCat("--worker_socket=", Socket())},
+       "--metrics_port=0", absl::StrCat("--worker_socket=", socket.path())},
       20);
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_EQ(coordinator::CountLines(result.output), 1) << result.output;
@@ -65,12 +90,13 @@ TEST(NodeMain, DataPortInUseIsOneLineNamingThePort) {
 }
 
 TEST(NodeMain, AdminPortInUseIsOneLineNamingThePort) {
+  const SocketDir socket;
   coordinator::OccupiedPort taken;
   coordinator::RunResult result = coordinator::RunBinary(
       {Node(), "--coordinator=127.0.0.1:1", "--job_id=j",
        absl::StrCat("--data_port=", coordinator::PickFreePort()),
        absl::StrCat("--admin_port=", taken.port()), "--metrics_port=0",
-       absl::StrCat("--worker_socket=", Socket())},
+       absl::StrCat("--worker_socket=", socket.path())},
       20);
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_EQ(coordinator::CountLines(result.output), 1) << result.output;

@@ -68,37 +68,32 @@ TEST(OptimizerState, EachDaemonHoldsOneNthOfAReplicatedOptimizer) {
   EXPECT_EQ(total, replicated);
 
   // The coordinator's view, from the daemons' heartbeats.
-  bool reported = false;
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!reported && absl::Now() < deadline) {
-    proto::JobStatus job;
-    std::string error;
-    if (cluster.JobStatus(&job, &error) && job.nodes_size() == kDaemons) {
-      uint64_t sum = 0;
-      reported = true;
-      for (const proto::NodeStatus& node : job.nodes()) {
-        sum += node.optimizer_state_bytes();
-        if (node.optimizer_state_bytes() > largest_share) reported = false;
-      }
-      reported = reported && sum == replicated;
-    }
-    if (!reported) absl::SleepFor(absl::Milliseconds(100));
-  }
-  EXPECT_TRUE(reported);
+  proto::JobStatus job;
+  EXPECT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [&](const proto::JobStatus& s) {
+        if (s.nodes_size() != kDaemons) return false;
+        uint64_t sum = 0;
+        for (const proto::NodeStatus& node : s.nodes()) {
+          if (node.optimizer_state_bytes() > largest_share) return false;
+          sum += node.optimizer_state_bytes();
+        }
+        return sum == replicated;
+      },
+      &job));
 
   // Once the run is over (its workers gone past the grace: it fails), each
   // daemon has released the run's memory.
   for (pid_t pid : workers) cluster.Kill(pid, SIGKILL);
   for (int d = 0; d < kDaemons; ++d) {
     proto::NodeStatusReply status;
-    std::string error;
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!(cluster.NodeStatus(d, &status, &error) &&
-             status.run().state() == proto::RunStatus::STATE_FAILED) &&
-           absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    EXPECT_EQ(status.run().state(), proto::RunStatus::STATE_FAILED);
+    EXPECT_TRUE(cluster.WaitForNode(
+        d, absl::Seconds(20),
+        [](const proto::NodeStatusReply& s) {
+          return s.run().state() == proto::RunStatus::STATE_FAILED;
+        },
+        &status))
+        << "daemon " << d << ": " << status.DebugString();
     EXPECT_EQ(status.optimizer_state_bytes(), 0u);
     EXPECT_EQ(status.shard_bytes(), 0u);
   }

@@ -10,15 +10,14 @@
 //     is refused naming both versions (quadratic_worker --view_checks);
 //   - the daemons copy no pull bytes with views:
 //     starling_node_copied_bytes_total{phase="pull"} stays 0.
+#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "tests/node/node_cluster.h"
 #include "tests/node/test_params.h"
 #include "worker/examples/quadratic.h"
@@ -41,19 +40,14 @@ std::vector<float> Reference() {
 
 // starling_node_copied_bytes_total{phase="pull"} of daemon `daemon`.
 double PullCopiedBytes(const NodeCluster& cluster, int daemon) {
-  httplib::Client http("127.0.0.1", cluster.metrics_port(daemon));
-  auto response = http.Get("/metrics");
-  if (!response) {
-    ADD_FAILURE() << "no /metrics from daemon " << daemon;
+  const double bytes =
+      Metric(cluster.metrics_port(daemon), "starling_node_copied_bytes_total",
+             {"phase=\"pull\""});
+  if (std::isnan(bytes)) {
+    ADD_FAILURE() << "no pull copied bytes from daemon " << daemon;
     return -1;
   }
-  const std::string key = "starling_node_copied_bytes_total{phase=\"pull\"} ";
-  const size_t at = response->body.find(key);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no pull copied bytes in\n" << response->body;
-    return -1;
-  }
-  return std::strtod(response->body.c_str() + at + key.size(), nullptr);
+  return bytes;
 }
 
 struct JobResult {

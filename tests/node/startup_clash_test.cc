@@ -11,13 +11,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/test_binaries.h"
 #include "tests/node/node_cluster.h"
-#include "tests/node/test_params.h"
 
 namespace starling {
 namespace testing_node {
@@ -28,19 +26,6 @@ using ::testing::HasSubstr;
 // Hostnames sort after "node0", so the clashing node would take rank 1 if
 // it joined, and the group (2 nodes) would form with it.
 constexpr char kClashHost[] = "clash";
-
-// The coordinator's view, polled (bounded) until `done` holds.
-template <typename Done>
-bool WaitForJob(NodeCluster& cluster, absl::Duration bound, Done done,
-                proto::JobStatus* last) {
-  const absl::Time deadline = absl::Now() + bound;
-  while (absl::Now() < deadline) {
-    std::string error;
-    if (cluster.JobStatus(last, &error) && done(*last)) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
-}
 
 bool Lists(const proto::JobStatus& status, const std::string& host) {
   for (const proto::NodeStatus& node : status.nodes()) {
@@ -71,8 +56,8 @@ void ExpectClashFailsBeforeJoining(
   cluster.StartCoordinator();
   const pid_t node0 = cluster.StartDaemon(0, {});
   proto::JobStatus status;
-  ASSERT_TRUE(WaitForJob(
-      cluster, absl::Seconds(10),
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
       [](const proto::JobStatus& s) { return s.nodes_size() == 1; }, &status))
       << status.DebugString() << cluster.ServerLogs();
 
@@ -109,8 +94,8 @@ void ExpectClashFailsBeforeJoining(
 
   // The right node completes the group; the clashing one is not in it.
   cluster.StartDaemon(1, {});
-  ASSERT_TRUE(WaitForJob(
-      cluster, absl::Seconds(10),
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
       [](const proto::JobStatus& s) {
         return s.formed() && s.healthy_nodes() == 2;
       },
@@ -122,16 +107,7 @@ void ExpectClashFailsBeforeJoining(
   EXPECT_FALSE(Lists(status, kClashHost));
 
   // node0, whose port or socket was clashed with, trains with node1.
-  const std::vector<pid_t> workers = cluster.StartAllWorkers({"--steps=10"});
-  std::string params;
-  for (size_t w = 0; w < workers.size(); ++w) {
-    const ProcessResult r = cluster.Wait(workers[w], absl::Seconds(20));
-    ASSERT_EQ(r.exit_code, 0)
-        << "worker " << w << ": " << r.err << cluster.ServerLogs();
-    if (w == 0) params = ParamsHex(r.out);
-    EXPECT_EQ(ParamsHex(r.out), params) << "worker " << w;
-  }
-  EXPECT_FALSE(params.empty());
+  ExpectTrainingBitIdentical(cluster, {"--steps=10"}, absl::Seconds(20));
 }
 
 TEST(StartupClash, DataPortOfALiveDaemonFailsBeforeJoiningNamingThePort) {

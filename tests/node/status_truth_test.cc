@@ -5,19 +5,14 @@
 // with an error naming the worker, in `starlingctl status` and the metrics.
 #include <signal.h>
 
-#include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "server/coordinator/test_binaries.h"
 #include "tests/node/node_cluster.h"
 
@@ -27,36 +22,6 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-constexpr double kAbsent = std::numeric_limits<double>::quiet_NaN();
-
-// The value of the sample `name` whose labels include every one of
-// `labels` (`key="value"`), from the Prometheus text at
-// 127.0.0.1:`port`/metrics; NaN when absent or unreachable.
-double Metric(int port, const std::string& name,
-              const std::vector<std::string>& labels = {}) {
-  httplib::Client http("127.0.0.1", port);
-  http.set_connection_timeout(2);
-  http.set_read_timeout(2);
-  auto response = http.Get("/metrics");
-  if (!response || response->status != 200) return kAbsent;
-  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t end = line.find_first_of("{ ");
-    if (end == absl::string_view::npos || line.substr(0, end) != name) {
-      continue;
-    }
-    bool match = true;
-    for (const std::string& label : labels) {
-      match = match && line.find(label) != absl::string_view::npos;
-    }
-    if (!match) continue;
-    double value = 0;
-    const size_t space = line.rfind(' ');
-    if (absl::SimpleAtod(line.substr(space + 1), &value)) return value;
-  }
-  return kAbsent;
-}
 
 // Worker `index` of rank `rank` as the coordinator last heard of it.
 proto::WorkerStatus::State WorkerState(const proto::JobStatus& status, int rank,

@@ -47,19 +47,6 @@ std::vector<ProcessResult> RunAll(NodeCluster& cluster,
   return results;
 }
 
-// Waits (bounded) until daemon `d`'s status satisfies `done`.
-template <typename Done>
-bool WaitForNodeStatus(NodeCluster& cluster, int d, Done done,
-                       proto::NodeStatusReply* last) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline) {
-    std::string error;
-    if (cluster.NodeStatus(d, last, &error) && done(*last)) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
-}
-
 TEST(WorkerLifecycle, ProbeThatLeavesBeforeTrainingChangesNothing) {
   ClusterOptions options;
   options.daemons = 2;
@@ -111,8 +98,8 @@ TEST(WorkerLifecycle, RunsFollowOneAnotherOnTheSameDaemons) {
   }
   // The daemon lists the runs, newest first, all finished.
   proto::NodeStatusReply status;
-  ASSERT_TRUE(WaitForNodeStatus(
-      cluster, 0,
+  ASSERT_TRUE(cluster.WaitForNode(
+      0, absl::Seconds(20),
       [](const proto::NodeStatusReply& s) { return s.recent_runs_size() >= 3; },
       &status))
       << status.DebugString();
@@ -144,8 +131,8 @@ TEST(WorkerLifecycle, KilledWorkerIsReplacedAndEveryWorkerEndsBitIdentical) {
   std::vector<pid_t> pids = cluster.StartAllWorkers(flags);
   // Mid-run: kill worker 1 of daemon 1 once daemon 0 applied some steps.
   proto::NodeStatusReply status;
-  ASSERT_TRUE(WaitForNodeStatus(
-      cluster, 0,
+  ASSERT_TRUE(cluster.WaitForNode(
+      0, absl::Seconds(20),
       [](const proto::NodeStatusReply& s) { return s.iteration() >= 20; },
       &status))
       << cluster.ServerLogs();
@@ -154,8 +141,8 @@ TEST(WorkerLifecycle, KilledWorkerIsReplacedAndEveryWorkerEndsBitIdentical) {
   ProcessResult killed = cluster.Wait(pids[victim], absl::Seconds(10));
   EXPECT_EQ(killed.exit_code, -1);
   // Status shows the missing worker while its slot waits.
-  ASSERT_TRUE(WaitForNodeStatus(
-      cluster, 1,
+  ASSERT_TRUE(cluster.WaitForNode(
+      1, absl::Seconds(20),
       [](const proto::NodeStatusReply& s) {
         for (const proto::WorkerStatus& w : s.workers()) {
           if (w.index() == 1 && w.state() == proto::WorkerStatus::STATE_MISSING)
@@ -187,8 +174,8 @@ TEST(WorkerLifecycle, MissingWorkerPastTheGraceFailsEveryRankNamingIt) {
   std::vector<pid_t> pids = cluster.StartAllWorkers(
       {"--steps=100000", "--step_delay=5ms", "--timeout=60s"});
   proto::NodeStatusReply status;
-  ASSERT_TRUE(WaitForNodeStatus(
-      cluster, 0,
+  ASSERT_TRUE(cluster.WaitForNode(
+      0, absl::Seconds(20),
       [](const proto::NodeStatusReply& s) { return s.iteration() >= 5; },
       &status))
       << cluster.ServerLogs();
@@ -208,8 +195,8 @@ TEST(WorkerLifecycle, MissingWorkerPastTheGraceFailsEveryRankNamingIt) {
   // The grace (2 s) plus slack for 2 busy cores; far below the collective
   // timeout (30 s) that used to be the only bound.
   EXPECT_LT(absl::Now() - killed, absl::Seconds(12));
-  ASSERT_TRUE(WaitForNodeStatus(
-      cluster, 0,
+  ASSERT_TRUE(cluster.WaitForNode(
+      0, absl::Seconds(20),
       [](const proto::NodeStatusReply& s) {
         return s.recent_runs_size() > 0 &&
                s.recent_runs(0).state() == proto::RunStatus::STATE_FAILED;

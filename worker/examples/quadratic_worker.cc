@@ -234,6 +234,13 @@ absl::Status CheckAllReduce(Client& client, absl::Duration timeout) {
   return absl::OkStatus();
 }
 
+// Prints `status` on stderr; returns the failure exit code.
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "quadratic_worker: %s\n",
+               std::string(status.message()).c_str());
+  return 1;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "an example Starling worker training a quadratic with SGD");
@@ -251,11 +258,7 @@ int Main(int argc, char** argv) {
   options.pool_bytes =
       (staleness + 3) * static_cast<size_t>(dim + 64) * sizeof(float) + 4096;
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  if (!client.ok()) {
-    std::fprintf(stderr, "quadratic_worker: %s\n",
-                 std::string(client.status().message()).c_str());
-    return 1;
-  }
+  if (!client.ok()) return Fail(client.status());
   const int declared_dim = absl::GetFlag(FLAGS_declared_dim);
   absl::StatusOr<std::vector<float>> x;
   if (declared_dim >= 0 || absl::GetFlag(FLAGS_declare_float64)) {
@@ -277,30 +280,18 @@ int Main(int argc, char** argv) {
               absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_homogeneous),
               absl::GetFlag(FLAGS_step_delay), options.timeout);
   }
-  if (!x.ok()) {
-    std::fprintf(stderr, "quadratic_worker: %s\n",
-                 std::string(x.status().message()).c_str());
-    return 1;
-  }
+  if (!x.ok()) return Fail(x.status());
   std::string checked;
   if (absl::GetFlag(FLAGS_view_checks)) checked = "view_checks=ok ";
   if (absl::GetFlag(FLAGS_check_allreduce)) {
     absl::Status status = CheckAllReduce(**client, options.timeout);
-    if (!status.ok()) {
-      std::fprintf(stderr, "quadratic_worker: %s\n",
-                   std::string(status.message()).c_str());
-      return 1;
-    }
+    if (!status.ok()) return Fail(status);
     absl::StrAppend(&checked, "allreduce=ok ");
   }
   // Done: the run ends once every worker of the job finished; the daemons
   // release its memory and stay up for the next run.
   absl::Status finished = (*client)->Finish();
-  if (!finished.ok()) {
-    std::fprintf(stderr, "quadratic_worker: %s\n",
-                 std::string(finished.message()).c_str());
-    return 1;
-  }
+  if (!finished.ok()) return Fail(finished);
   if (absl::GetFlag(FLAGS_summary)) {
     // The job's optimum is x*_i = b_i (see quadratic.h).
     double distance = 0;
