@@ -64,6 +64,9 @@ TEST(CoordinatorMain, UnimplementedModesAndBadOptionsAreRefusedAtStartUp) {
       {"--learning_rate=inf",
        "starling-coordinator: --learning_rate=inf: the learning rate must be "
        "finite and > 0\n"},
+      {"--staleness=-1",
+       "starling-coordinator: --staleness=-1: the staleness bound must be "
+       ">= 0\n"},
       {"--mode=turbo",
        "starling-coordinator: --mode=turbo is not one of sync_sgd, async_sgd, "
        "parameter_server, sync_easgd, async_easgd, async_measgd, "
@@ -85,13 +88,15 @@ TEST(CoordinatorMain, HelpDescribesTheFlags) {
        {"--listen", "--job_id", "--expected_nodes", "--heartbeat_timeout",
         "--iterations_per_schedule", "--epochs", "--metrics_port",
         "--log_level", "--parameter_count", "--mode", "--optimizer",
-        "--learning_rate"}) {
+        "--learning_rate", "--staleness", "--partitions_per_epoch"}) {
     EXPECT_THAT(result.output, HasSubstr(flag));
   }
   EXPECT_THAT(result.output, HasSubstr("0 takes whatever the workers "
                                        "declare"));
   EXPECT_THAT(result.output, HasSubstr("not implemented yet"));
   EXPECT_THAT(result.output, HasSubstr("coordinator of one Starling"));
+  EXPECT_THAT(result.output, HasSubstr("one mini-batch of one worker"));
+  EXPECT_THAT(result.output, HasSubstr("partition p of an epoch is samples"));
 }
 
 }  // namespace

@@ -77,6 +77,12 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
     return Invalid("partitions_per_epoch", "must be >= 1");
   }
   if (options->epochs < 1) return Invalid("epochs", "must be >= 1");
+  if (options->staleness < 0) {
+    // Named as the flag: it is the only way to set it outside tests.
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness=", options->staleness,
+                     ": the staleness bound must be >= 0"));
+  }
   return absl::OkStatus();
 }
 
@@ -95,6 +101,8 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
   config.set_dtype(options.dtype);
   config.set_partitions_per_epoch(options.partitions_per_epoch);
   config.set_epochs(options.epochs);
+  config.set_staleness(
+      options.mode == proto::JobConfig::MODE_ASYNC_SGD ? options.staleness : 0);
   // Five heartbeats per timeout: one or two lost ones do not make a node
   // look dead.
   config.set_heartbeat_interval_ms(std::max<int64_t>(

@@ -52,6 +52,9 @@ struct CoordinatorOptions {
   // Data partitions per epoch (>= 1) and epochs to train (>= 1).
   uint64_t partitions_per_epoch = 1024;
   uint64_t epochs = 1;
+  // MODE_ASYNC_SGD: the staleness bound s (>= 0; JobConfig.staleness). Sent
+  // as 0 in the other modes, where it means nothing.
+  int staleness = 1;
 };
 
 // Checks `options` and fills derived fields (parameter_count from tensors).

@@ -106,6 +106,30 @@ TEST(CoordinatorOptions, JobConfigCarriesTheOptionsAndHeartbeatPeriod) {
   EXPECT_EQ(config.mode(), proto::JobConfig::MODE_SYNC_SGD);
 }
 
+TEST(CoordinatorOptions, StalenessIsSentInAsyncSgdOnly) {
+  CoordinatorOptions options = Valid();
+  EXPECT_EQ(options.staleness, 1);
+  options.staleness = 3;
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(JobConfigFor(options).staleness(), 0);
+  for (auto mode : {proto::JobConfig::MODE_SYNC_SGD,
+                    proto::JobConfig::MODE_PARAMETER_SERVER}) {
+    options.mode = mode;
+    ASSERT_OK(ValidateAndComplete(&options));
+    EXPECT_EQ(JobConfigFor(options).staleness(), 0) << mode;
+  }
+  options.mode = proto::JobConfig::MODE_ASYNC_SGD;
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(JobConfigFor(options).staleness(), 3);
+  options.staleness = 0;
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(JobConfigFor(options).staleness(), 0);
+  options.staleness = -1;
+  EXPECT_THAT(ValidateAndComplete(&options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--staleness=-1: the staleness bound must be >= 0"));
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace starling

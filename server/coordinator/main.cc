@@ -49,21 +49,33 @@ ABSL_FLAG(absl::Duration, max_join_wait, absl::Minutes(10),
           "longest a Join is held waiting for the group to form");
 ABSL_FLAG(int, iterations_per_schedule, 16,
           "K: iterations handed out per GetSchedule call");
-ABSL_FLAG(uint64_t, epochs, 1, "epochs to train");
+ABSL_FLAG(uint64_t, epochs, 1,
+          "epochs to train (>= 1); each epoch reads every partition once, "
+          "and GetSchedule says done after the last");
 ABSL_FLAG(uint64_t, partitions_per_epoch, 1024,
-          "data partitions per epoch; each is read once per epoch");
+          "P: data partitions per epoch (>= 1). A partition is one "
+          "mini-batch of one worker: partition p of an epoch is samples "
+          "[p*B, (p+1)*B) of that epoch's sample order, B the worker's batch "
+          "size. Each is read once per epoch, round-robin over all workers "
+          "of the job, so an epoch takes ceil(P / workers) iterations");
 ABSL_FLAG(uint64_t, parameter_count, 0,
           "elements of the model's flat parameter vector (split into shards); "
           "optional: 0 takes whatever the workers declare, otherwise every "
           "run's declared tensors must add up to it");
-ABSL_FLAG(std::string, mode, "sync_sgd",
-          "training mode: sync_sgd, async_sgd (runs as sync_sgd for now), "
-          "parameter_server; sync_easgd, async_easgd, async_measgd and "
-          "hogwild_easgd are not implemented yet");
+ABSL_FLAG(
+    std::string, mode, "sync_sgd",
+    "training mode: sync_sgd, async_sgd (stale synchronous parallel, bounded "
+    "by --staleness), "
+    "parameter_server; sync_easgd, async_easgd, async_measgd and "
+    "hogwild_easgd are not implemented yet");
 ABSL_FLAG(std::string, optimizer, "sgd",
           "optimizer applied to the shards: none (plain all-reduce), sgd, "
           "momentum, adam; easgd is not implemented yet");
 ABSL_FLAG(double, learning_rate, 0.01, "learning rate, finite and > 0");
+ABSL_FLAG(int, staleness, 1,
+          "--mode=async_sgd only: the staleness bound s (>= 0; stale "
+          "synchronous parallel): a pull for step t includes every update of "
+          "the steps before t - s. Ignored (sent as 0) in the other modes");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(30),
           "timeout of one collective on the nodes");
 ABSL_FLAG(int, metrics_port, 29401,
@@ -102,6 +114,7 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->optimizer = absl::GetFlag(FLAGS_optimizer);
   options->learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options->collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  options->staleness = absl::GetFlag(FLAGS_staleness);
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const proto::ModeInfo* info = proto::FindMode(mode);
   if (info == nullptr) {

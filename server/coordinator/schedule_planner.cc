@@ -42,6 +42,7 @@ proto::Schedule SchedulePlanner::Plan(int rank, uint64_t next_iteration) const {
   schedule.set_done(next_iteration + count >= total);
   schedule.set_iterations_per_epoch(iterations_per_epoch_);
   schedule.set_epochs(epochs_);
+  schedule.set_partitions_per_epoch(partitions_per_epoch_);
   for (int local = 0; local < local_workers; ++local) {
     proto::PartitionAssignment* all = schedule.add_assignments();
     all->set_rank(rank);

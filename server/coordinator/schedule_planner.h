@@ -30,6 +30,7 @@ class SchedulePlanner {
                   int iterations_per_schedule,
                   std::vector<int> workers_per_rank);
 
+  uint64_t partitions_per_epoch() const { return partitions_per_epoch_; }
   uint64_t total_workers() const { return total_workers_; }
   uint64_t iterations_per_epoch() const { return iterations_per_epoch_; }
   uint64_t total_iterations() const { return iterations_per_epoch_ * epochs_; }
@@ -37,7 +38,9 @@ class SchedulePlanner {
 
   // The schedule of `rank` from `next_iteration`: K iterations, fewer only
   // at the end of training (none once next_iteration >= total_iterations()),
-  // with done set when nothing follows. REQUIRES: 0 <= rank < ranks().
+  // with done set when nothing follows; partitions_per_epoch, epochs and
+  // iterations_per_epoch are filled whatever the count. REQUIRES: 0 <= rank <
+  // ranks().
   proto::Schedule Plan(int rank, uint64_t next_iteration) const;
 
  private:

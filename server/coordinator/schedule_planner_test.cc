@@ -91,6 +91,28 @@ TEST(SchedulePlanner, DoneAfterTheLastEpoch) {
   EXPECT_EQ(after.epoch(), 2u);
 }
 
+// Workers turn partition ids into samples with partitions_per_epoch, so
+// every schedule carries it, the empty one after training included.
+TEST(SchedulePlanner, FillsPartitionsPerEpochAndEpochShape) {
+  SchedulePlanner planner(/*partitions_per_epoch=*/10, /*epochs=*/3,
+                          /*iterations_per_schedule=*/4, {3, 1});
+  EXPECT_EQ(planner.partitions_per_epoch(), 10u);
+  for (uint64_t next : {uint64_t{0}, uint64_t{5}, planner.total_iterations()}) {
+    for (int rank = 0; rank < planner.ranks(); ++rank) {
+      const proto::Schedule s = planner.Plan(rank, next);
+      EXPECT_EQ(s.partitions_per_epoch(), 10u) << rank << " " << next;
+      EXPECT_EQ(s.iterations_per_epoch(), 3u);
+      EXPECT_EQ(s.epochs(), 3u);
+      for (const proto::ScheduledIteration& it : s.iterations()) {
+        for (const proto::PartitionAssignment& a : it.assignments()) {
+          for (uint64_t p : a.partitions())
+            EXPECT_LT(p, s.partitions_per_epoch());
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace starling

@@ -333,6 +333,69 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
   }
 }
 
+absl::StatusOr<proto::Schedule> CoordinatorLink::GetSchedule(
+    uint64_t next_iteration, absl::Time deadline) {
+  proto::GetScheduleRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!joined_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no schedule can be asked of the coordinator at ",
+          options_.coordinator, " before the node joined the job"));
+    }
+    request.set_rank(join_.rank());
+  }
+  request.set_job_id(options_.job_id);
+  request.set_next_iteration(next_iteration);
+  const std::string what =
+      absl::StrCat("the schedule request of rank ", request.rank(),
+                   " from iteration ", next_iteration);
+
+  const absl::Status cancelled = absl::CancelledError(
+      absl::StrCat(what, " to the coordinator at ", options_.coordinator,
+                   ": the daemon is stopping"));
+  const absl::Time start = absl::Now();
+  absl::Time last_log = absl::InfinitePast();
+  absl::Duration pause = kFirstRetry;
+  grpc::Status last;
+  while (true) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the coordinator at ", options_.coordinator, " did not answer ", what,
+          " within ",
+          absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1))),
+          last.ok() ? std::string() : absl::StrCat(": ", Cause(last))));
+    }
+    proto::Schedule response;
+    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
+      return stub_->GetSchedule(context, request, &response);
+    });
+    switch (call.outcome) {
+      case Outcome::kOk:
+        return response;
+      case Outcome::kFailed:
+        return FromGrpcStatus(
+            call.status, absl::StrCat("the coordinator at ",
+                                      options_.coordinator, " refused ", what));
+      case Outcome::kStopping:
+        return cancelled;
+      case Outcome::kRejoin:
+        if (Rejoin().ok()) continue;
+        break;
+      case Outcome::kRetry:
+        break;
+    }
+    if (last.ok() ||
+        call.status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      last = call.status;
+    }
+    LogRetry(&last_log, "asking for a schedule", call.status);
+    if (!PauseUntil(std::min(deadline, absl::Now() + pause))) return cancelled;
+    pause = std::min(2 * pause, kMaxRetry);
+  }
+}
+
 void CoordinatorLink::EndRun(const proto::RunStatus& run, int64_t failed_step) {
   Outgoing item;
   item.end.emplace();

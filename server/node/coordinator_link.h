@@ -13,14 +13,14 @@
 //     its rank, group epoch, peers, shard map and current run, and goes on;
 //     training is not disturbed;
 //   - BeginRun, a blocking call with a deadline for the daemon's step
-//     thread; EndRun and step failures, queued and sent by the link's
-//     thread at once (and retried while the coordinator is unreachable or
-//     restarting).
+//     thread; GetSchedule, likewise, for a worker's session thread; EndRun and
+//     step failures, queued and sent by the link's thread at once (and retried
+//     while the coordinator is unreachable or restarting).
 //
 // No lock is held across an RPC or a callback.
 //
-// Thread-safe. Join and BeginRun block their calling thread (at most until
-// their deadline, or Stop()); callbacks run on the link's thread.
+// Thread-safe. Join, BeginRun and GetSchedule block their calling thread (at
+// most until their deadline, or Stop()); callbacks run on the link's thread.
 #ifndef STARLING_SERVER_NODE_COORDINATOR_LINK_H_
 #define STARLING_SERVER_NODE_COORDINATOR_LINK_H_
 
@@ -132,6 +132,17 @@ class CoordinatorLink {
       const std::vector<proto::TensorSpec>& tensors,
       const std::string& local_error, int local_workers, uint64_t next_op_seq,
       absl::Time deadline);
+
+  // The coordinator's schedule for this node's rank from `next_iteration`
+  // (GetSchedule: up to K iterations, with partitions_per_epoch). Blocks
+  // until answered or `deadline`; retries while the coordinator is
+  // unreachable or restarting (re-registering first), like BeginRun.
+  // Errors, each naming the coordinator's address: the coordinator's
+  // refusal (e.g. Unavailable: this rank is LOST); DeadlineExceeded when
+  // it could not be reached in time (with the last cause); Cancelled after
+  // Stop(); FailedPrecondition before Join().
+  absl::StatusOr<proto::Schedule> GetSchedule(uint64_t next_iteration,
+                                              absl::Time deadline);
 
   // Queues the end of a run on this node (run.state FINISHED or FAILED,
   // with run.steps, and run.error when failed; `failed_step` -1 when

@@ -83,6 +83,9 @@ class CoordinatorLinkTest : public ::testing::Test {
     coordinator::CoordinatorOptions options;
     options.job_id = kJob;
     options.expected_nodes = nodes;
+    options.iterations_per_schedule = 4;
+    options.partitions_per_epoch = 20;
+    options.epochs = 2;
     registries_.push_back(std::make_unique<metrics::MetricsRegistry>());
     ASSERT_OK_AND_ASSIGN(coordinator_,
                          coordinator::Coordinator::Create(
@@ -196,6 +199,22 @@ class CoordinatorLinkTest : public ::testing::Test {
       std::this_thread::yield();
     }
     return false;
+  }
+
+  // `schedule` is what the coordinator's planner hands `rank` from
+  // `next_iteration` (StartCoordinator's options: 20 partitions per epoch).
+  void ExpectPlannersSchedule(const proto::Schedule& schedule, int rank,
+                              uint64_t next_iteration) {
+    proto::GetScheduleRequest request;
+    request.set_job_id(kJob);
+    request.set_rank(rank);
+    request.set_next_iteration(next_iteration);
+    ASSERT_OK_AND_ASSIGN(const proto::Schedule expected,
+                         coordinator_->GetSchedule(request));
+    EXPECT_EQ(schedule.SerializeAsString(), expected.SerializeAsString())
+        << schedule.DebugString() << " vs " << expected.DebugString();
+    EXPECT_EQ(schedule.partitions_per_epoch(), 20u);
+    EXPECT_EQ(schedule.first_iteration(), next_iteration);
   }
 
   proto::JobStatus Status() {
@@ -489,6 +508,71 @@ TEST_F(CoordinatorLinkTest, ALostNodeThatHeartbeatsAgainIsHealthyAgain) {
     if (!told) absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(told);
+}
+
+TEST_F(CoordinatorLinkTest, GetScheduleReturnsThePlannersScheduleForThisRank) {
+  StartCoordinator(2);
+  const std::vector<proto::JoinResponse> joins = JoinAll(2);
+  for (int i = 0; i < 2; ++i) {
+    for (uint64_t next : {0, 4, 8}) {
+      ASSERT_OK_AND_ASSIGN(const proto::Schedule schedule,
+                           links_[i]->GetSchedule(next, Soon()));
+      EXPECT_EQ(schedule.iteration_count(), next == 8 ? 2 : 4);
+      EXPECT_EQ(schedule.done(), next == 8);
+      ExpectPlannersSchedule(schedule, joins[i].rank(), next);
+      for (const proto::ScheduledIteration& it : schedule.iterations()) {
+        for (const proto::PartitionAssignment& a : it.assignments()) {
+          EXPECT_EQ(a.rank(), joins[i].rank());
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CoordinatorLinkTest, GetScheduleBeforeJoinIsAFailedPrecondition) {
+  StartCoordinator(1);
+  CoordinatorLink* link = AddLink(0);
+  ASSERT_NE(link, nullptr);
+  EXPECT_THAT(link->GetSchedule(0, Soon()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr(absl::StrCat("127.0.0.1:", port_))));
+}
+
+TEST_F(CoordinatorLinkTest, GetScheduleReRegistersWithARestartedCoordinator) {
+  // No heartbeat after the join's first: only GetSchedule can find out
+  // that the coordinator restarted.
+  heartbeat_interval_ = absl::Hours(1);
+  StartCoordinator(1);
+  const std::vector<proto::JoinResponse> joins = JoinAll(1);
+  ASSERT_TRUE(links_[0]->AwaitHeartbeats(1, Soon()));
+  StopCoordinator();
+  // Asked while the coordinator is away: retried until it is back.
+  absl::StatusOr<proto::Schedule> schedule = absl::UnknownError("not run");
+  std::thread asker([&] { schedule = links_[0]->GetSchedule(4, Soon()); });
+  absl::SleepFor(absl::Milliseconds(300));
+  StartCoordinator(1);
+  asker.join();
+  ASSERT_OK(schedule.status());
+  ExpectPlannersSchedule(*schedule, joins[0].rank(), 4);
+  EXPECT_EQ(links_[0]->rejoins(), 1);
+}
+
+TEST_F(CoordinatorLinkTest, GetScheduleGivesUpAtItsDeadlineNamingTheAddress) {
+  heartbeat_interval_ = absl::Hours(1);
+  StartCoordinator(1);
+  JoinAll(1);
+  StopCoordinator();
+  const std::string address = absl::StrCat("127.0.0.1:", port_);
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      links_[0]->GetSchedule(0, start + absl::Milliseconds(500)).status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr(absl::StrCat("the coordinator at ", address,
+                                              " did not answer the schedule "
+                                              "request of rank 0 from "
+                                              "iteration 0 within "))));
 }
 
 TEST_F(CoordinatorLinkTest, StopCancelsABlockedBeginRun) {

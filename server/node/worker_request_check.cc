@@ -129,6 +129,9 @@ absl::Status CheckWorkerRequest(const proto::WorkerRequest& request) {
       return CheckSlices(request.pull_parameters().slices());
     case proto::WorkerRequest::kAllReduce:
       return CheckSlice(request.all_reduce().slice(), false);
+    case proto::WorkerRequest::kSchedule:
+      return CheckStep("schedule request from iteration",
+                       request.schedule().next_iteration());
     case proto::WorkerRequest::kCommitTensors:
     case proto::WorkerRequest::kBarrier:
     case proto::WorkerRequest::kFinish:

@@ -76,6 +76,20 @@ TEST(WorkerRequestCheck, RefusesNegativeSteps) {
   EXPECT_THAT(status.message(), HasSubstr("-3"));
 }
 
+TEST(WorkerRequestCheck, ChecksScheduleRequests) {
+  proto::WorkerRequest request;
+  request.set_id(2);
+  request.mutable_schedule()->set_next_iteration(0);
+  EXPECT_THAT(CheckWorkerRequest(request), IsOk());
+  request.mutable_schedule()->set_next_iteration(48);
+  EXPECT_THAT(CheckWorkerRequest(request), IsOk());
+  request.mutable_schedule()->set_next_iteration(-1);
+  EXPECT_THAT(CheckWorkerRequest(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("schedule request from iteration -1 is "
+                                 "negative")));
+}
+
 proto::WorkerRequest AllReduce(uint64_t offset_bytes, uint64_t elements) {
   proto::WorkerRequest request;
   request.set_id(5);
