@@ -4,16 +4,22 @@
 // the first data op, and sends one request naming the buffers by offset.
 #include "client/client.h"
 
+#include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/connection.h"
 #include "client/future_state.h"
 #include "proto/common.pb.h"
 #include "proto/data_type.h"
+#include "proto/tensor_table.h"
 #include "proto/worker.pb.h"
 #include "server/base/status_macros.h"
+#include "server/collective/data_type.h"
 
 namespace starling {
 namespace client {
@@ -25,14 +31,15 @@ Future Failed(absl::Status status) {
   return Future(state);
 }
 
-// The pool slice of `data` for `tensor`; InvalidArgument naming the op and
-// the tensor when the buffer is outside the pool.
+// The pool slice of `bytes` for `tensor` (`elements` of it); InvalidArgument
+// naming the op and the tensor when the buffer is outside the pool.
 absl::StatusOr<proto::PoolSlice> SliceOf(Connection* connection,
                                          absl::string_view op,
                                          absl::string_view tensor,
-                                         absl::Span<const float> data) {
+                                         absl::Span<const std::byte> bytes,
+                                         uint64_t elements) {
   std::optional<uint64_t> offset =
-      connection->pool()->OffsetOf(data.data(), data.size() * sizeof(float));
+      connection->pool()->OffsetOf(bytes.data(), bytes.size());
   if (!offset.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": the buffer of tensor '", tensor,
@@ -43,8 +50,33 @@ absl::StatusOr<proto::PoolSlice> SliceOf(Connection* connection,
   proto::PoolSlice slice;
   slice.set_tensor(std::string(tensor));
   slice.set_offset_bytes(*offset);
-  slice.set_elements(data.size());
+  slice.set_elements(elements);
   return slice;
+}
+
+// The slice of `tensor`, checked against its declaration (size and type).
+absl::StatusOr<proto::PoolSlice> CheckedSlice(Connection* connection,
+                                              absl::string_view op,
+                                              const Tensor& tensor) {
+  STARLING_ASSIGN_OR_RETURN(const Connection::Declared declared,
+                            connection->FindDeclared(tensor.name));
+  const uint64_t element_bytes = proto::ElementBytes(declared.dtype);
+  if (element_bytes != tensor.element_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": tensor '", tensor.name, "' is ",
+        proto::DataTypeName(declared.dtype), " but its buffer holds ",
+        tensor.element_bytes, "-byte elements (",
+        element_bytes == 2 ? "use a uint16_t buffer: AllocateTensor16"
+                           : "use a float buffer: AllocateTensor",
+        ") (", connection->where(), ")"));
+  }
+  if (declared.elements != tensor.elements()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": tensor '", tensor.name, "' has ", declared.elements,
+                     " elements but its buffer holds ", tensor.elements(), " (",
+                     connection->where(), ")"));
+  }
+  return SliceOf(connection, op, tensor.name, tensor.bytes, tensor.elements());
 }
 
 absl::Status AddSlices(
@@ -52,21 +84,49 @@ absl::Status AddSlices(
     const std::vector<Tensor>& tensors,
     google::protobuf::RepeatedPtrField<proto::PoolSlice>* out) {
   for (const Tensor& tensor : tensors) {
-    STARLING_ASSIGN_OR_RETURN(uint64_t elements,
-                              connection->ElementsOf(tensor.name));
-    if (elements != tensor.data.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": tensor '", tensor.name, "' has ", elements,
-                       " elements but its buffer holds ", tensor.data.size(),
-                       " (", connection->where(), ")"));
-    }
-    STARLING_ASSIGN_OR_RETURN(
-        *out->Add(), SliceOf(connection, op, tensor.name, tensor.data));
+    STARLING_ASSIGN_OR_RETURN(*out->Add(),
+                              CheckedSlice(connection, op, tensor));
   }
   return absl::OkStatus();
 }
 
+// A future that completes once every one of `parts` did: with the first
+// error among them, or OK.
+Future AllOf(const std::string& what,
+             const std::vector<std::shared_ptr<internal::FutureState>>& parts) {
+  auto all = std::make_shared<internal::FutureState>(what);
+  if (parts.empty()) {
+    all->Complete(absl::OkStatus());
+    return Future(all);
+  }
+  if (parts.size() == 1) return Future(parts[0]);
+  auto left =
+      std::make_shared<std::atomic<int>>(static_cast<int>(parts.size()));
+  for (const auto& part : parts) {
+    part->Then([all, left](const absl::Status& status) {
+      if (!status.ok()) all->Complete(status);
+      if (left->fetch_sub(1) == 1) all->Complete(absl::OkStatus());
+    });
+  }
+  return Future(all);
+}
+
 }  // namespace
+
+struct Client::Pending {
+  absl::Mutex mu;
+  // The step whose buckets are being assembled; -1: none.
+  int64_t step ABSL_GUARDED_BY(mu) = -1;
+  std::vector<bool> pushed ABSL_GUARDED_BY(mu);    // per tensor
+  std::vector<int> remaining ABSL_GUARDED_BY(mu);  // tensors per bucket
+  std::vector<std::vector<proto::PoolSlice>> slices ABSL_GUARDED_BY(mu);
+  // Per bucket: completes when the daemon answered its push.
+  std::vector<std::shared_ptr<internal::FutureState>> done ABSL_GUARDED_BY(mu);
+  int next_bucket ABSL_GUARDED_BY(mu) = 0;
+  // ReportStepTimes not sent yet.
+  double compute_seconds ABSL_GUARDED_BY(mu) = 0;
+  double step_seconds ABSL_GUARDED_BY(mu) = 0;
+};
 
 Future::Future() : Future(nullptr) {}
 
@@ -93,7 +153,7 @@ void Future::Then(std::function<void(const absl::Status&)> callback) const {
 }
 
 Client::Client(std::unique_ptr<Connection> connection)
-    : connection_(std::move(connection)) {}
+    : connection_(std::move(connection)), pending_(new Pending) {}
 
 Client::~Client() = default;
 
@@ -132,27 +192,239 @@ absl::StatusOr<absl::Span<float>> Client::Allocate(size_t elements) {
 
 absl::StatusOr<absl::Span<float>> Client::AllocateTensor(
     absl::string_view name) {
-  STARLING_ASSIGN_OR_RETURN(uint64_t elements, connection_->ElementsOf(name));
-  return connection_->pool()->AllocateFloats(elements);
+  STARLING_ASSIGN_OR_RETURN(const Connection::Declared declared,
+                            connection_->FindDeclared(name));
+  if (proto::ElementBytes(declared.dtype) != sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", proto::DataTypeName(declared.dtype),
+        ": allocate its buffer with AllocateTensor16 (", connection_->where(),
+        ")"));
+  }
+  return connection_->pool()->AllocateFloats(declared.elements);
+}
+
+absl::StatusOr<absl::Span<uint16_t>> Client::AllocateTensor16(
+    absl::string_view name) {
+  STARLING_ASSIGN_OR_RETURN(const Connection::Declared declared,
+                            connection_->FindDeclared(name));
+  if (proto::ElementBytes(declared.dtype) != sizeof(uint16_t)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", proto::DataTypeName(declared.dtype),
+        ": AllocateTensor16 is for float16 and bfloat16 tensors (",
+        connection_->where(), ")"));
+  }
+  STARLING_ASSIGN_OR_RETURN(
+      absl::Span<float> floats,
+      connection_->pool()->AllocateFloats((declared.elements + 1) / 2));
+  return absl::Span<uint16_t>(reinterpret_cast<uint16_t*>(floats.data()),
+                              declared.elements);
+}
+
+absl::Status Client::SetInitialParameters(const std::vector<Tensor>& values) {
+  std::vector<proto::PoolSlice> slices;
+  for (const Tensor& tensor : values) {
+    STARLING_ASSIGN_OR_RETURN(
+        proto::PoolSlice slice,
+        CheckedSlice(connection_.get(), "set_initial_parameters", tensor));
+    slices.push_back(std::move(slice));
+  }
+  return connection_->SetInitialParameters(std::move(slices));
+}
+
+std::string Client::mode() const {
+  switch (connection_->hello().mode()) {
+    case proto::JobConfig::MODE_ASYNC_SGD:
+      return "async_sgd";
+    case proto::JobConfig::MODE_PARAMETER_SERVER:
+      return "parameter_server";
+    default:
+      return "sync_sgd";
+  }
+}
+
+int Client::staleness() const {
+  return connection_->hello().mode() == proto::JobConfig::MODE_ASYNC_SGD
+             ? connection_->hello().staleness()
+             : 0;
+}
+
+int64_t Client::last_pulled_version() const {
+  return connection_->last_pulled_version();
+}
+
+absl::StatusOr<Schedule> Client::GetSchedule(int64_t next_iteration) {
+  const std::string what =
+      absl::StrCat("schedule from iteration ", next_iteration);
+  STARLING_RETURN_IF_ERROR(Annotate(connection_->EnsureCommitted(), what));
+  proto::WorkerRequest request;
+  request.mutable_schedule()->set_next_iteration(next_iteration);
+  auto state = connection_->Send(std::move(request), what);
+  STARLING_RETURN_IF_ERROR(Future(state).Wait(connection_->options().timeout));
+  const proto::Schedule& from = state->response().schedule();
+  Schedule schedule;
+  schedule.done = from.done();
+  schedule.iterations_per_epoch =
+      static_cast<int64_t>(from.iterations_per_epoch());
+  schedule.epochs = static_cast<int64_t>(from.epochs());
+  schedule.partitions_per_epoch = from.partitions_per_epoch();
+  for (const proto::ScheduledIteration& it : from.iterations()) {
+    ScheduledIteration mine;
+    mine.iteration = static_cast<int64_t>(it.iteration());
+    mine.epoch = static_cast<int64_t>(it.epoch());
+    mine.iteration_in_epoch = static_cast<int64_t>(it.iteration_in_epoch());
+    for (const proto::PartitionAssignment& a : it.assignments()) {
+      if (a.local_worker() != worker_index()) continue;
+      mine.partitions.assign(a.partitions().begin(), a.partitions().end());
+    }
+    schedule.iterations.push_back(std::move(mine));
+  }
+  return schedule;
+}
+
+void ToFloat16(absl::Span<const float> from, absl::Span<uint16_t> to) {
+  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
+    to[i] = collective::FloatToHalf(from[i]);
+  }
+}
+
+void ToBFloat16(absl::Span<const float> from, absl::Span<uint16_t> to) {
+  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
+    to[i] = collective::FloatToBFloat16(from[i]);
+  }
+}
+
+void FromFloat16(absl::Span<const uint16_t> from, absl::Span<float> to) {
+  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
+    to[i] = collective::HalfToFloat(from[i]);
+  }
+}
+
+void FromBFloat16(absl::Span<const uint16_t> from, absl::Span<float> to) {
+  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
+    to[i] = collective::BFloat16ToFloat(from[i]);
+  }
+}
+
+Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
+                    bool complete_step) {
+  const std::string what = absl::StrCat("push_gradients step ", step);
+  absl::Status status = connection_->EnsureCommitted();
+  if (!status.ok()) return Failed(Annotate(status, what));
+  // Check every buffer before changing anything.
+  struct Part {
+    proto::PoolSlice slice;
+    int index;
+    int bucket;
+  };
+  std::vector<Part> parts;
+  for (const Tensor& tensor : gradients) {
+    absl::StatusOr<proto::PoolSlice> slice =
+        CheckedSlice(connection_.get(), what, tensor);
+    if (!slice.ok()) return Failed(slice.status());
+    absl::StatusOr<Connection::Declared> declared =
+        connection_->FindDeclared(tensor.name);
+    if (!declared.ok()) return Failed(declared.status());
+    parts.push_back(Part{*std::move(slice), declared->index, declared->bucket});
+  }
+  const int buckets = std::max(1, connection_->buckets());
+  Pending& p = *pending_;
+  absl::MutexLock lock(&p.mu);
+  if (p.step != -1 && p.step != step) {
+    std::vector<std::string> missing;
+    for (size_t b = p.next_bucket; b < p.remaining.size(); ++b) {
+      if (p.remaining[b] > 0) missing.push_back(absl::StrCat(b));
+    }
+    return Failed(absl::InvalidArgumentError(absl::StrCat(
+        what, ": step ", p.step, " is incomplete (tensors of bucket(s) ",
+        absl::StrJoin(missing, ", "),
+        " not pushed); a step's gradients are pushed before the next "
+        "step's (",
+        connection_->where(), ")")));
+  }
+  if (p.step == -1) {
+    p.step = step;
+    p.pushed.assign(connection_->declared_count(), false);
+    p.remaining = connection_->TensorsPerBucket();
+    p.remaining.resize(buckets, 0);
+    p.slices.assign(buckets, {});
+    p.done.clear();
+    for (int b = 0; b < buckets; ++b) {
+      p.done.push_back(std::make_shared<internal::FutureState>(
+          absl::StrCat(what, " bucket ", b)));
+    }
+    p.next_bucket = 0;
+  }
+  for (const Part& part : parts) {
+    if (part.index < static_cast<int>(p.pushed.size()) &&
+        p.pushed[part.index]) {
+      return Failed(absl::InvalidArgumentError(absl::StrCat(
+          what, ": tensor '", part.slice.tensor(),
+          "' was pushed twice for this step (", connection_->where(), ")")));
+    }
+  }
+  std::vector<bool> touched(buckets, false);
+  for (Part& part : parts) {
+    if (part.index < static_cast<int>(p.pushed.size())) {
+      p.pushed[part.index] = true;
+    }
+    --p.remaining[part.bucket];
+    touched[part.bucket] = true;
+    p.slices[part.bucket].push_back(std::move(part.slice));
+  }
+  if (complete_step) {
+    for (int b = 0; b < buckets; ++b) {
+      p.remaining[b] = 0;
+      touched[b] = true;
+    }
+  }
+  // Send every bucket that is complete and whose predecessors were sent.
+  while (p.next_bucket < buckets && p.remaining[p.next_bucket] <= 0) {
+    const int b = p.next_bucket++;
+    proto::WorkerRequest request;
+    proto::PushGradientsRequest* push = request.mutable_push_gradients();
+    push->set_step(step);
+    push->set_bucket(b);
+    for (proto::PoolSlice& slice : p.slices[b]) {
+      *push->add_slices() = std::move(slice);
+    }
+    if (p.step_seconds > 0) {
+      push->set_compute_seconds(std::exchange(p.compute_seconds, 0.0));
+      push->set_step_seconds(std::exchange(p.step_seconds, 0.0));
+    }
+    std::shared_ptr<internal::FutureState> sent = connection_->Send(
+        std::move(request),
+        buckets > 1 ? absl::StrCat(what, " bucket ", b) : what);
+    std::shared_ptr<internal::FutureState> done = p.done[b];
+    sent->Then([done](const absl::Status& s) { done->Complete(s); });
+  }
+  std::vector<std::shared_ptr<internal::FutureState>> waits;
+  for (int b = 0; b < buckets; ++b) {
+    if (touched[b]) waits.push_back(p.done[b]);
+  }
+  if (p.next_bucket >= buckets) p.step = -1;
+  return AllOf(what, waits);
 }
 
 Future Client::PushGradientsAsync(int64_t step,
                                   const std::vector<Tensor>& gradients) {
-  const std::string what = absl::StrCat("push_gradients step ", step);
-  absl::Status status = connection_->EnsureCommitted();
-  if (!status.ok()) return Failed(Annotate(status, what));
-  proto::WorkerRequest request;
-  request.mutable_push_gradients()->set_step(step);
-  status = AddSlices(connection_.get(), what, gradients,
-                     request.mutable_push_gradients()->mutable_slices());
-  if (!status.ok()) return Failed(status);
-  return Future(connection_->Send(std::move(request), what));
+  return Push(step, gradients, /*complete_step=*/true);
+}
+
+Future Client::PushGradientsPartAsync(int64_t step,
+                                      const std::vector<Tensor>& gradients) {
+  return Push(step, gradients, /*complete_step=*/false);
 }
 
 absl::Status Client::PushGradients(int64_t step,
                                    const std::vector<Tensor>& gradients) {
   return PushGradientsAsync(step, gradients)
       .Wait(connection_->options().timeout);
+}
+
+void Client::ReportStepTimes(absl::Duration compute, absl::Duration step) {
+  absl::MutexLock lock(&pending_->mu);
+  pending_->compute_seconds += absl::ToDoubleSeconds(compute);
+  pending_->step_seconds += absl::ToDoubleSeconds(step);
 }
 
 Future Client::PullParametersAsync(int64_t version,
@@ -208,6 +480,14 @@ absl::StatusOr<absl::Span<const float>> Client::ParametersView(
                      "PullParameters (",
                      connection_->where(), ")"));
   }
+  if (connection_->hello().mode() == proto::JobConfig::MODE_ASYNC_SGD) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what,
+                     ": async SGD has no views (the daemons update the "
+                     "parameters while workers compute on older ones); use "
+                     "PullParameters (",
+                     connection_->where(), ")"));
+  }
   STARLING_RETURN_IF_ERROR(Annotate(connection_->EnsureCommitted(), what));
   absl::StatusOr<Connection::SharedParameters> shared =
       connection_->shared_parameters();
@@ -245,8 +525,11 @@ Future Client::AllReduceAsync(absl::Span<float> data) {
       absl::StrCat("all_reduce of ", data.size(), " floats");
   absl::Status status = connection_->EnsureCommitted();
   if (!status.ok()) return Failed(Annotate(status, what));
-  absl::StatusOr<proto::PoolSlice> slice =
-      SliceOf(connection_.get(), what, "(all_reduce buffer)", data);
+  absl::StatusOr<proto::PoolSlice> slice = SliceOf(
+      connection_.get(), what, "(all_reduce buffer)",
+      absl::MakeConstSpan(reinterpret_cast<const std::byte*>(data.data()),
+                          data.size() * sizeof(float)),
+      data.size());
   if (!slice.ok()) return Failed(slice.status());
   proto::WorkerRequest request;
   *request.mutable_all_reduce()->mutable_slice() = *slice;

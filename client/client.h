@@ -31,14 +31,25 @@
 // with InvalidArgument naming the tensor, both declarations and both
 // workers (rank / local worker). The parameters are the tensors laid out
 // one after the other; their elements must add up to the job's parameter
-// count. Version 1 moves float32 tensors only.
+// count. Element types: float32, float16 and bfloat16. The daemons keep
+// float32 master parameters, accumulate in float32 and keep the optimizer
+// state in float32 whatever the tensors' type; when every tensor is 16-bit
+// (one type), the gradients and parameters also cross the network in it
+// (half the bytes); pushes and pulls move the declared type.
 //
-// Steps (sync modes): PushGradients(step) contributes to update `step`
-// (the daemons average all workers' gradients, reduce-scatter, apply the
-// optimizer to their shards, all-gather); PullParameters(version) waits for
-// `version` updates, so PullParameters(0) gives the initial parameters
-// (zeros). Parameter-server mode: a push is applied by the shard owners at
-// once and a pull reads their current values (`version` is ignored).
+// Steps: PushGradients(step) (or the parts of PushGradientsPartAsync)
+// contributes to update `step`: the daemons average all workers'
+// gradients, reduce-scatter, apply the optimizer to their shards and
+// all-gather. PullParameters(version) waits for `version` updates in the
+// synchronous mode ("sync_sgd"), so PullParameters(0) gives the initial
+// parameters (SetInitialParameters, or zeros). In "async_sgd" (stale
+// synchronous parallel) PullParameters(step) returns the freshest
+// parameters the daemon holds once they include the updates of every step
+// before step - staleness(): a worker pushes asynchronously and computes
+// step t + 1 while step t is reduced, at most staleness() steps ahead of
+// the slowest worker. In "parameter_server" mode a push is applied by the
+// shard owners at once and a pull reads their current values (`version`
+// is ignored).
 //
 // Runs: the daemons outlive the workers. A run begins when every worker of
 // the job ended its declarations and ends when every worker called
@@ -98,12 +109,60 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Size of the shared-memory pool buffers are allocated from.
   size_t pool_bytes = size_t{64} << 20;
+  // Gradient buckets (see PushGradientsAsync): the declared tensors, last
+  // declared first, are grouped into buckets of at least this many bytes
+  // (a tensor is never split); 0 puts every tensor in one bucket. Part of
+  // the run's tensor table: every worker of the job must use the same
+  // value (a difference fails the declarations, naming both).
+  size_t bucket_bytes = kDefaultBucketBytes;
+  static constexpr size_t kDefaultBucketBytes = size_t{256} << 10;
 };
 
-// A named float buffer of the worker, inside the client's pool.
+// A named buffer of the worker, inside the client's pool: float32 elements
+// for a float32 tensor, 16-bit ones (IEEE binary16 or bfloat16 bits, as
+// the tensor was declared) for a float16 or bfloat16 tensor.
 struct Tensor {
+  Tensor(std::string name, absl::Span<float> data)
+      : name(std::move(name)),
+        bytes(reinterpret_cast<std::byte*>(data.data()),
+              data.size() * sizeof(float)),
+        element_bytes(sizeof(float)) {}
+  Tensor(std::string name, absl::Span<uint16_t> data)
+      : name(std::move(name)),
+        bytes(reinterpret_cast<std::byte*>(data.data()),
+              data.size() * sizeof(uint16_t)),
+        element_bytes(sizeof(uint16_t)) {}
   std::string name;
-  absl::Span<float> data;
+  absl::Span<std::byte> bytes;
+  size_t element_bytes;
+  size_t elements() const { return bytes.size() / element_bytes; }
+};
+
+// float32 <-> the 16-bit types, element by element (round to nearest
+// even; NaN stays NaN). `to` must be as long as `from`.
+void ToFloat16(absl::Span<const float> from, absl::Span<uint16_t> to);
+void ToBFloat16(absl::Span<const float> from, absl::Span<uint16_t> to);
+void FromFloat16(absl::Span<const uint16_t> from, absl::Span<float> to);
+void FromBFloat16(absl::Span<const uint16_t> from, absl::Span<float> to);
+
+// The data partitions this worker reads in each iteration of a schedule
+// (Client::GetSchedule). A partition is one mini-batch: partition p of an
+// epoch holds samples [p * B, min((p + 1) * B, samples)) of that epoch's
+// order, where B = ceil(samples / partitions_per_epoch).
+struct ScheduledIteration {
+  int64_t iteration = 0;  // global, from 0
+  int64_t epoch = 0;      // iteration / iterations_per_epoch
+  int64_t iteration_in_epoch = 0;
+  // This worker's partitions in it: one, or none in an epoch's last
+  // iteration when the partitions ran out (push zero gradients then).
+  std::vector<uint64_t> partitions;
+};
+struct Schedule {
+  std::vector<ScheduledIteration> iterations;  // K, fewer at the end
+  bool done = false;  // nothing follows these iterations
+  int64_t iterations_per_epoch = 0;
+  int64_t epochs = 0;
+  uint64_t partitions_per_epoch = 0;
 };
 
 namespace internal {
@@ -165,6 +224,13 @@ class Client {
   // running run, the step that worker had reached. Final once the
   // declarations ended (after the first data op).
   int64_t first_step() const;
+  // The job's training mode: "sync_sgd", "async_sgd", "parameter_server"
+  // (starling-coordinator --mode), and the run's staleness bound: in
+  // async_sgd the parameters a pull for step t returns include every
+  // update of the steps before t - staleness (the daemons hold the pull
+  // until they do); 0 in the other modes.
+  std::string mode() const;
+  int staleness() const;
 
   // Declares a tensor. InvalidArgument for an empty name, a negative
   // dimension, a name declared twice, or a declaration other than another
@@ -177,18 +243,67 @@ class Client {
   // declared tensor `name`. ResourceExhausted when the pool is full.
   absl::StatusOr<absl::Span<float>> Allocate(size_t elements);
   absl::StatusOr<absl::Span<float>> AllocateTensor(absl::string_view name);
+  // A zeroed 16-bit buffer for a float16 or bfloat16 tensor (AllocateTensor
+  // is for float32 ones: InvalidArgument names the one to use).
+  absl::StatusOr<absl::Span<uint16_t>> AllocateTensor16(absl::string_view name);
+
+  // The initial parameters of the run (version 0), from this worker: call
+  // it after the declarations and before the first push, pull, all-reduce
+  // or barrier; the buffers must stay as they are until that op returns.
+  // When the run begins every daemon takes them (the first supplier in
+  // (rank, worker index) order wins if several do; tensors it left out,
+  // and every tensor when no worker supplied any, start at zero), so the
+  // other workers simply pull version 0; a worker that takes a missing
+  // worker's place later pulls the current parameters. InvalidArgument for
+  // a tensor not declared or a buffer of another size or outside the pool;
+  // FailedPrecondition once this worker's declarations ended.
+  absl::Status SetInitialParameters(const std::vector<Tensor>& values);
 
   // Gradients of `step` (see the file comment). Each buffer must be in the
   // pool and have its tensor's size; a tensor left out counts as zeros.
+  // The daemon reads the buffers in place until the op completes: do not
+  // write them before.
   absl::Status PushGradients(int64_t step,
                              const std::vector<Tensor>& gradients);
   Future PushGradientsAsync(int64_t step, const std::vector<Tensor>& gradients);
+
+  // Part of `step`'s gradients, as backward produces them (last layer
+  // first). The step's gradients are complete once every declared tensor
+  // was pushed for it, in one part or another. Each bucket (see
+  // ClientOptions::bucket_bytes) is sent to the daemon as soon as all its
+  // tensors were pushed and the buckets before it were sent, and a daemon
+  // starts reducing a bucket across the group as soon as all its local
+  // workers pushed it, so communication overlaps the rest of backward
+  // (Horovod's tensor fusion, PyTorch DDP's gradient buckets). The future
+  // completes when every bucket holding one of `gradients` was reduced
+  // (the last one: when the step was applied). InvalidArgument for a
+  // tensor pushed twice in a step, or pushed for a step while an earlier
+  // step is incomplete.
+  Future PushGradientsPartAsync(int64_t step,
+                                const std::vector<Tensor>& gradients);
+
+  // What the work of one step cost this worker: `compute` (forward and
+  // backward) of `step` (the whole step, waits included). Sent with the
+  // next push; the daemon exports the sums and their ratio
+  // (starling_node_worker_compute_seconds_total,
+  // starling_node_worker_step_seconds_total, starling_node_compute_ratio).
+  void ReportStepTimes(absl::Duration compute, absl::Duration step);
 
   // Writes the parameters after `version` updates into `parameters`.
   absl::Status PullParameters(int64_t version,
                               const std::vector<Tensor>& parameters);
   Future PullParametersAsync(int64_t version,
                              const std::vector<Tensor>& parameters);
+  // The version (updates applied) the last completed pull returned: in
+  // async_sgd, `step - last_pulled_version()` is the staleness of the
+  // parameters for `step`; -1 before any pull.
+  int64_t last_pulled_version() const;
+
+  // The data this worker reads in the next K iterations from
+  // `next_iteration` (the coordinator's schedule, fetched by the daemon
+  // once per K iterations for all its workers). Unavailable when the
+  // coordinator cannot be reached; FailedPrecondition before the run.
+  absl::StatusOr<Schedule> GetSchedule(int64_t next_iteration);
 
   // Zero-copy reads of the parameters (sync modes). At the end of the
   // declarations the daemon hands this worker its parameter memory (a
@@ -236,8 +351,15 @@ class Client {
 
  private:
   explicit Client(std::unique_ptr<Connection> connection);
+  // PushGradientsAsync (complete_step: tensors left out are zeros) and
+  // PushGradientsPartAsync.
+  Future Push(int64_t step, const std::vector<Tensor>& gradients,
+              bool complete_step);
 
   std::unique_ptr<Connection> connection_;
+  // The step whose parts are being pushed, and step times not sent yet.
+  struct Pending;
+  std::unique_ptr<Pending> pending_;
 };
 
 }  // namespace client

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/tensor_table.h"
 #include "server/base/framed_socket.h"
 #include "server/base/status_macros.h"
 
@@ -241,6 +242,9 @@ void Connection::ReadLoop() {
     absl::Status status = ToStatus(response);
     if (!status.ok()) {
       status = Annotate(status, absl::StrCat(p.what, " (", where_, ")"));
+    } else if (response.has_pull()) {
+      last_pulled_version_.store(response.pull().version(),
+                                 std::memory_order_relaxed);
     }
     p.state->Complete(std::move(status), std::move(response));
   }
@@ -262,8 +266,45 @@ absl::Status Connection::Declare(const proto::TensorSpec& spec) {
                     absl::StrCat("declare tensor '", spec.name(), "'"));
   STARLING_RETURN_IF_ERROR(state->Wait(absl::Now() + options_.timeout));
   absl::MutexLock lock(&mu_);
-  declared_[spec.name()] = Declared{declared_elements_, elements};
+  Declared declared;
+  declared.offset = declared_elements_;
+  declared.elements = elements;
+  declared.dtype = spec.dtype();
+  declared.index = static_cast<int>(specs_.size());
+  declared_[spec.name()] = declared;
+  specs_.push_back(spec);
   declared_elements_ += elements;
+  return absl::OkStatus();
+}
+
+int Connection::buckets() const {
+  absl::MutexLock lock(&mu_);
+  return buckets_;
+}
+
+std::vector<int> Connection::TensorsPerBucket() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> counts(buckets_, 0);
+  for (const proto::TensorSpec& spec : specs_) ++counts[spec.bucket()];
+  return counts;
+}
+
+int Connection::declared_count() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(specs_.size());
+}
+
+absl::Status Connection::SetInitialParameters(
+    std::vector<proto::PoolSlice> slices) {
+  absl::MutexLock lock(&mu_);
+  if (commit_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "initial parameters are set after the declarations and before the "
+        "first push, pull, all-reduce or barrier; this worker's declarations "
+        "ended already (",
+        where_, ")"));
+  }
+  initial_ = std::move(slices);
   return absl::OkStatus();
 }
 
@@ -290,7 +331,21 @@ absl::Status Connection::EnsureCommitted() {
     absl::MutexLock lock(&mu_);
     if (commit_ == nullptr) {
       proto::WorkerRequest request;
-      request.mutable_commit_tensors();
+      // Parameter-server mode applies whole pushes: one bucket.
+      const uint64_t bucket_bytes =
+          hello_.mode() == proto::JobConfig::MODE_PARAMETER_SERVER
+              ? 0
+              : options_.bucket_bytes;
+      buckets_ = proto::AssignBuckets(bucket_bytes, &specs_);
+      for (const proto::TensorSpec& spec : specs_) {
+        declared_[spec.name()].bucket = spec.bucket();
+      }
+      request.mutable_commit_tensors()->set_bucket_bytes(bucket_bytes);
+      for (proto::PoolSlice& slice : initial_) {
+        *request.mutable_commit_tensors()->add_initial_parameters() =
+            std::move(slice);
+      }
+      initial_.clear();
       // Send() takes mu_ itself: build the state here instead.
       commit_ = std::make_shared<internal::FutureState>(
           absl::StrCat("end of tensor declarations (", where_, ")"));
@@ -382,6 +437,9 @@ void Connection::ResetRun() {
   UnmapParametersLocked();
   declared_.clear();
   declared_elements_ = 0;
+  specs_.clear();
+  buckets_ = 0;
+  initial_.clear();
   commit_ = nullptr;
   run_id_ = 0;
   next_step_ = 0;

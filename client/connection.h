@@ -9,6 +9,7 @@
 #ifndef STARLING_CLIENT_CONNECTION_H_
 #define STARLING_CLIENT_CONNECTION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -54,6 +55,30 @@ class Connection {
   // Declarations, kept here for AllocateTensor and to check buffer sizes.
   absl::Status Declare(const proto::TensorSpec& spec);
   absl::StatusOr<uint64_t> ElementsOf(absl::string_view tensor) const;
+  // A declared tensor: where it begins in the flat parameters (declaration
+  // order), its size, type, position and (after the commit) bucket.
+  struct Declared {
+    uint64_t offset = 0;
+    uint64_t elements = 0;
+    proto::DataType dtype = proto::DATA_TYPE_FLOAT32;
+    int index = 0;
+    int bucket = 0;
+  };
+  // InvalidArgument if `tensor` was not declared.
+  absl::StatusOr<Declared> FindDeclared(absl::string_view tensor) const;
+  // Gradient buckets of the committed declarations (0 before).
+  int buckets() const;
+  // Tensors in declaration order.
+  int declared_count() const;
+  // Tensors in each bucket (after the commit).
+  std::vector<int> TensorsPerBucket() const;
+  // The initial parameters the commit will carry (SetInitialParameters).
+  // FailedPrecondition once the commit was sent.
+  absl::Status SetInitialParameters(std::vector<proto::PoolSlice> slices);
+  // Set from each pull's reply (-1 before any).
+  int64_t last_pulled_version() const {
+    return last_pulled_version_.load(std::memory_order_relaxed);
+  }
   // Ends the declarations (once per run, collectively): the first caller
   // sends the commit, every caller waits for its answer (bounded by the
   // options' timeout; no lock held while waiting). Later calls return the
@@ -85,15 +110,6 @@ class Connection {
   std::shared_ptr<internal::FutureState> SendLocked(
       proto::WorkerRequest request, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A declared tensor: where it begins in the flat parameters (declaration
-  // order) and its size.
-  struct Declared {
-    uint64_t offset = 0;
-    uint64_t elements = 0;
-  };
-  // ElementsOf() and OffsetOf(): InvalidArgument if `tensor` was not
-  // declared.
-  absl::StatusOr<Declared> FindDeclared(absl::string_view tensor) const;
   void ReadLoop();
   void WriteLoop();
   // Fails every pending op and later sends with `why`.
@@ -125,6 +141,13 @@ class Connection {
   // The declared tensors (declared_elements_ is their sum).
   std::map<std::string, Declared, std::less<>> declared_ ABSL_GUARDED_BY(mu_);
   uint64_t declared_elements_ ABSL_GUARDED_BY(mu_) = 0;
+  // The declarations in order (buckets set at the commit) and the count
+  // of buckets.
+  std::vector<proto::TensorSpec> specs_ ABSL_GUARDED_BY(mu_);
+  int buckets_ ABSL_GUARDED_BY(mu_) = 0;
+  // The commit's initial parameters (SetInitialParameters).
+  std::vector<proto::PoolSlice> initial_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> last_pulled_version_{-1};
 
   // The parameters' memfd from the commit reply (owned), until mapped.
   int params_fd_ ABSL_GUARDED_BY(mu_) = -1;

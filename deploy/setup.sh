@@ -20,6 +20,8 @@ PACKAGES=(
   # Format check; network namespaces for multi-host tests.
   clang-format iproute2 procps
   prometheus  # promtool: `promtool check metrics` in the metrics tests
+  # Training: OpenBLAS (cblas_sgemm), zlib (gzip IDX files), Fashion-MNIST.
+  libopenblas-dev zlib1g-dev dataset-fashion-mnist
 )
 BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
 

@@ -18,8 +18,28 @@ absl::string_view DataTypeName(DataType type) {
 }
 
 std::string DescribeSpec(const TensorSpec& spec) {
-  return absl::StrCat("[", absl::StrJoin(spec.shape(), ", "), "] ",
-                      DataTypeName(spec.dtype()));
+  return absl::StrCat(
+      "[", absl::StrJoin(spec.shape(), ", "), "] ", DataTypeName(spec.dtype()),
+      spec.bucket() != 0 ? absl::StrCat(" bucket ", spec.bucket()) : "");
+}
+
+uint64_t ElementBytes(DataType type) {
+  absl::StatusOr<::starling::DataType> known = DataTypeFromProto(type);
+  return known.ok() ? ::starling::DataTypeBytes(*known) : 0;
+}
+
+int AssignBuckets(uint64_t bucket_bytes, std::vector<TensorSpec>* table) {
+  int bucket = 0;
+  uint64_t filled = 0;
+  for (auto it = table->rbegin(); it != table->rend(); ++it) {
+    if (bucket_bytes != 0 && filled >= bucket_bytes) {
+      ++bucket;
+      filled = 0;
+    }
+    it->set_bucket(bucket);
+    filled += ElementsOf(*it) * ElementBytes(it->dtype());
+  }
+  return table->empty() ? 0 : bucket + 1;
 }
 
 uint64_t ElementsOf(const TensorSpec& spec) {
@@ -36,7 +56,7 @@ uint64_t TotalElements(const std::vector<TensorSpec>& table) {
 
 bool SameSpec(const TensorSpec& a, const TensorSpec& b) {
   if (a.name() != b.name() || a.dtype() != b.dtype() ||
-      a.shape_size() != b.shape_size()) {
+      a.bucket() != b.bucket() || a.shape_size() != b.shape_size()) {
     return false;
   }
   for (int i = 0; i < a.shape_size(); ++i) {

@@ -24,7 +24,8 @@ namespace proto {
 // values this build does not know.
 absl::string_view DataTypeName(DataType type);
 
-// "[4, 5] float32"; a scalar is "[] float32".
+// "[4, 5] float32"; a scalar is "[] float32"; "[4, 5] float16 bucket 2"
+// when it is in a bucket other than 0.
 std::string DescribeSpec(const TensorSpec& spec);
 
 // Product of the dimensions (1 for a scalar). REQUIRES: CheckTensorSpec ok.
@@ -33,8 +34,19 @@ uint64_t ElementsOf(const TensorSpec& spec);
 // Sum of ElementsOf over `table`. REQUIRES: CheckTensorSpecs ok.
 uint64_t TotalElements(const std::vector<TensorSpec>& table);
 
-// Same name, dtype and shape.
+// Same name, dtype, shape and bucket.
 bool SameSpec(const TensorSpec& a, const TensorSpec& b);
+
+// Bytes of one element of `type` (float32 4, float16 2, ...); 0 for an
+// unspecified type.
+uint64_t ElementBytes(DataType type);
+
+// Sets each tensor's bucket: walking the table from its last tensor to its
+// first, a bucket takes tensors until it holds at least `bucket_bytes`
+// (a tensor is never split), then the next one begins; bucket_bytes 0
+// puts every tensor in bucket 0. Bucket 0 holds the last declared tensors
+// (backward produces their gradients first). Returns the bucket count.
+int AssignBuckets(uint64_t bucket_bytes, std::vector<TensorSpec>* table);
 
 // InvalidArgument naming the tensor when its name is empty, a dimension is
 // negative, the dtype is unspecified, or the element count overflows.

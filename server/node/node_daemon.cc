@@ -20,6 +20,13 @@ namespace starling {
 namespace node {
 namespace {
 
+// Schedules kept for the local workers that have not asked yet; a few
+// more than the one in use, so that a worker running behind still hits.
+constexpr size_t kKeptSchedules = 4;
+// Bound on one schedule request when the job config gives no collective
+// timeout.
+constexpr absl::Duration kDefaultScheduleTimeout = absl::Seconds(30);
+
 std::string LocalHostname() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
@@ -119,6 +126,12 @@ absl::Status NodeDaemon::Join() {
         "the coordinator ", options_.coordinator, " sent a job config this ",
         "daemon cannot run: ", config.message()));
   }
+  if (join_.config().staleness() < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator ", options_.coordinator, " sent a job config this ",
+        "daemon cannot run: staleness ", join_.config().staleness(),
+        " is negative"));
+  }
   return absl::OkStatus();
 }
 
@@ -163,6 +176,9 @@ absl::Status NodeDaemon::OpenDataPlane() {
   sync_options.grace = options_.worker_grace;
   sync_options.optimizer = config.optimizer();
   sync_options.learning_rate = static_cast<float>(config.learning_rate());
+  sync_options.staleness = config.mode() == proto::JobConfig::MODE_ASYNC_SGD
+                               ? config.staleness()
+                               : 0;
   sync_options.self = Self();
   sync_ = std::make_unique<SyncEngine>(
       sync_options, comm_.get(), transport_.get(), &metrics_, this,
@@ -319,6 +335,9 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
       absl::StrCat(options_.data_host, ":", options_.data_port));
   reply.set_parameter_count(join_.config().parameter_count());
   reply.set_mode(join_.config().mode());
+  reply.set_staleness(join_.config().mode() == proto::JobConfig::MODE_ASYNC_SGD
+                          ? join_.config().staleness()
+                          : 0);
   STARLING_LOG(INFO) << "worker '" << hello.worker_name() << "' (index "
                      << worker.index << ", pid " << worker.pid << ") attached"
                      << (reply.run_id() != 0
@@ -361,11 +380,79 @@ void NodeDaemon::Handle(const WorkerHandle& worker,
         sync_->Pull(worker, request);
       }
       return;
+    case proto::WorkerRequest::kSchedule:
+      AnswerSchedule(worker, request);
+      return;
     default:
       worker.responder->Reply(
           request.id(),
           absl::InvalidArgumentError("unknown or repeated worker request"));
   }
+}
+
+void NodeDaemon::AnswerSchedule(const WorkerHandle& worker,
+                                const proto::WorkerRequest& request) {
+  const int64_t next = request.schedule().next_iteration();
+  if (next < 0) {
+    worker.responder->Reply(request.id(),
+                            absl::InvalidArgumentError(absl::StrCat(
+                                "schedule request from iteration ", next,
+                                " of worker '", worker.name, "': negative")));
+    return;
+  }
+  absl::StatusOr<proto::Schedule> schedule =
+      ScheduleFrom(static_cast<uint64_t>(next));
+  const absl::Status status = schedule.status();
+  proto::WorkerResponse response;
+  if (status.ok()) *response.mutable_schedule() = *std::move(schedule);
+  worker.responder->Reply(request.id(), status, std::move(response));
+}
+
+absl::StatusOr<proto::Schedule> NodeDaemon::ScheduleFrom(
+    uint64_t next_iteration) {
+  const int64_t timeout_ms = join_.config().collective_timeout_ms();
+  const absl::Time deadline =
+      absl::Now() + (timeout_ms > 0 ? absl::Milliseconds(timeout_ms)
+                                    : kDefaultScheduleTimeout);
+  std::shared_ptr<CachedSchedule> entry;
+  {
+    absl::MutexLock lock(&schedules_mu_);
+    for (const auto& [iteration, cached] : schedules_) {
+      if (iteration == next_iteration) entry = cached;
+    }
+    if (entry != nullptr) {
+      // Asked already: the answer, or wait for the RPC in flight (which
+      // ends by its own deadline, about this one).
+      if (!schedules_mu_.AwaitWithDeadline(absl::Condition(&entry->done),
+                                           deadline)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("the schedule from iteration ", next_iteration,
+                         " was not answered in time by the coordinator ",
+                         options_.coordinator));
+      }
+      return entry->result;
+    }
+    entry = std::make_shared<CachedSchedule>();
+    schedules_.emplace_back(next_iteration, entry);
+    while (schedules_.size() > kKeptSchedules) schedules_.pop_front();
+  }
+  // No lock held across the RPC; other askers of this iteration wait on
+  // `entry`, of other iterations ask for their own.
+  absl::StatusOr<proto::Schedule> result =
+      link_->GetSchedule(next_iteration, deadline);
+  absl::MutexLock lock(&schedules_mu_);
+  entry->result = result;
+  entry->done = true;
+  if (!result.ok()) {
+    // Errors are for the askers waiting now; the next asker tries again.
+    for (auto it = schedules_.begin(); it != schedules_.end(); ++it) {
+      if (it->second == entry) {
+        schedules_.erase(it);
+        break;
+      }
+    }
+  }
+  return result;
 }
 
 proto::NodeStatusReply NodeDaemon::Status() const {
@@ -410,19 +497,30 @@ proto::ListShardsReply NodeDaemon::Shards() const {
     if (serving_) run = sync_->current_run();
   }
   if (run == nullptr) return reply;  // no run: no shard
-  const uint64_t begin = run->store->shard_begin();
-  const uint64_t end = run->store->shard_end();
-  for (const TensorLayout::Entry& entry : run->layout.tensors) {
-    const uint64_t b = std::max<uint64_t>(begin, entry.offset);
-    const uint64_t e = std::min<uint64_t>(end, entry.offset + entry.elements);
-    if (b >= e) continue;
-    proto::ShardInfo* info = reply.add_shards();
-    info->set_tensor(entry.spec.name());
-    info->mutable_range()->set_rank(join_.rank());
-    info->mutable_range()->set_begin_element(b);
-    info->mutable_range()->set_end_element(e);
-    info->set_dtype(entry.spec.dtype());
-    info->set_bytes((e - b) * sizeof(float));
+  // This rank's parts: one per bucket in sync modes, one flat shard in
+  // parameter-server mode.
+  std::vector<std::pair<uint64_t, uint64_t>> owned;
+  if (ps_ == nullptr) {
+    for (const Bucket& bucket : run->buckets) {
+      owned.emplace_back(bucket.owned_begin, bucket.owned_end);
+    }
+  } else {
+    owned.emplace_back(run->store->shard_begin(), run->store->shard_end());
+  }
+  for (const auto& [begin, end] : owned) {
+    for (const TensorLayout::Entry& entry : run->layout.tensors) {
+      const uint64_t b = std::max<uint64_t>(begin, entry.offset);
+      const uint64_t e = std::min<uint64_t>(end, entry.offset + entry.elements);
+      if (b >= e) continue;
+      proto::ShardInfo* info = reply.add_shards();
+      info->set_tensor(entry.spec.name());
+      info->mutable_range()->set_rank(join_.rank());
+      info->mutable_range()->set_begin_element(b);
+      info->mutable_range()->set_end_element(e);
+      info->set_dtype(entry.spec.dtype());
+      // Held as float32 (the master) whatever the tensor's type.
+      info->set_bytes((e - b) * sizeof(float));
+    }
   }
   return reply;
 }

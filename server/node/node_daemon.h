@@ -16,7 +16,8 @@
 //   - the SyncEngine's abort listener (peers' run-failure notices);
 //   - the worker socket's accept thread, plus a reader and a writer thread
 //     per attached worker (parse requests, run pulls and parameter-server
-//     pushes/pulls for that worker; send its replies);
+//     pushes/pulls for that worker, and its schedule requests, which may
+//     wait for a GetSchedule RPC; send its replies);
 //   - parameter-server mode: one server thread per peer (PsEngine);
 //   - the coordinator link's thread (CoordinatorLink, from the join on,
 //     before the mesh forms): heartbeats (shard and optimizer-state bytes,
@@ -32,8 +33,10 @@
 #define STARLING_SERVER_NODE_NODE_DAEMON_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -113,7 +116,19 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   void OnLostRanks(const std::vector<int>& lost_ranks);
   void OnRunFailed(const proto::RunFailure& failure);
   void OnStep(int64_t step, const absl::Status& status);
+  // A worker's schedule request (its reader thread): the coordinator's
+  // schedule for this rank from the asked iteration, from the cache or one
+  // GetSchedule RPC shared by every local worker asking for it.
+  void AnswerSchedule(const WorkerHandle& worker,
+                      const proto::WorkerRequest& request);
+  absl::StatusOr<proto::Schedule> ScheduleFrom(uint64_t next_iteration);
   std::string Self() const;
+
+  // One schedule asked of the coordinator: pending until `done`.
+  struct CachedSchedule {
+    bool done = false;
+    absl::StatusOr<proto::Schedule> result;
+  };
 
   const NodeOptions options_;
   NodeMetrics metrics_;
@@ -134,6 +149,12 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   // Set once the data plane is open (the heartbeat thread starts before).
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+
+  // The last few schedules by next_iteration, oldest first: every local
+  // worker asks for the same iterations. Never held across the RPC.
+  absl::Mutex schedules_mu_;
+  std::deque<std::pair<uint64_t, std::shared_ptr<CachedSchedule>>> schedules_
+      ABSL_GUARDED_BY(schedules_mu_);
 };
 
 }  // namespace node

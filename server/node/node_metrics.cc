@@ -58,6 +58,30 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
              "Latency of a parameter pull, request to answer", seconds));
   m.pull_seconds = h->Get();
   STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram(
+             "starling_node_push_staleness",
+             "Staleness of each gradient push: its step minus the parameter "
+             "version its worker last pulled (0 in synchronous SGD; at most "
+             "the run's bound in async SGD)",
+             {0, 1, 2, 3, 4, 6, 8, 12, 16, 32}));
+  m.push_staleness = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_worker_compute_seconds_total",
+             "Seconds local workers spent in forward and backward (as they "
+             "report them)"));
+  m.worker_compute_seconds = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_worker_step_seconds_total",
+                              "Seconds of local workers' whole steps (as they "
+                              "report them)"));
+  m.worker_step_seconds = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_compute_ratio",
+                            "Local workers' compute time / step time over "
+                            "the running run (1: communication fully hidden)"));
+  m.compute_ratio = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
       g, registry->AddGauge("starling_node_attached_workers",
                             "Local workers attached to this daemon"));
   m.attached_workers = g->Get();

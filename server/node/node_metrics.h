@@ -29,6 +29,14 @@ struct NodeMetrics {
   metrics::Counter* pulls = nullptr;
   metrics::Histogram* push_seconds = nullptr;
   metrics::Histogram* pull_seconds = nullptr;
+  // Staleness of each push: its step minus the version its worker last
+  // pulled (updates the gradient's parameters missed; 0 in sync modes).
+  metrics::Histogram* push_staleness = nullptr;
+  // Workers' reports (client ReportStepTimes): forward/backward time, step
+  // time, and the ratio of their sums over the run so far.
+  metrics::Counter* worker_compute_seconds = nullptr;
+  metrics::Counter* worker_step_seconds = nullptr;
+  metrics::Gauge* compute_ratio = nullptr;
   metrics::Gauge* attached_workers = nullptr;
   // Local workers that left a running run without finishing (within their
   // grace), and the current run's id (0 between runs); set every heartbeat.

@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "proto/tensor_table.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/collective/data_type.h"
 #include "server/collective/shard_layout.h"
 #include "server/node/float_bytes.h"
 
@@ -411,8 +413,14 @@ absl::Status PsEngine::Move(
     const WorkerHandle& worker, Run& run, uint32_t kind,
     const google::protobuf::RepeatedPtrField<proto::PoolSlice>& slices) {
   const TensorLayout& layout = run.layout;
-  // Each slice's offset in the layout and the worker's buffer.
-  std::vector<std::pair<size_t, absl::Span<float>>> buffers;
+  // Each slice's entry and the worker's buffer (of the tensor's type: the
+  // parameter-server wire is float32, 16-bit tensors are widened and
+  // narrowed here).
+  struct Buffer {
+    const TensorLayout::Entry* entry;
+    absl::Span<std::byte> bytes;
+  };
+  std::vector<Buffer> buffers;
   for (const proto::PoolSlice& slice : slices) {
     STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
                               layout.Find(slice.tensor()));
@@ -422,21 +430,52 @@ absl::Status PsEngine::Move(
                        " elements ", kind == kPush ? "pushed, " : "asked, ",
                        entry->elements, " declared"));
     }
-    STARLING_ASSIGN_OR_RETURN(absl::Span<float> buffer,
-                              worker.pool->Floats(slice));
-    buffers.emplace_back(entry->offset, buffer);
+    STARLING_ASSIGN_OR_RETURN(
+        absl::Span<std::byte> buffer,
+        worker.pool->Bytes(slice, proto::ElementBytes(entry->spec.dtype())));
+    buffers.push_back(Buffer{entry, buffer});
   }
   // Tensors a push leaves out count as zeros.
   std::vector<float> flat(layout.total_elements, 0.0f);
   if (kind == kPush) {
-    for (const auto& [offset, buffer] : buffers) {
-      std::copy(buffer.begin(), buffer.end(), flat.begin() + offset);
+    for (const Buffer& b : buffers) {
+      float* dst = flat.data() + b.entry->offset;
+      const auto* half = reinterpret_cast<const uint16_t*>(b.bytes.data());
+      switch (b.entry->spec.dtype()) {
+        case proto::DATA_TYPE_FLOAT16:
+          for (uint64_t i = 0; i < b.entry->elements; ++i) {
+            dst[i] = collective::HalfToFloat(half[i]);
+          }
+          break;
+        case proto::DATA_TYPE_BFLOAT16:
+          for (uint64_t i = 0; i < b.entry->elements; ++i) {
+            dst[i] = collective::BFloat16ToFloat(half[i]);
+          }
+          break;
+        default:
+          std::memcpy(dst, b.bytes.data(), b.bytes.size());
+      }
     }
   }
   STARLING_RETURN_IF_ERROR(Exchange(worker, run, kind, absl::MakeSpan(flat)));
   if (kind == kPull) {
-    for (const auto& [offset, buffer] : buffers) {
-      std::copy_n(flat.begin() + offset, buffer.size(), buffer.begin());
+    for (const Buffer& b : buffers) {
+      const float* src = flat.data() + b.entry->offset;
+      auto* half = reinterpret_cast<uint16_t*>(b.bytes.data());
+      switch (b.entry->spec.dtype()) {
+        case proto::DATA_TYPE_FLOAT16:
+          for (uint64_t i = 0; i < b.entry->elements; ++i) {
+            half[i] = collective::FloatToHalf(src[i]);
+          }
+          break;
+        case proto::DATA_TYPE_BFLOAT16:
+          for (uint64_t i = 0; i < b.entry->elements; ++i) {
+            half[i] = collective::FloatToBFloat16(src[i]);
+          }
+          break;
+        default:
+          std::memcpy(b.bytes.data(), src, b.bytes.size());
+      }
     }
   }
   return absl::OkStatus();

@@ -30,7 +30,15 @@ std::string DescribeRequest(const proto::WorkerRequest& request,
                             const std::string& self) {
   switch (request.kind_case()) {
     case proto::WorkerRequest::kPushGradients:
-      return absl::StrCat("step ", request.push_gradients().step(), " on ",
+      return absl::StrCat(
+          "step ", request.push_gradients().step(),
+          request.push_gradients().bucket() != 0
+              ? absl::StrCat(" bucket ", request.push_gradients().bucket())
+              : std::string(),
+          " on ", self);
+    case proto::WorkerRequest::kCommitTensors:
+      return absl::StrCat("end of declarations (bucket_bytes ",
+                          request.commit_tensors().bucket_bytes(), ") on ",
                           self);
     case proto::WorkerRequest::kAllReduce:
       return absl::StrCat("all_reduce of ",
@@ -48,7 +56,12 @@ absl::Status CheckSameRequests(const std::vector<Round>& rounds,
     const proto::WorkerRequest& other = rounds[i].request;
     bool same = first.kind_case() == other.kind_case();
     if (same && first.has_push_gradients()) {
-      same = first.push_gradients().step() == other.push_gradients().step();
+      same = first.push_gradients().step() == other.push_gradients().step() &&
+             first.push_gradients().bucket() == other.push_gradients().bucket();
+    }
+    if (same && first.has_commit_tensors()) {
+      same = first.commit_tensors().bucket_bytes() ==
+             other.commit_tensors().bucket_bytes();
     }
     if (same && first.has_all_reduce()) {
       same = first.all_reduce().slice().elements() ==

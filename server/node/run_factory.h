@@ -29,10 +29,17 @@ struct RunFactoryOptions {
   // shard::CreateOptimizer names; "none": the shard is never updated.
   std::string optimizer = "sgd";
   float learning_rate = 0.01f;
+  // Sync modes: the optimizer updates the master shard (run.h); false in
+  // parameter-server mode, whose optimizer updates store->shard_parameters()
+  // (then every tensor must be in bucket 0).
+  bool master_shard = true;
 };
 
-// The run of `tensors`, started now. Unimplemented for a tensor that is
-// not float32; the ShardStore's and optimizer's errors as they come.
+// The run of `tensors` (their buckets set: proto::AssignBuckets), started
+// now: the layout, the buckets, this rank's owned parts and master shard,
+// the wire type (run.h). Unimplemented for a tensor that is not float32,
+// float16 or bfloat16; InvalidArgument for a bucket whose tensors are not
+// consecutive; the ShardStore's and optimizer's errors as they come.
 absl::StatusOr<std::shared_ptr<Run>> CreateRun(
     const std::vector<proto::TensorSpec>& tensors,
     const RunFactoryOptions& options);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/tensor_table.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/node/run_factory.h"
@@ -173,6 +174,12 @@ void SyncEngine::Submit(const WorkerHandle& worker,
     } else if (!commit && slot->run_id == 0) {
       refuse = absl::FailedPreconditionError(
           "tensors not committed (the client ends the declarations first)");
+    } else if (request.has_push_gradients() && slot->queue.empty() &&
+               request.push_gradients().step() == slot->next_step &&
+               request.push_gradients().bucket() < slot->next_bucket) {
+      // A replacement pushing a bucket of the step its predecessor left in
+      // the middle: that bucket was reduced with the predecessor's push.
+      refuse = absl::OkStatus();
     } else {
       slots_.Enqueue(Round{worker, request, absl::Now()});
       changed_.SignalAll();
@@ -261,15 +268,17 @@ void SyncEngine::Loop() {
       }
       if (stop_) return;
       if (slots_.RoundReady()) {
-        rounds = slots_.TakeRound();
+        rounds = slots_.TakeRound(
+            run_ != nullptr ? static_cast<int>(run_->buckets.size()) : 1);
         run = run_;
       }
     }
     Flush(deferred);
     if (rounds.empty()) continue;
     proto::WorkerResponse reply;
-    absl::Status status = Execute(rounds, run, &reply);
-    const bool is_step =
+    bool applied = false;
+    absl::Status status = Execute(rounds, run, &reply, &applied);
+    const bool is_push =
         rounds[0].request.kind_case() == proto::WorkerRequest::kPushGradients;
     if (!status.ok() && run != nullptr) {
       absl::MutexLock lock(&mu_);
@@ -290,13 +299,13 @@ void SyncEngine::Loop() {
       round.worker.responder->Reply(
           round.request.id(), status, reply,
           committed != nullptr ? ::dup(committed->store->parameters_fd()) : -1);
-      if (is_step) {
+      if (is_push) {
         metrics_->pushes->Increment();
         metrics_->push_seconds->Observe(
             absl::ToDoubleSeconds(absl::Now() - round.submitted));
       }
     }
-    if (is_step && on_step_ != nullptr) {
+    if (is_push && (applied || !status.ok()) && on_step_ != nullptr) {
       on_step_(rounds[0].request.push_gradients().step(), status);
     }
   }
@@ -312,7 +321,7 @@ collective::CallOptions SyncEngine::Call(Run& run) const {
 
 absl::Status SyncEngine::Execute(std::vector<Round>& rounds,
                                  const std::shared_ptr<Run>& run,
-                                 proto::WorkerResponse* reply) {
+                                 proto::WorkerResponse* reply, bool* applied) {
   const proto::WorkerRequest::KindCase kind = rounds[0].request.kind_case();
   if (kind != proto::WorkerRequest::kCommitTensors) {
     if (run == nullptr) {
@@ -330,7 +339,7 @@ absl::Status SyncEngine::Execute(std::vector<Round>& rounds,
         status = Commit(rounds, reply);
         break;
       case proto::WorkerRequest::kPushGradients:
-        status = Step(rounds, *run);
+        status = Step(rounds, *run, applied);
         break;
       case proto::WorkerRequest::kAllReduce:
         status = data_path_.AllReduce(rounds, Describe(rounds[0].request),
@@ -361,8 +370,26 @@ absl::Status SyncEngine::Commit(std::vector<Round>& rounds,
       declared_.LocalTable(workers);
   std::vector<proto::TensorSpec> tensors;
   std::string local_error;
+  // The first local worker (by index) that supplies initial parameters.
+  const Round* supplier = nullptr;
   if (local.ok()) {
     tensors = std::move(*local);
+    // Parameter-server mode updates one flat shard: one bucket.
+    proto::AssignBuckets(options_.pushes_are_rounds
+                             ? rounds[0].request.commit_tensors().bucket_bytes()
+                             : 0,
+                         &tensors);
+    for (const Round& round : rounds) {
+      if (round.request.commit_tensors().initial_parameters_size() > 0) {
+        supplier = &round;
+        break;
+      }
+    }
+    if (supplier != nullptr) {
+      const absl::Status checked =
+          StepDataPath::CheckInitialParameters(*supplier, tensors);
+      if (!checked.ok()) local_error = std::string(checked.message());
+    }
   } else {
     local_error = std::string(local.status().message());
   }
@@ -384,31 +411,85 @@ absl::Status SyncEngine::Commit(std::vector<Round>& rounds,
   run_options.rank = transport_->rank();
   run_options.optimizer = options_.optimizer;
   run_options.learning_rate = options_.learning_rate;
+  run_options.master_shard = options_.pushes_are_rounds;
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Run> run,
                             CreateRun(tensors, run_options));
   comm_->SkipTo(begun->first_op_seq);
-  metrics_->shard_bytes->Set(static_cast<double>(run->store->ShardBytes()));
+  metrics_->shard_bytes->Set(static_cast<double>(
+      options_.pushes_are_rounds ? run->master.size() * sizeof(float)
+                                 : run->store->ShardBytes()));
   metrics_->optimizer_state_bytes->Set(
       static_cast<double>(run->optimizer->StateBytes()));
   reply->mutable_commit()->set_total_workers(run->total_workers);
   reply->mutable_commit()->set_run_id(run->id);
   reply->mutable_commit()->set_next_step(0);
+  compute_seconds_ = 0;
+  step_seconds_ = 0;
+  next_bucket_ = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    slots_.BeginRun(run->id);
+    applied_version_ = 0;
+    // No pull reads version 0 before it holds the initial parameters.
+    updating_ = true;
+    run_ = run;
+    changed_.SignalAll();
+  }
+  absl::Status initialized =
+      data_path_.InitializeParameters(supplier, *run, Call(*run));
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    updating_ = false;
+    if (!initialized.ok()) {
+      FailRunLocked(
+          run->id,
+          Annotate(NameLostPeers(initialized, *transport_),
+                   absl::StrCat("initial parameters on ", options_.self)),
+          /*broadcast=*/true, &deferred);
+    }
+    changed_.SignalAll();
+  }
+  Flush(deferred);
+  if (!initialized.ok()) return initialized;
   STARLING_LOG(INFO) << "run " << run->id << " began on " << options_.self
                      << ": " << run->layout.tensors.size() << " tensors, "
-                     << run->layout.total_elements << " parameters, "
-                     << run->total_workers << " workers";
-  absl::MutexLock lock(&mu_);
-  slots_.BeginRun(run->id);
-  applied_version_ = 0;
-  updating_ = false;
-  run_ = std::move(run);
-  changed_.SignalAll();
+                     << run->layout.total_elements << " parameters in "
+                     << run->buckets.size() << " bucket(s), "
+                     << collective::DataTypeName(run->wire) << " on the wire, "
+                     << run->total_workers << " workers"
+                     << (supplier != nullptr ? ", initial parameters from "
+                                             : "")
+                     << (supplier != nullptr ? supplier->worker.name : "");
   return absl::OkStatus();
 }
 
-absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
+void SyncEngine::RecordStepTimes(const std::vector<Round>& rounds) {
+  bool reported = false;
+  for (const Round& round : rounds) {
+    const proto::PushGradientsRequest& push = round.request.push_gradients();
+    if (push.step_seconds() > 0 && push.compute_seconds() >= 0) {
+      compute_seconds_ += push.compute_seconds();
+      step_seconds_ += push.step_seconds();
+      metrics_->worker_compute_seconds->Increment(push.compute_seconds());
+      metrics_->worker_step_seconds->Increment(push.step_seconds());
+      reported = true;
+    }
+  }
+  if (reported && step_seconds_ > 0) {
+    metrics_->compute_ratio->Set(compute_seconds_ / step_seconds_);
+  }
+}
+
+absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run,
+                              bool* applied) {
   const int64_t step = rounds[0].request.push_gradients().step();
-  const std::string where = absl::StrCat("step ", step, " on ", options_.self);
+  const int bucket = rounds[0].request.push_gradients().bucket();
+  const int buckets = static_cast<int>(run.buckets.size());
+  const std::string where = absl::StrCat(
+      "step ", step,
+      buckets > 1 ? absl::StrCat(" bucket ", bucket) : std::string(), " on ",
+      options_.self);
   {
     absl::MutexLock lock(&mu_);
     if (step != applied_version_) {
@@ -416,6 +497,38 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
           absl::StrCat(where, ": pushed for step ", step,
                        " but the next step is ", applied_version_));
     }
+    const int expected = next_bucket_;
+    if (bucket != expected && !(buckets == 0 && bucket == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": bucket ", bucket, " pushed where bucket ", expected,
+          " of the run's ", buckets,
+          " was next (buckets are pushed in order, each once a step)"));
+    }
+    if (bucket == 0) {
+      for (const Round& round : rounds) {
+        const int64_t pulled =
+            slots_.at(round.worker.index).last_pulled_version;
+        if (pulled >= 0) {
+          metrics_->push_staleness->Observe(static_cast<double>(step - pulled));
+        }
+      }
+    }
+  }
+  RecordStepTimes(rounds);
+  if (buckets == 0) {
+    // An empty model: nothing to reduce.
+  } else {
+    const absl::Status reduced =
+        data_path_.ReduceBucket(rounds, run, bucket, Call(run));
+    if (!reduced.ok()) return Annotate(reduced, where);
+    if (bucket < buckets - 1) {
+      next_bucket_ = bucket + 1;
+      return absl::OkStatus();
+    }
+  }
+  next_bucket_ = 0;
+  {
+    absl::MutexLock lock(&mu_);
     // Block new pulls and wait for the current readers to leave.
     updating_ = true;
     mu_.Await(absl::Condition(
@@ -425,8 +538,7 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
   shard::ShardStore& store = *run.store;
   // Views of version `step` (held by workers that all pushed now) end.
   store.MarkWriting(step + 1);
-  const absl::Status status =
-      data_path_.ApplyStep(rounds, run, step, Call(run));
+  const absl::Status status = data_path_.UpdateAndGather(run, step, Call(run));
   absl::MutexLock lock(&mu_);
   updating_ = false;
   if (!status.ok()) return Annotate(status, where);
@@ -435,8 +547,10 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run) {
   }
   store.MarkVersion(step + 1);
   applied_version_ = step + 1;
+  *applied = true;
   metrics_->steps->Increment();
   metrics_->step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -487,6 +601,10 @@ absl::StatusOr<std::shared_ptr<Run>> SyncEngine::RunOf(
 void SyncEngine::Pull(const WorkerHandle& worker,
                       const proto::WorkerRequest& request) {
   const int64_t version = request.pull_parameters().version();
+  // Async SGD (stale synchronous parallel): the pull for step `version`
+  // needs every update of the steps before version - staleness.
+  const int64_t needed = std::max<int64_t>(0, version - options_.staleness);
+  int64_t returned = -1;
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.timeout + options_.grace;
   std::shared_ptr<Run> run;
@@ -497,7 +615,7 @@ void SyncEngine::Pull(const WorkerHandle& worker,
     const uint64_t run_id = slot.run_id;
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stop_ || run_ == nullptr || run_->id != run_id ||
-             (applied_version_ >= version && !updating_);
+             (applied_version_ >= needed && !updating_);
     };
     if (slot.worker.session != worker.session) {
       status = absl::FailedPreconditionError("this worker was replaced");
@@ -510,15 +628,16 @@ void SyncEngine::Pull(const WorkerHandle& worker,
         status = ShuttingDown();
       } else if (run_ == nullptr || run_->id != run_id) {
         status = history_.StaleRunError(run_id);
-      } else if (applied_version_ < version || updating_) {
+      } else if (applied_version_ < needed || updating_) {
         status = absl::DeadlineExceededError(absl::StrCat(
-            "parameters of version ", version, " not ready within ",
+            "parameters of version ", needed, " not ready within ",
             absl::FormatDuration(options_.timeout + options_.grace), " on ",
             options_.self, " (version ", applied_version_,
             " applied; every worker of the job must push each step)"));
       } else {
         run = run_;
         ++readers_;
+        returned = applied_version_;
       }
     }
   }
@@ -527,14 +646,19 @@ void SyncEngine::Pull(const WorkerHandle& worker,
     status = data_path_.CopyParameters(worker, request.pull_parameters(), *run);
     absl::MutexLock lock(&mu_);
     --readers_;
+    WorkerSlots::Slot* slot = slots_.Find(worker);
+    if (status.ok() && slot != nullptr) slot->last_pulled_version = returned;
   }
   metrics_->pulls->Increment();
   metrics_->pull_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  proto::WorkerResponse answer;
   if (!status.ok()) {
     status = Annotate(status, absl::StrCat("pull of version ", version, " on ",
                                            options_.self));
+  } else {
+    answer.mutable_pull()->set_version(returned);
   }
-  worker.responder->Reply(request.id(), status);
+  worker.responder->Reply(request.id(), status, std::move(answer));
 }
 
 std::shared_ptr<Run> SyncEngine::current_run() const {

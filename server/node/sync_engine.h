@@ -125,6 +125,9 @@ struct SyncEngineOptions {
   // "none": plain all-reduce jobs, the shard is never updated.
   std::string optimizer = "sgd";
   float learning_rate = 0.01f;
+  // Async SGD's staleness bound s (0: synchronous): a pull for step t
+  // waits for version t - s, and returns the newest version held.
+  int staleness = 0;
   // Runs kept in recent_runs().
   int history = 8;
   // "rank 2 (127.0.0.1:29502)": this daemon in messages.
@@ -205,9 +208,13 @@ class SyncEngine {
 
   absl::Status Execute(std::vector<Round>& rounds,
                        const std::shared_ptr<Run>& run,
-                       proto::WorkerResponse* reply);
+                       proto::WorkerResponse* reply, bool* applied);
   absl::Status Commit(std::vector<Round>& rounds, proto::WorkerResponse* reply);
-  absl::Status Step(std::vector<Round>& rounds, Run& run);
+  // One bucket of a push round; `applied` says whether it was the step's
+  // last (the parameters moved to the next version).
+  absl::Status Step(std::vector<Round>& rounds, Run& run, bool* applied);
+  // The workers' ReportStepTimes carried by a push round.
+  void RecordStepTimes(const std::vector<Round>& rounds);
   absl::Status Finish(Run& run);
   collective::CallOptions Call(Run& run) const;
   std::string Describe(const proto::WorkerRequest& request) const;
@@ -238,6 +245,11 @@ class SyncEngine {
   int readers_ ABSL_GUARDED_BY(mu_) = 0;
   // Ended runs, newest last (at most options_.history).
   RunHistory history_ ABSL_GUARDED_BY(mu_);
+  // Step thread only: the running run's reported compute and step seconds.
+  double compute_seconds_ = 0;
+  double step_seconds_ = 0;
+  // Step thread only: the bucket the running step expects next.
+  int next_bucket_ = 0;
 };
 
 }  // namespace node

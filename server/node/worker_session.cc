@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/base/framed_socket.h"
 #include "server/base/logging.h"
+#include "server/base/status_macros.h"
 #include "server/node/worker_request_check.h"
 
 namespace starling {
@@ -74,16 +75,24 @@ WorkerPool::~WorkerPool() {
 
 absl::StatusOr<absl::Span<float>> WorkerPool::Floats(
     const proto::PoolSlice& slice) const {
+  STARLING_ASSIGN_OR_RETURN(absl::Span<std::byte> bytes,
+                            Bytes(slice, sizeof(float)));
+  return absl::Span<float>(reinterpret_cast<float*>(bytes.data()),
+                           slice.elements());
+}
+
+absl::StatusOr<absl::Span<std::byte>> WorkerPool::Bytes(
+    const proto::PoolSlice& slice, size_t element_bytes) const {
   const uint64_t offset = slice.offset_bytes();
   const uint64_t elements = slice.elements();
-  if (offset % alignof(float) != 0 || offset > size_ ||
-      elements > (size_ - offset) / sizeof(float)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("buffer of tensor '", slice.tensor(), "' (", elements,
-                     " floats at pool offset ", offset,
-                     ") is misaligned or leaves the ", size_, "-byte pool"));
+  if (element_bytes == 0 || offset % element_bytes != 0 || offset > size_ ||
+      elements > (size_ - offset) / element_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "buffer of tensor '", slice.tensor(), "' (", elements, " elements of ",
+        element_bytes, " bytes at pool offset ", offset,
+        ") is misaligned or leaves the ", size_, "-byte pool"));
   }
-  return absl::Span<float>(reinterpret_cast<float*>(base_ + offset), elements);
+  return absl::Span<std::byte>(base_ + offset, elements * element_bytes);
 }
 
 Responder::~Responder() {

@@ -61,6 +61,10 @@ class WorkerPool {
   // The floats of `slice`; InvalidArgument (naming the tensor, offset,
   // length and pool size) when it is misaligned or leaves the pool.
   absl::StatusOr<absl::Span<float>> Floats(const proto::PoolSlice& slice) const;
+  // The bytes of `slice` for elements of `element_bytes` (2 or 4) each;
+  // the same errors.
+  absl::StatusOr<absl::Span<std::byte>> Bytes(const proto::PoolSlice& slice,
+                                              size_t element_bytes) const;
 
  private:
   WorkerPool(int fd, std::byte* base, size_t size)

@@ -172,14 +172,19 @@ bool WorkerSlots::RoundReady() const {
   return true;
 }
 
-std::vector<Round> WorkerSlots::TakeRound() {
+std::vector<Round> WorkerSlots::TakeRound(int buckets) {
   std::vector<Round> rounds;
   for (Slot& slot : slots_) {
     rounds.push_back(std::move(slot.queue.front()));
     slot.queue.pop_front();
-    if (rounds.back().request.kind_case() ==
-        proto::WorkerRequest::kPushGradients) {
-      ++slot.next_step;
+    const proto::WorkerRequest& request = rounds.back().request;
+    if (request.kind_case() == proto::WorkerRequest::kPushGradients) {
+      if (request.push_gradients().bucket() >= buckets - 1) {
+        ++slot.next_step;
+        slot.next_bucket = 0;
+      } else {
+        slot.next_bucket = request.push_gradients().bucket() + 1;
+      }
     }
   }
   return rounds;
@@ -206,6 +211,8 @@ void WorkerSlots::BeginRun(uint64_t run_id) {
   for (Slot& slot : slots_) {
     slot.run_id = run_id;
     slot.next_step = 0;
+    slot.next_bucket = 0;
+    slot.last_pulled_version = -1;
   }
 }
 

@@ -49,8 +49,12 @@ class WorkerSlots {
     WorkerHandle worker;
     // The run this slot takes part in; 0: declaring for the next one.
     uint64_t run_id = 0;
-    // Push rounds of the run consumed from this slot.
+    // Steps of the run whose every bucket was consumed from this slot, and
+    // the buckets consumed of step next_step.
     int64_t next_step = 0;
+    int next_bucket = 0;
+    // The version the worker's last pull returned (-1: none yet).
+    int64_t last_pulled_version = -1;
     // Attached in place of a missing worker, not yet committed: its
     // declarations are checked against the run's layout.
     bool resuming = false;
@@ -114,8 +118,9 @@ class WorkerSlots {
   // Every slot has a round queued.
   bool RoundReady() const;
   // Takes the head of every queue, in worker-index order; a push advances
-  // its slot's next_step. REQUIRES: RoundReady().
-  std::vector<Round> TakeRound();
+  // its slot's next_bucket, and its next_step after bucket `buckets` - 1
+  // (the run's last). REQUIRES: RoundReady().
+  std::vector<Round> TakeRound(int buckets);
 
   // Unavailable naming the first missing worker whose grace passed by
   // `now`; otherwise the earliest time one will (InfiniteFuture if none).

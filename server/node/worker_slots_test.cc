@@ -45,7 +45,7 @@ class WorkerSlotsTest : public ::testing::Test {
       slots_.Enqueue(Round{Worker(0, 1), Push(step), kT0});
       slots_.Enqueue(Round{Worker(1, 2), Push(step), kT0});
       ASSERT_TRUE(slots_.RoundReady());
-      ASSERT_EQ(slots_.TakeRound().size(), 2u);
+      ASSERT_EQ(slots_.TakeRound(1).size(), 2u);
     }
     ASSERT_EQ(slots_.Detach(Worker(1, 2), &run_, kT0),
               WorkerSlots::Detached::kMissing);
