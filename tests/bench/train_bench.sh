@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Training benchmark: starling-worker trains Fashion-MNIST inside the
+# simulated cluster of ../shared/peerbench (network namespaces h0..h3, one
+# rate-limited NIC each): a coordinator on the unshaped control host, one
+# starling-node daemon per host, one starling-worker per daemon. One run per
+# (model, mode, overlap); each prints the workers' per-epoch table, and the
+# script ends with one summary row per run: time per epoch, test accuracy
+# after the last epoch, compute ratio, bytes each daemon sent per step,
+# staleness observed. Needs root (ip netns, tc).
+#
+#   tests/bench/train_bench.sh                                  # the recorded table
+#   tests/bench/train_bench.sh --models mlp --modes sync_sgd --epochs 1
+#   tests/bench/train_bench.sh --rate none --hosts 2
+#
+# Options: --models "mlp cnn" --modes "sync_sgd async_sgd parameter_server"
+# --overlap "on off" (off: --bucket_bytes 0, one push after backward)
+# --epochs E (mlp 10, cnn 3; or "mlp:10,cnn:3") --rate 1gbit --hosts 4
+# --batch 64 --lr 0.05 --optimizer momentum --staleness 1 --dtype float32
+# --train-limit N (0: all 60000) --out CSV (default
+# tests/bench/results/train_<date>.csv) --bin DIR (holding
+# starling-coordinator, starling-node, starling-worker; default: build -c opt)
+# --keep (keep the logs). Every process it starts is stopped by pid on exit;
+# the simulated cluster is taken down.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
+MODELS="mlp cnn" MODES="sync_sgd async_sgd parameter_server" OVERLAP="on off"
+EPOCHS="mlp:10,cnn:3" RATE=1gbit HOSTS=4 BATCH=64 LR=0.05 OPTIMIZER=momentum
+STALENESS=1 DTYPE=float32 TRAIN_LIMIT=0 BIN="" KEEP=0
+OUT=$REPO/tests/bench/results/train_$(date +%Y%m%d_%H%M%S).csv
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --models) MODELS=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --overlap) OVERLAP=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --hosts) HOSTS=$2; shift 2 ;;
+    --batch) BATCH=$2; shift 2 ;;
+    --lr) LR=$2; shift 2 ;;
+    --optimizer) OPTIMIZER=$2; shift 2 ;;
+    --staleness) STALENESS=$2; shift 2 ;;
+    --dtype) DTYPE=$2; shift 2 ;;
+    --train-limit) TRAIN_LIMIT=$2; shift 2 ;;
+    --out) OUT=$(realpath -m "$2"); shift 2 ;;
+    --bin) BIN=$(realpath "$2"); shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    *) echo "train_bench.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "train_bench.sh: needs root for ip netns and tc" >&2; exit 2; }
+[[ -d $PEERBENCH_SRC ]] || { echo "train_bench.sh: no peerbench at $PEERBENCH_SRC (set PEERBENCH_SRC)" >&2; exit 2; }
+
+epochs_of() {  # model -> epochs
+  local e
+  if [[ $EPOCHS =~ ^[0-9]+$ ]]; then echo "$EPOCHS"; return; fi
+  e=$(tr ',' '\n' <<< "$EPOCHS" | sed -n "s/^$1://p")
+  echo "${e:-1}"
+}
+
+if [[ -z $BIN ]]; then
+  echo "== building (-c opt)"
+  (cd "$REPO" && bazel build --config=ci -c opt //server/coordinator:starling-coordinator \
+      //server/node:starling-node //worker/trainer:starling-worker >/dev/null)
+  OPT_BIN=$(cd "$REPO" && bazel info --config=ci -c opt bazel-bin 2>/dev/null)
+  BIN=$(mktemp -d /tmp/train_bench_bin.XXXXXX)
+  cp "$OPT_BIN/server/coordinator/starling-coordinator" "$OPT_BIN/server/node/starling-node" \
+     "$OPT_BIN/worker/trainer/starling-worker" "$BIN/"
+fi
+for b in starling-coordinator starling-node starling-worker; do
+  [[ -x $BIN/$b ]] || { echo "train_bench.sh: no $BIN/$b" >&2; exit 2; }
+done
+
+WORK=$(mktemp -d /tmp/train_bench.XXXXXX)
+PB=$WORK/peerbench
+cp -r "$PEERBENCH_SRC" "$PB" && chmod -R u+w "$PB"
+PIDS=()
+stop_pids() {
+  local p
+  for p in "${PIDS[@]:-}"; do [[ -n $p ]] && kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [[ -n $p ]] && wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+cleanup() {
+  stop_pids
+  (cd "$PB" && ./cluster.sh down >/dev/null 2>&1) || true
+  if [[ $KEEP == 1 ]]; then echo "logs: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+echo "== simulated cluster: $HOSTS hosts, $RATE each"
+(cd "$PB" && ./cluster.sh up "$HOSTS" "$RATE" >/dev/null)
+head -c 32 /dev/urandom > "$WORK/secret"
+chmod 600 "$WORK/secret"
+CTL=10.77.0.254
+SAMPLES=60000
+[[ $TRAIN_LIMIT -gt 0 ]] && SAMPLES=$TRAIN_LIMIT
+PARTITIONS=$(( (SAMPLES + BATCH - 1) / BATCH ))
+
+# One metric of host $1's daemon (sum over label sets).
+metric() {
+  ip netns exec "h$1" curl -s --max-time 2 "http://127.0.0.1:29701/metrics" 2>/dev/null |
+    awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.6g", s + 0 }'
+}
+
+mkdir -p "$(dirname "$OUT")"
+echo "model,mode,overlap,hosts,rate,dtype,epochs,seconds_per_epoch,test_accuracy,compute_ratio,bytes_sent_per_step,staleness_mean,staleness_max,steps" > "$OUT"
+run=0
+for model in $MODELS; do
+  E=$(epochs_of "$model")
+  for mode in $MODES; do
+    for overlap in $OVERLAP; do
+      run=$((run + 1))
+      port=$((29400 + 20 * run))
+      dir=$WORK/$model.$mode.$overlap
+      mkdir -p "$dir"
+      bucket=()
+      [[ $overlap == off ]] && bucket=(--bucket_bytes 0)
+      echo
+      echo "== $model, $mode, overlap $overlap: $HOSTS daemons x 1 worker, $E epoch(s)"
+      ip netns exec pbctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$HOSTS" \
+        --listen "$CTL:$port" --metrics_port $((port + 1)) --mode "$mode" \
+        --staleness "$STALENESS" --optimizer "$OPTIMIZER" --learning_rate "$LR" \
+        --epochs "$E" --partitions_per_epoch "$PARTITIONS" --log_level warning \
+        > "$dir/coordinator.log" 2>&1 &
+      PIDS+=($!)
+      for ((h = 0; h < HOSTS; h++)); do
+        ip netns exec "h$h" "$BIN/starling-node" --coordinator "$CTL:$port" --job_id bench \
+          --hostname "h$h" --data_address "10.77.0.$((h + 1))" --data_port 29500 \
+          --admin_port 29600 --metrics_port 29701 --worker_socket "$dir/h$h.sock" \
+          --cluster_secret_file "$WORK/secret" --local_workers 1 --log_level warning \
+          > "$dir/node$h.log" 2>&1 &
+        PIDS+=($!)
+      done
+      workers=()
+      start=$(date +%s.%N)
+      for ((h = 0; h < HOSTS; h++)); do
+        table=()
+        [[ $h -eq 0 ]] && table=(--epochs_table "$dir/epochs.csv")
+        ip netns exec "h$h" "$BIN/starling-worker" --socket "$dir/h$h.sock" --worker_index 0 \
+          --model "$model" --batch_size "$BATCH" --dtype "$DTYPE" --train_limit "$TRAIN_LIMIT" \
+          "${bucket[@]}" "${table[@]}" --progress_interval 30s > "$dir/worker$h.out" 2>&1 &
+        workers+=($!)
+      done
+      failed=0
+      for p in "${workers[@]}"; do wait "$p" || failed=$((failed + 1)); done
+      seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { print e - s }')
+      cat "$dir/worker0.out"
+      if [[ $failed -ne 0 ]]; then
+        echo "train_bench.sh: $failed worker(s) failed in $model/$mode/$overlap:" >&2
+        tail -5 "$dir"/worker*.out "$dir"/node*.log >&2
+        stop_pids
+        continue
+      fi
+      sent=$(metric 0 starling_node_collective_bytes_total)
+      steps=$(metric 0 starling_node_steps_total)
+      st_sum=$(metric 0 starling_node_push_staleness_sum)
+      st_count=$(metric 0 starling_node_push_staleness_count)
+      ratio=$(metric 0 starling_node_compute_ratio)
+      stop_pids
+      # The table's last row: accuracy; staleness max from the worker's table.
+      python3 - "$dir/epochs.csv" "$OUT" "$model" "$mode" "$overlap" "$HOSTS" "$RATE" \
+        "$DTYPE" "$E" "$seconds" "$ratio" "$sent" "$steps" "$st_sum" "$st_count" <<'EOF'
+import csv, sys
+(table, out, model, mode, overlap, hosts, rate, dtype, epochs, seconds, ratio, sent,
+ steps, st_sum, st_count) = sys.argv[1:]
+rows = list(csv.DictReader(open(table)))
+last = rows[-1] if rows else {}
+def col(*names):
+    for n in names:
+        if n in last and last[n] != "":
+            return last[n]
+    return ""
+epoch_seconds = [float(r.get("epoch_seconds", r.get("seconds", 0)) or 0) for r in rows]
+per_epoch = sum(epoch_seconds) / len(epoch_seconds) if epoch_seconds else float(seconds) / float(epochs)
+steps_f = float(steps or 0)
+# Pushes in async modes are counted per push; steps_total counts applied steps.
+bytes_per_step = float(sent) / steps_f if steps_f > 0 else 0.0
+st_mean = float(st_sum) / float(st_count) if float(st_count or 0) > 0 else 0.0
+st_max = max([float(r.get("staleness_max", 0) or 0) for r in rows] or [0])
+acc = col("test_accuracy", "accuracy")
+with open(out, "a") as f:
+    f.write(",".join([model, mode, overlap, hosts, rate, dtype, epochs, "%.2f" % per_epoch, acc,
+                      "%.3f" % float(ratio or 0), "%.0f" % bytes_per_step, "%.2f" % st_mean,
+                      "%.0f" % st_max, "%.0f" % steps_f]) + "\n")
+EOF
+    done
+  done
+done
+echo
+echo "== summary ($OUT)"
+column -t -s, "$OUT" 2>/dev/null || cat "$OUT"
