@@ -260,7 +260,8 @@ absl::StatusOr<Schedule> Client::GetSchedule(int64_t next_iteration) {
   request.mutable_schedule()->set_next_iteration(next_iteration);
   auto state = connection_->Send(std::move(request), what);
   STARLING_RETURN_IF_ERROR(Future(state).Wait(connection_->options().timeout));
-  const proto::Schedule& from = state->response().schedule();
+  const proto::WorkerResponse response = state->response();
+  const proto::Schedule& from = response.schedule();
   Schedule schedule;
   schedule.done = from.done();
   schedule.iterations_per_epoch =
@@ -384,6 +385,7 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
     proto::PushGradientsRequest* push = request.mutable_push_gradients();
     push->set_step(step);
     push->set_bucket(b);
+    push->set_parameters_version(connection_->last_pulled_version());
     for (proto::PoolSlice& slice : p.slices[b]) {
       *push->add_slices() = std::move(slice);
     }

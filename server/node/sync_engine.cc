@@ -506,8 +506,11 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run,
     }
     if (bucket == 0) {
       for (const Round& round : rounds) {
-        const int64_t pulled =
-            slots_.at(round.worker.index).last_pulled_version;
+        // The version the worker computed on, as its client says (the
+        // pull it made before pushing), else the daemon's last answer.
+        int64_t pulled = round.request.push_gradients().parameters_version();
+        if (pulled < 0)
+          pulled = slots_.at(round.worker.index).last_pulled_version;
         if (pulled >= 0) {
           metrics_->push_staleness->Observe(static_cast<double>(step - pulled));
         }
