@@ -1,5 +1,6 @@
 #include "server/node/worker_request_check.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -119,10 +120,23 @@ absl::Status CheckWorkerRequest(const proto::WorkerRequest& request) {
     }
     case proto::WorkerRequest::kDeclareTensor:
       return CheckSpec(request.declare_tensor().spec());
-    case proto::WorkerRequest::kPushGradients:
-      STARLING_RETURN_IF_ERROR(
-          CheckStep("push for step", request.push_gradients().step()));
-      return CheckSlices(request.push_gradients().slices());
+    case proto::WorkerRequest::kPushGradients: {
+      const proto::PushGradientsRequest& push = request.push_gradients();
+      STARLING_RETURN_IF_ERROR(CheckStep("push for step", push.step()));
+      if (push.bucket() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push for step ", push.step(), " names bucket ", push.bucket()));
+      }
+      if (!(push.compute_seconds() >= 0) || !(push.step_seconds() >= 0) ||
+          !std::isfinite(push.compute_seconds()) ||
+          !std::isfinite(push.step_seconds())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push for step ", push.step(), " reports compute ",
+            push.compute_seconds(), " s and step ", push.step_seconds(),
+            " s: both must be finite and >= 0"));
+      }
+      return CheckSlices(push.slices());
+    }
     case proto::WorkerRequest::kPullParameters:
       STARLING_RETURN_IF_ERROR(CheckStep("pull of parameter version",
                                          request.pull_parameters().version()));
@@ -133,6 +147,7 @@ absl::Status CheckWorkerRequest(const proto::WorkerRequest& request) {
       return CheckStep("schedule request from iteration",
                        request.schedule().next_iteration());
     case proto::WorkerRequest::kCommitTensors:
+      return CheckSlices(request.commit_tensors().initial_parameters());
     case proto::WorkerRequest::kBarrier:
     case proto::WorkerRequest::kFinish:
       return absl::OkStatus();

@@ -19,6 +19,7 @@
 // computed without overflow); the accepted request reparsing to itself.
 // A refusal is DataLoss exactly when protobuf cannot decode the bytes,
 // InvalidArgument otherwise.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -126,7 +127,18 @@ void CheckAccepted(const proto::WorkerRequest& request) {
       break;
     case proto::WorkerRequest::kPushGradients:
       Check(request.push_gradients().step() >= 0, "accepted a negative step");
+      Check(request.push_gradients().bucket() >= 0,
+            "accepted a negative bucket");
+      Check(std::isfinite(request.push_gradients().compute_seconds()) &&
+                request.push_gradients().compute_seconds() >= 0 &&
+                std::isfinite(request.push_gradients().step_seconds()) &&
+                request.push_gradients().step_seconds() >= 0,
+            "accepted step times that are negative or not finite");
       CheckSlices(request.push_gradients().slices());
+      break;
+    case proto::WorkerRequest::kSchedule:
+      Check(request.schedule().next_iteration() >= 0,
+            "accepted a negative schedule iteration");
       break;
     case proto::WorkerRequest::kPullParameters:
       Check(request.pull_parameters().version() >= 0,
@@ -137,6 +149,8 @@ void CheckAccepted(const proto::WorkerRequest& request) {
       CheckSlice(request.all_reduce().slice(), /*named=*/false);
       break;
     case proto::WorkerRequest::kCommitTensors:
+      CheckSlices(request.commit_tensors().initial_parameters());
+      break;
     case proto::WorkerRequest::kBarrier:
     case proto::WorkerRequest::kFinish:
       break;
