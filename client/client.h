@@ -109,9 +109,10 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Size of the shared-memory pool buffers are allocated from.
   size_t pool_bytes = size_t{64} << 20;
-  // Gradient buckets (see PushGradientsAsync): the declared tensors, last
-  // declared first, are grouped into buckets of at least this many bytes
-  // (a tensor is never split); 0 puts every tensor in one bucket. Part of
+  // Gradient buckets (see PushGradientsPartAsync): the declared tensors,
+  // last declared first, are grouped into buckets of at most this many
+  // bytes (a tensor is never split: a bigger one has a bucket of its own);
+  // 0 puts every tensor in one bucket. Part of
   // the run's tensor table: every worker of the job must use the same
   // value (a difference fails the declarations, naming both).
   size_t bucket_bytes = kDefaultBucketBytes;

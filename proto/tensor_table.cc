@@ -32,12 +32,13 @@ int AssignBuckets(uint64_t bucket_bytes, std::vector<TensorSpec>* table) {
   int bucket = 0;
   uint64_t filled = 0;
   for (auto it = table->rbegin(); it != table->rend(); ++it) {
-    if (bucket_bytes != 0 && filled >= bucket_bytes) {
+    const uint64_t bytes = ElementsOf(*it) * ElementBytes(it->dtype());
+    if (bucket_bytes != 0 && filled > 0 && filled + bytes > bucket_bytes) {
       ++bucket;
       filled = 0;
     }
     it->set_bucket(bucket);
-    filled += ElementsOf(*it) * ElementBytes(it->dtype());
+    filled += bytes;
   }
   return table->empty() ? 0 : bucket + 1;
 }

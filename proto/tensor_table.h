@@ -42,9 +42,11 @@ bool SameSpec(const TensorSpec& a, const TensorSpec& b);
 uint64_t ElementBytes(DataType type);
 
 // Sets each tensor's bucket: walking the table from its last tensor to its
-// first, a bucket takes tensors until it holds at least `bucket_bytes`
-// (a tensor is never split), then the next one begins; bucket_bytes 0
-// puts every tensor in bucket 0. Bucket 0 holds the last declared tensors
+// first, a bucket takes tensors while they fit in `bucket_bytes`; a tensor
+// that would overflow a non-empty bucket begins the next one (a tensor is
+// never split, so a bucket holding one big tensor may exceed the size, as
+// PyTorch DDP's bucket cap does); bucket_bytes 0 puts every tensor in
+// bucket 0. Bucket 0 holds the last declared tensors
 // (backward produces their gradients first). Returns the bucket count.
 int AssignBuckets(uint64_t bucket_bytes, std::vector<TensorSpec>* table);
 

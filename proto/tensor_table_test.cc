@@ -85,6 +85,35 @@ TEST(TensorTable, ChecksEachSpecAndTheTable) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("together")));
 }
 
+// Buckets fill from the last tensor (backward's first gradients) and close
+// before a tensor that would overflow them; a big tensor gets its own.
+TEST(TensorTableTest, BucketsFillFromTheLastTensorUpToTheirSize) {
+  // The MLP's tensors: fc1 784x256, fc2 256x128, fc3 128x10 and biases.
+  std::vector<TensorSpec> mlp = {
+      Spec("fc1.weight", {256, 784}), Spec("fc1.bias", {256}),
+      Spec("fc2.weight", {128, 256}), Spec("fc2.bias", {128}),
+      Spec("fc3.weight", {10, 128}),  Spec("fc3.bias", {10})};
+  EXPECT_EQ(AssignBuckets(256 << 10, &mlp), 2);
+  std::vector<int> buckets;
+  for (const TensorSpec& spec : mlp) buckets.push_back(spec.bucket());
+  EXPECT_EQ(buckets, (std::vector<int>{1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(DescribeSpec(mlp[0]), "[256, 784] float32 bucket 1");
+  // 0: one bucket; a size below every tensor: one bucket per tensor.
+  EXPECT_EQ(AssignBuckets(0, &mlp), 1);
+  EXPECT_EQ(mlp[0].bucket(), 0);
+  EXPECT_EQ(AssignBuckets(1, &mlp), 6);
+  EXPECT_EQ(mlp[0].bucket(), 5);
+  EXPECT_EQ(mlp[5].bucket(), 0);
+  // 16-bit tensors count their own bytes: twice as many fit.
+  std::vector<TensorSpec> half = {Spec("a", {1000}, DATA_TYPE_FLOAT16),
+                                  Spec("b", {1000}, DATA_TYPE_FLOAT16)};
+  EXPECT_EQ(AssignBuckets(4000, &half), 1);
+  std::vector<TensorSpec> full = {Spec("a", {1000}), Spec("b", {1000})};
+  EXPECT_EQ(AssignBuckets(4000, &full), 2);
+  std::vector<TensorSpec> none;
+  EXPECT_EQ(AssignBuckets(4000, &none), 0);
+}
+
 }  // namespace
 }  // namespace proto
 }  // namespace starling

@@ -50,6 +50,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "train_bench.sh: needs root for ip netns and tc" >&2; exit 2; }
+"$REPO/deploy/setup.sh" --bench >/dev/null
 [[ -d $PEERBENCH_SRC ]] || { echo "train_bench.sh: no peerbench at $PEERBENCH_SRC (set PEERBENCH_SRC)" >&2; exit 2; }
 
 epochs_of() {  # model -> epochs
