@@ -26,7 +26,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 MODELS="mlp cnn" MODES="sync_sgd async_sgd parameter_server" OVERLAP="on off"
 EPOCHS="mlp:10,cnn:3" RATE=1gbit HOSTS=4 BATCH=64 LR=0.05 OPTIMIZER=momentum
-STALENESS=1 DTYPE=float32 TRAIN_LIMIT=0 BIN="" KEEP=0
+STALENESS=1 DTYPE=float32 TRAIN_LIMIT=0 BIN="" KEEP=0 BUILT_BIN=""
 OUT=$REPO/tests/bench/results/train_$(date +%Y%m%d_%H%M%S).csv
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -66,6 +66,7 @@ if [[ -z $BIN ]]; then
       //server/node:starling-node //worker/trainer:starling-worker >/dev/null)
   OPT_BIN=$(cd "$REPO" && bazel info --config=ci -c opt bazel-bin 2>/dev/null)
   BIN=$(mktemp -d /tmp/train_bench_bin.XXXXXX)
+  BUILT_BIN=$BIN
   cp "$OPT_BIN/server/coordinator/starling-coordinator" "$OPT_BIN/server/node/starling-node" \
      "$OPT_BIN/worker/trainer/starling-worker" "$BIN/"
 fi
@@ -86,12 +87,14 @@ stop_pids() {
 cleanup() {
   stop_pids
   (cd "$PB" && ./cluster.sh down >/dev/null 2>&1) || true
+  [[ -z $BUILT_BIN ]] || rm -rf "$BUILT_BIN"
   if [[ $KEEP == 1 ]]; then echo "logs: $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
 echo "== simulated cluster: $HOSTS hosts, $RATE each"
 (cd "$PB" && ./cluster.sh up "$HOSTS" "$RATE" >/dev/null)
+for ((h = 0; h < HOSTS; h++)); do ip netns exec "h$h" ip link set lo up; done
 head -c 32 /dev/urandom > "$WORK/secret"
 chmod 600 "$WORK/secret"
 CTL=10.77.0.254
@@ -101,7 +104,7 @@ PARTITIONS=$(( (SAMPLES + BATCH - 1) / BATCH ))
 
 # One metric of host $1's daemon (sum over label sets).
 metric() {
-  ip netns exec "h$1" curl -s --max-time 2 "http://127.0.0.1:29701/metrics" 2>/dev/null |
+  { ip netns exec "h$1" curl -s --max-time 2 "http://10.77.0.$(($1 + 1)):29701/metrics" 2>/dev/null || true; } |
     awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.6g", s + 0 }'
 }
 
