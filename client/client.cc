@@ -231,6 +231,10 @@ absl::Status Client::SetInitialParameters(const std::vector<Tensor>& values) {
   return connection_->SetInitialParameters(std::move(slices));
 }
 
+int Client::resumed_collectives() const {
+  return connection_->hello().collectives_done();
+}
+
 std::string Client::mode() const {
   switch (connection_->hello().mode()) {
     case proto::JobConfig::MODE_ASYNC_SGD:

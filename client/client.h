@@ -225,6 +225,11 @@ class Client {
   // running run, the step that worker had reached. Final once the
   // declarations ended (after the first data op).
   int64_t first_step() const;
+  // When this worker took the place of one that left a running run: the
+  // all-reduces and barriers that worker completed after its last step
+  // (first_step() - 1), which this one must not issue again (e.g. an
+  // evaluation at an epoch's end); 0 otherwise.
+  int resumed_collectives() const;
   // The job's training mode: "sync_sgd", "async_sgd", "parameter_server"
   // (starling-coordinator --mode), and the run's staleness bound: in
   // async_sgd the parameters a pull for step t returns include every

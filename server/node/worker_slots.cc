@@ -54,6 +54,7 @@ absl::StatusOr<WorkerSlots::Attached> WorkerSlots::Attach(
       slot.resumed_declarations = 0;
       reply->set_run_id(slot.run_id);
       reply->set_next_step(slot.next_step);
+      reply->set_collectives_done(slot.collectives_since_step);
       STARLING_LOG(INFO) << WorkerName(worker) << " resumes run " << slot.run_id
                          << " at step " << slot.next_step << " after "
                          << absl::FormatDuration(
@@ -124,7 +125,11 @@ absl::StatusOr<WorkerSlots::Declaring> WorkerSlots::Declare(
           "tensor '", spec.name(), "' is one more than the ", tensors.size(),
           " tensors of run ", running->id, ", which this worker resumes"));
     }
-    if (!proto::SameSpec(tensors[k].spec, spec)) {
+    // The declaration has no bucket yet (the daemons set it): compare the
+    // rest.
+    proto::TensorSpec declared = spec;
+    declared.set_bucket(tensors[k].spec.bucket());
+    if (!proto::SameSpec(tensors[k].spec, declared)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", spec.name(), "' ", proto::DescribeSpec(spec),
           " is not tensor ", k, " of run ", running->id, " ('",
@@ -178,7 +183,12 @@ std::vector<Round> WorkerSlots::TakeRound(int buckets) {
     rounds.push_back(std::move(slot.queue.front()));
     slot.queue.pop_front();
     const proto::WorkerRequest& request = rounds.back().request;
+    if (request.kind_case() == proto::WorkerRequest::kAllReduce ||
+        request.kind_case() == proto::WorkerRequest::kBarrier) {
+      ++slot.collectives_since_step;
+    }
     if (request.kind_case() == proto::WorkerRequest::kPushGradients) {
+      slot.collectives_since_step = 0;
       if (request.push_gradients().bucket() >= buckets - 1) {
         ++slot.next_step;
         slot.next_bucket = 0;
@@ -213,6 +223,7 @@ void WorkerSlots::BeginRun(uint64_t run_id) {
     slot.next_step = 0;
     slot.next_bucket = 0;
     slot.last_pulled_version = -1;
+    slot.collectives_since_step = 0;
   }
 }
 

@@ -55,6 +55,9 @@ class WorkerSlots {
     int next_bucket = 0;
     // The version the worker's last pull returned (-1: none yet).
     int64_t last_pulled_version = -1;
+    // All-reduce and barrier rounds consumed from this slot since its last
+    // push round: a replacement skips them (HelloReply collectives_done).
+    int collectives_since_step = 0;
     // Attached in place of a missing worker, not yet committed: its
     // declarations are checked against the run's layout.
     bool resuming = false;

@@ -5,15 +5,16 @@
 # starling-node daemon per host, one starling-worker per daemon. One run per
 # (model, mode, overlap); each prints the workers' per-epoch table, and the
 # script ends with one summary row per run: time per epoch, test accuracy
-# after the last epoch, compute ratio, bytes each daemon sent per step,
-# staleness observed. Needs root (ip netns, tc).
+# after the last epoch, compute ratio, bytes host 0's NIC sent per step
+# (its daemon's collectives, TCP/IP headers included), staleness observed. Needs root (ip netns, tc).
 #
 #   tests/bench/train_bench.sh                                  # the recorded table
 #   tests/bench/train_bench.sh --models mlp --modes sync_sgd --epochs 1
 #   tests/bench/train_bench.sh --rate none --hosts 2
 #
 # Options: --models "mlp cnn" --modes "sync_sgd async_sgd parameter_server"
-# --overlap "on off" (off: --bucket_bytes 0, one push after backward)
+# --overlap "on off" (on: the default bucket size; off: --bucket_bytes 0,
+# one push after backward; a number: that bucket size, for sweeps)
 # --epochs E (mlp 10, cnn 3; or "mlp:10,cnn:3") --rate 1gbit --hosts 4
 # --batch 64 --lr 0.05 --optimizer momentum --staleness 1 --dtype float32
 # --train-limit N (0: all 60000) --out CSV (default
@@ -108,6 +109,11 @@ metric() {
     awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.6g", s + 0 }'
 }
 
+# Bytes host $1's NIC sent so far (everything: TCP/IP headers included).
+tx_bytes() {
+  ip netns exec "h$1" awk -F'[: ]+' '$2 == "nic0" { print $11 }' /proc/net/dev
+}
+
 mkdir -p "$(dirname "$OUT")"
 echo "model,mode,overlap,hosts,rate,dtype,epochs,seconds_per_epoch,test_accuracy,compute_ratio,bytes_sent_per_step,staleness_mean,staleness_max,steps" > "$OUT"
 run=0
@@ -121,6 +127,7 @@ for model in $MODELS; do
       mkdir -p "$dir"
       bucket=()
       [[ $overlap == off ]] && bucket=(--bucket_bytes 0)
+      [[ $overlap =~ ^[0-9]+$ ]] && bucket=(--bucket_bytes "$overlap")
       echo
       echo "== $model, $mode, overlap $overlap: $HOSTS daemons x 1 worker, $E epoch(s)"
       ip netns exec pbctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$HOSTS" \
@@ -138,6 +145,7 @@ for model in $MODELS; do
         PIDS+=($!)
       done
       workers=()
+      tx0=$(tx_bytes 0)
       start=$(date +%s.%N)
       for ((h = 0; h < HOSTS; h++)); do
         table=()
@@ -157,7 +165,7 @@ for model in $MODELS; do
         stop_pids
         continue
       fi
-      sent=$(metric 0 starling_node_collective_bytes_total)
+      sent=$(( $(tx_bytes 0) - tx0 ))
       steps=$(metric 0 starling_node_steps_total)
       st_sum=$(metric 0 starling_node_push_staleness_sum)
       st_count=$(metric 0 starling_node_push_staleness_count)
@@ -179,7 +187,7 @@ def col(*names):
 epoch_seconds = [float(r.get("epoch_seconds", r.get("seconds", 0)) or 0) for r in rows]
 per_epoch = sum(epoch_seconds) / len(epoch_seconds) if epoch_seconds else float(seconds) / float(epochs)
 steps_f = float(steps or 0)
-# Pushes in async modes are counted per push; steps_total counts applied steps.
+# Host 0's NIC: bytes sent during the run / steps applied.
 bytes_per_step = float(sent) / steps_f if steps_f > 0 else 0.0
 st_mean = float(st_sum) / float(st_count) if float(st_count or 0) > 0 else 0.0
 st_max = max([float(r.get("staleness_max", 0) or 0) for r in rows] or [0])
