@@ -62,11 +62,12 @@ bazel test "${BAZEL_FLAGS[@]}" --keep_going //...
 bazel_rc=$?
 
 if [[ $QUICK == 0 && -x /usr/local/cuda/bin/nvcc ]]; then
-  step "CUDA build (--config=cuda): worker/gpu compiles with nvcc and its test runs"
-  if bazel test "${BAZEL_FLAGS[@]}" --config=cuda //worker/gpu/...; then
+  step "CUDA build (--config=cuda): worker/gpu and the trainer's cuBLAS/cuDNN backend compile with nvcc and their tests run"
+  if bazel test "${BAZEL_FLAGS[@]}" --config=cuda //worker/gpu/... //worker/train/... \
+      && bazel build "${BAZEL_FLAGS[@]}" --config=cuda //worker/trainer:starling-worker; then
     extra_passed=$((extra_passed + 1))
   else
-    echo "FAILED: --config=cuda build of //worker/gpu"
+    echo "FAILED: --config=cuda build of //worker/gpu, //worker/train or //worker/trainer"
     extra_failed=$((extra_failed + 1))
   fi
 fi
