@@ -5,8 +5,10 @@
 # starling-node daemon per host, one starling-worker per daemon. One run per
 # (model, mode, overlap); each prints the workers' per-epoch table, and the
 # script ends with one summary row per run: time per epoch, test accuracy
-# after the last epoch, compute ratio, bytes host 0's NIC sent per step
-# (its daemon's collectives, TCP/IP headers included), staleness observed. Needs root (ip netns, tc).
+# after the last epoch, compute ratio (the workers' forward/backward time
+# over step time, mean of the epochs), bytes host 0's NIC sent per step
+# (its daemon's collectives, TCP/IP headers included), staleness observed
+# (mean and max over the workers' pushes). Needs root (ip netns, tc).
 #
 #   tests/bench/train_bench.sh                                  # the recorded table
 #   tests/bench/train_bench.sh --models mlp --modes sync_sgd --epochs 1
@@ -103,12 +105,6 @@ SAMPLES=60000
 [[ $TRAIN_LIMIT -gt 0 ]] && SAMPLES=$TRAIN_LIMIT
 PARTITIONS=$(( (SAMPLES + BATCH - 1) / BATCH ))
 
-# One metric of host $1's daemon (sum over label sets).
-metric() {
-  { ip netns exec "h$1" curl -s --max-time 2 "http://10.77.0.$(($1 + 1)):29701/metrics" 2>/dev/null || true; } |
-    awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.6g", s + 0 }'
-}
-
 # Bytes host $1's NIC sent so far (everything: TCP/IP headers included).
 tx_bytes() {
   ip netns exec "h$1" awk -F'[: ]+' '$2 == "nic0" { print $11 }' /proc/net/dev
@@ -166,36 +162,31 @@ for model in $MODELS; do
         continue
       fi
       sent=$(( $(tx_bytes 0) - tx0 ))
-      steps=$(metric 0 starling_node_steps_total)
-      st_sum=$(metric 0 starling_node_push_staleness_sum)
-      st_count=$(metric 0 starling_node_push_staleness_count)
-      ratio=$(metric 0 starling_node_compute_ratio)
       stop_pids
       # The table's last row: accuracy; staleness max from the worker's table.
       python3 - "$dir/epochs.csv" "$OUT" "$model" "$mode" "$overlap" "$HOSTS" "$RATE" \
-        "$DTYPE" "$E" "$seconds" "$ratio" "$sent" "$steps" "$st_sum" "$st_count" <<'EOF'
-import csv, sys
-(table, out, model, mode, overlap, hosts, rate, dtype, epochs, seconds, ratio, sent,
- steps, st_sum, st_count) = sys.argv[1:]
+        "$DTYPE" "$E" "$seconds" "$sent" "$PARTITIONS" <<'EOF'
+import csv, math, sys
+(table, out, model, mode, overlap, hosts, rate, dtype, epochs, seconds, sent,
+ partitions) = sys.argv[1:]
 rows = list(csv.DictReader(open(table)))
 last = rows[-1] if rows else {}
-def col(*names):
-    for n in names:
-        if n in last and last[n] != "":
-            return last[n]
-    return ""
-epoch_seconds = [float(r.get("epoch_seconds", r.get("seconds", 0)) or 0) for r in rows]
-per_epoch = sum(epoch_seconds) / len(epoch_seconds) if epoch_seconds else float(seconds) / float(epochs)
-steps_f = float(steps or 0)
-# Host 0's NIC: bytes sent during the run / steps applied.
-bytes_per_step = float(sent) / steps_f if steps_f > 0 else 0.0
-st_mean = float(st_sum) / float(st_count) if float(st_count or 0) > 0 else 0.0
-st_max = max([float(r.get("staleness_max", 0) or 0) for r in rows] or [0])
-acc = col("test_accuracy", "accuracy")
+def floats(name):
+    return [float(r[name]) for r in rows if r.get(name, "") != ""]
+epoch_seconds = floats("epoch_seconds")
+per_epoch = (sum(epoch_seconds) / len(epoch_seconds) if epoch_seconds
+             else float(seconds) / float(epochs))
+# Steps of the run: iterations per epoch x epochs (every mode).
+steps = math.ceil(int(partitions) / int(hosts)) * int(epochs)
+ratios = floats("compute_ratio")
+stale = floats("staleness_mean")
 with open(out, "a") as f:
-    f.write(",".join([model, mode, overlap, hosts, rate, dtype, epochs, "%.2f" % per_epoch, acc,
-                      "%.3f" % float(ratio or 0), "%.0f" % bytes_per_step, "%.2f" % st_mean,
-                      "%.0f" % st_max, "%.0f" % steps_f]) + "\n")
+    f.write(",".join([
+        model, mode, overlap, hosts, rate, dtype, epochs, "%.2f" % per_epoch,
+        last.get("test_accuracy", ""),
+        "%.3f" % (sum(ratios) / len(ratios) if ratios else 0),
+        "%.0f" % (float(sent) / steps), "%.2f" % (sum(stale) / len(stale) if stale else 0),
+        "%.0f" % max(floats("staleness_max") or [0]), str(steps)]) + "\n")
 EOF
     done
   done
