@@ -287,27 +287,23 @@ absl::StatusOr<Schedule> Client::GetSchedule(int64_t next_iteration) {
 }
 
 void ToFloat16(absl::Span<const float> from, absl::Span<uint16_t> to) {
-  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
-    to[i] = collective::FloatToHalf(from[i]);
-  }
+  collective::FloatToHalfN(from.data(), to.data(),
+                           std::min(from.size(), to.size()));
 }
 
 void ToBFloat16(absl::Span<const float> from, absl::Span<uint16_t> to) {
-  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
-    to[i] = collective::FloatToBFloat16(from[i]);
-  }
+  collective::FloatToBFloat16N(from.data(), to.data(),
+                               std::min(from.size(), to.size()));
 }
 
 void FromFloat16(absl::Span<const uint16_t> from, absl::Span<float> to) {
-  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
-    to[i] = collective::HalfToFloat(from[i]);
-  }
+  collective::HalfToFloatN(from.data(), to.data(),
+                           std::min(from.size(), to.size()));
 }
 
 void FromBFloat16(absl::Span<const uint16_t> from, absl::Span<float> to) {
-  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
-    to[i] = collective::BFloat16ToFloat(from[i]);
-  }
+  collective::BFloat16ToFloatN(from.data(), to.data(),
+                               std::min(from.size(), to.size()));
 }
 
 Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,

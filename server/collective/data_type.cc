@@ -1,6 +1,11 @@
 #include "server/collective/data_type.h"
 
+#include <cstddef>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -107,6 +112,66 @@ uint16_t FloatToBFloat16(float value) {
   // Round to nearest even; overflow carries into infinity as it should.
   const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+namespace {
+
+#if defined(__x86_64__)
+bool HasF16c() {
+  static const bool has =
+      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+__attribute__((target("avx,f16c"))) size_t HalfToFloatF16c(const uint16_t* from,
+                                                           float* to,
+                                                           size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i));
+    _mm256_storeu_ps(to + i, _mm256_cvtph_ps(h));
+  }
+  return i;
+}
+
+__attribute__((target("avx,f16c"))) size_t FloatToHalfF16c(const float* from,
+                                                           uint16_t* to,
+                                                           size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_loadu_ps(from + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
+                     _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT));
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
+void HalfToFloatN(const uint16_t* from, float* to, size_t n) {
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (HasF16c()) i = HalfToFloatF16c(from, to, n);
+#endif
+  for (; i < n; ++i) to[i] = HalfToFloat(from[i]);
+}
+
+void FloatToHalfN(const float* from, uint16_t* to, size_t n) {
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (HasF16c()) i = FloatToHalfF16c(from, to, n);
+#endif
+  for (; i < n; ++i) to[i] = FloatToHalf(from[i]);
+}
+
+void BFloat16ToFloatN(const uint16_t* from, float* to, size_t n) {
+  for (size_t i = 0; i < n; ++i) to[i] = BFloat16ToFloat(from[i]);
+}
+
+void FloatToBFloat16N(const float* from, uint16_t* to, size_t n) {
+  for (size_t i = 0; i < n; ++i) to[i] = FloatToBFloat16(from[i]);
 }
 
 }  // namespace collective

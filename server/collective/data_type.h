@@ -45,6 +45,16 @@ uint16_t FloatToHalf(float value);
 float BFloat16ToFloat(uint16_t bf16);
 uint16_t FloatToBFloat16(float value);
 
+// The same conversions over n elements (the ...N names), `to[i] =
+// f(from[i])` (the float16
+// ones use the CPU's F16C instructions, 8 at a time, where it has them:
+// the same values for every finite input, infinities and zeros; a NaN stays
+// a NaN). `from` and `to` must not overlap.
+void HalfToFloatN(const uint16_t* from, float* to, size_t n);
+void FloatToHalfN(const float* from, uint16_t* to, size_t n);
+void BFloat16ToFloatN(const uint16_t* from, float* to, size_t n);
+void FloatToBFloat16N(const float* from, uint16_t* to, size_t n);
+
 }  // namespace collective
 }  // namespace starling
 

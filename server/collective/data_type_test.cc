@@ -124,6 +124,53 @@ TEST(DataType, FloatToBFloat16RoundsToNearestEven) {
   }
 }
 
+// The bulk conversions (F16C where the CPU has it) give the scalar ones'
+// values: every half widened, and floats around every rounding case
+// narrowed (ties, subnormals, overflow, infinities, odd lengths for the
+// tails); a NaN stays a NaN.
+TEST(DataTypeTest, BulkConversionsMatchTheScalarOnes) {
+  std::vector<uint16_t> halves(65536 + 3);
+  for (size_t i = 0; i < halves.size(); ++i) {
+    halves[i] = static_cast<uint16_t>(i);
+  }
+  std::vector<float> wide(halves.size());
+  HalfToFloatN(halves.data(), wide.data(), halves.size());
+  for (size_t i = 0; i < halves.size(); ++i) {
+    const float scalar = HalfToFloat(halves[i]);
+    if (std::isnan(scalar)) {
+      EXPECT_TRUE(std::isnan(wide[i])) << i;
+    } else {
+      EXPECT_EQ(std::memcmp(&scalar, &wide[i], sizeof(float)), 0)
+          << "half 0x" << std::hex << halves[i];
+    }
+  }
+  std::vector<float> floats;
+  for (float w : wide) {
+    if (std::isnan(w)) continue;
+    floats.push_back(w);
+    floats.push_back(std::nextafter(w, INFINITY));
+    floats.push_back(std::nextafter(w, -INFINITY));
+  }
+  for (float f : {65519.0f, 65520.0f, 65521.0f, 1e-8f, -3e-8f, 2.9802322e-8f,
+                  5.9604645e-8f, 1e30f, -1e30f}) {
+    floats.push_back(f);
+  }
+  floats.push_back(0.1f);  // an odd length: a tail after the 8-wide blocks
+  std::vector<uint16_t> narrow(floats.size());
+  FloatToHalfN(floats.data(), narrow.data(), floats.size());
+  for (size_t i = 0; i < floats.size(); ++i) {
+    EXPECT_EQ(narrow[i], FloatToHalf(floats[i])) << floats[i];
+  }
+  std::vector<uint16_t> b16(floats.size());
+  FloatToBFloat16N(floats.data(), b16.data(), floats.size());
+  std::vector<float> back(floats.size());
+  BFloat16ToFloatN(b16.data(), back.data(), b16.size());
+  for (size_t i = 0; i < floats.size(); ++i) {
+    EXPECT_EQ(b16[i], FloatToBFloat16(floats[i])) << floats[i];
+    EXPECT_EQ(back[i], BFloat16ToFloat(b16[i])) << floats[i];
+  }
+}
+
 }  // namespace
 }  // namespace collective
 }  // namespace starling

@@ -443,14 +443,10 @@ absl::Status PsEngine::Move(
       const auto* half = reinterpret_cast<const uint16_t*>(b.bytes.data());
       switch (b.entry->spec.dtype()) {
         case proto::DATA_TYPE_FLOAT16:
-          for (uint64_t i = 0; i < b.entry->elements; ++i) {
-            dst[i] = collective::HalfToFloat(half[i]);
-          }
+          collective::HalfToFloatN(half, dst, b.entry->elements);
           break;
         case proto::DATA_TYPE_BFLOAT16:
-          for (uint64_t i = 0; i < b.entry->elements; ++i) {
-            dst[i] = collective::BFloat16ToFloat(half[i]);
-          }
+          collective::BFloat16ToFloatN(half, dst, b.entry->elements);
           break;
         default:
           std::memcpy(dst, b.bytes.data(), b.bytes.size());
@@ -464,14 +460,10 @@ absl::Status PsEngine::Move(
       auto* half = reinterpret_cast<uint16_t*>(b.bytes.data());
       switch (b.entry->spec.dtype()) {
         case proto::DATA_TYPE_FLOAT16:
-          for (uint64_t i = 0; i < b.entry->elements; ++i) {
-            half[i] = collective::FloatToHalf(src[i]);
-          }
+          collective::FloatToHalfN(src, half, b.entry->elements);
           break;
         case proto::DATA_TYPE_BFLOAT16:
-          for (uint64_t i = 0; i < b.entry->elements; ++i) {
-            half[i] = collective::FloatToBFloat16(src[i]);
-          }
+          collective::FloatToBFloat16N(src, half, b.entry->elements);
           break;
         default:
           std::memcpy(b.bytes.data(), src, b.bytes.size());

@@ -25,26 +25,35 @@ namespace {
 
 using collective::DataType;
 
+void WidenInto(DataType type, const uint16_t* src, float* dst, size_t n) {
+  if (type == DataType::kFloat16) {
+    collective::HalfToFloatN(src, dst, n);
+  } else {
+    collective::BFloat16ToFloatN(src, dst, n);
+  }
+}
+
 // Widens n 16-bit values of `type` into dst (add: dst += them).
 void Widen(DataType type, const uint16_t* src, float* dst, size_t n, bool add) {
-  if (type == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) {
-      const float v = collective::HalfToFloat(src[i]);
-      dst[i] = add ? dst[i] + v : v;
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const float v = collective::BFloat16ToFloat(src[i]);
-      dst[i] = add ? dst[i] + v : v;
-    }
+  if (!add) {
+    WidenInto(type, src, dst, n);
+    return;
+  }
+  // Widened a block at a time on the stack, then added.
+  constexpr size_t kBlock = 1024;
+  float block[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    const size_t m = std::min(kBlock, n - i);
+    WidenInto(type, src + i, block, m);
+    for (size_t j = 0; j < m; ++j) dst[i + j] += block[j];
   }
 }
 
 void Narrow(DataType type, const float* src, uint16_t* dst, size_t n) {
   if (type == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) dst[i] = collective::FloatToHalf(src[i]);
+    collective::FloatToHalfN(src, dst, n);
   } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = collective::FloatToBFloat16(src[i]);
+    collective::FloatToBFloat16N(src, dst, n);
   }
 }
 
