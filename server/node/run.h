@@ -85,6 +85,10 @@ struct Run {
   // Parameter-server mode: updates of this daemon's shard.
   absl::Mutex ps_mu;
   int64_t ps_updates ABSL_GUARDED_BY(ps_mu) = 0;
+  // Parameter-server mode: the workers' reported compute and step seconds
+  // (client ReportStepTimes), for the compute ratio.
+  double ps_compute_seconds ABSL_GUARDED_BY(ps_mu) = 0;
+  double ps_step_seconds ABSL_GUARDED_BY(ps_mu) = 0;
 };
 
 }  // namespace node

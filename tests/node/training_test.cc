@@ -160,6 +160,13 @@ std::vector<WorkerRun> RunJob(const Job& job, const std::string& tag) {
     EXPECT_EQ(r.exit_code, 0) << tag << " worker " << d << ":\n"
                               << r.out << r.err << cluster.ServerLogs();
   }
+  // Every daemon exports its workers' compute ratio, in every mode.
+  for (int d = 0; d < job.daemons; ++d) {
+    const double ratio =
+        Metric(cluster.metrics_port(d), "starling_node_compute_ratio");
+    EXPECT_GT(ratio, 0.0) << tag << " daemon " << d;
+    EXPECT_LE(ratio, 1.0) << tag << " daemon " << d;
+  }
   return runs;
 }
 
