@@ -68,13 +68,13 @@ if [[ $failed -ne 0 ]]; then
   exit 1
 fi
 "$BIN/server/coordinator/starlingctl" status --coordinator 127.0.0.1:$BASE --job_id demo || true
-echo "Each daemon holds a quarter of the optimizer state (its shard) and the"
+echo "Each daemon holds 1/${RANKS} of the optimizer state (its shard) and the"
 echo "workers' gradients cross the daemons in buckets while backward goes on."
 echo "Compute ratio per daemon (starling_node_compute_ratio):"
 for ((r = 0; r < RANKS; r++)); do
   printf '  node%d: ' "$r"
   curl -s --max-time 2 "http://127.0.0.1:$((BASE + 50 + r))/metrics" |
-    awk '$1 == "starling_node_compute_ratio" { print $2 }'
+    awk '$1 == "starling_node_compute_ratio" { printf "%.3f\n", $2 }'
 done
 echo "Logs: $WORK"
 
