@@ -4,6 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -117,9 +118,18 @@ uint16_t FloatToBFloat16(float value) {
 namespace {
 
 #if defined(__x86_64__)
+// F16C and AVX in the CPU (CPUID leaf 1, ECX bits 29 and 28) and the YMM
+// registers saved by the OS (OSXSAVE, bit 27, and XCR0 bits 1-2).
 bool HasF16c() {
-  static const bool has =
-      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    constexpr unsigned kNeeded = (1u << 27) | (1u << 28) | (1u << 29);
+    if ((ecx & kNeeded) != kNeeded) return false;
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    return (xcr0_low & 6u) == 6u;
+  }();
   return has;
 }
 
