@@ -9,6 +9,7 @@
 #include "server/base/grpc_status.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
+#include "server/base/status_macros.h"
 #include "server/base/version.h"
 
 namespace starling {
@@ -284,9 +285,37 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
   }
   request.set_next_op_seq(next_op_seq);
 
-  const absl::Status cancelled = absl::CancelledError(
-      absl::StrCat("begin-run request of rank ", request.rank(),
-                   ": the daemon is stopping"));
+  proto::BeginRunResponse response;
+  STARLING_ASSIGN_OR_RETURN(
+      const CallResult call,
+      CallRetrying(
+          deadline,
+          absl::StrCat("the begin-run request of rank ", request.rank()),
+          "beginning a run", [&](grpc::ClientContext* context) {
+            // The coordinator holds the call until every rank
+            // asked, at most until our deadline.
+            request.set_wait_timeout_ms(std::max<int64_t>(
+                1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+            return stub_->BeginRun(context, request, &response);
+          }));
+  switch (call.outcome) {
+    case Outcome::kOk:
+      NoteRunId(response.run_id());
+      return response;
+    case Outcome::kStopping:
+      return absl::CancelledError(absl::StrCat("begin-run request of rank ",
+                                               request.rank(),
+                                               ": the daemon is stopping"));
+    default:
+      // The coordinator's own word, self-contained (names the tensor and
+      // the ranks, or the ranks that did not begin).
+      return FromGrpcStatus(call.status);
+  }
+}
+
+absl::StatusOr<CoordinatorLink::CallResult> CoordinatorLink::CallRetrying(
+    absl::Time deadline, absl::string_view what, absl::string_view doing,
+    const std::function<grpc::Status(grpc::ClientContext*)>& rpc) {
   const absl::Time start = absl::Now();
   absl::Time last_log = absl::InfinitePast();
   absl::Duration pause = kFirstRetry;
@@ -295,28 +324,17 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
     const absl::Time now = absl::Now();
     if (now >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "the coordinator at ", options_.coordinator,
-          " did not answer the begin-run request of rank ", request.rank(),
+          "the coordinator at ", options_.coordinator, " did not answer ", what,
           " within ",
           absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1))),
           last.ok() ? std::string() : absl::StrCat(": ", Cause(last))));
     }
-    request.set_wait_timeout_ms(
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - now)));
-    proto::BeginRunResponse response;
-    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
-      return stub_->BeginRun(context, request, &response);
-    });
+    const CallResult call = Call(deadline, rpc);
     switch (call.outcome) {
       case Outcome::kOk:
-        NoteRunId(response.run_id());
-        return response;
       case Outcome::kFailed:
-        // The coordinator's own word, self-contained (names the tensor
-        // and the ranks, or the ranks that did not begin).
-        return FromGrpcStatus(call.status);
       case Outcome::kStopping:
-        return cancelled;
+        return call;
       case Outcome::kRejoin:
         if (Rejoin().ok()) continue;
         break;
@@ -327,8 +345,10 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
         call.status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
       last = call.status;
     }
-    LogRetry(&last_log, "beginning a run", call.status);
-    if (!PauseUntil(std::min(deadline, absl::Now() + pause))) return cancelled;
+    LogRetry(&last_log, doing, call.status);
+    if (!PauseUntil(std::min(deadline, absl::Now() + pause))) {
+      return CallResult{grpc::Status::CANCELLED, Outcome::kStopping};
+    }
     pause = std::min(2 * pause, kMaxRetry);
   }
 }
@@ -351,48 +371,24 @@ absl::StatusOr<proto::Schedule> CoordinatorLink::GetSchedule(
       absl::StrCat("the schedule request of rank ", request.rank(),
                    " from iteration ", next_iteration);
 
-  const absl::Status cancelled = absl::CancelledError(
-      absl::StrCat(what, " to the coordinator at ", options_.coordinator,
-                   ": the daemon is stopping"));
-  const absl::Time start = absl::Now();
-  absl::Time last_log = absl::InfinitePast();
-  absl::Duration pause = kFirstRetry;
-  grpc::Status last;
-  while (true) {
-    const absl::Time now = absl::Now();
-    if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the coordinator at ", options_.coordinator, " did not answer ", what,
-          " within ",
-          absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1))),
-          last.ok() ? std::string() : absl::StrCat(": ", Cause(last))));
-    }
-    proto::Schedule response;
-    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
-      return stub_->GetSchedule(context, request, &response);
-    });
-    switch (call.outcome) {
-      case Outcome::kOk:
-        return response;
-      case Outcome::kFailed:
-        return FromGrpcStatus(
-            call.status, absl::StrCat("the coordinator at ",
-                                      options_.coordinator, " refused ", what));
-      case Outcome::kStopping:
-        return cancelled;
-      case Outcome::kRejoin:
-        if (Rejoin().ok()) continue;
-        break;
-      case Outcome::kRetry:
-        break;
-    }
-    if (last.ok() ||
-        call.status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      last = call.status;
-    }
-    LogRetry(&last_log, "asking for a schedule", call.status);
-    if (!PauseUntil(std::min(deadline, absl::Now() + pause))) return cancelled;
-    pause = std::min(2 * pause, kMaxRetry);
+  proto::Schedule response;
+  STARLING_ASSIGN_OR_RETURN(
+      const CallResult call,
+      CallRetrying(deadline, what, "asking for a schedule",
+                   [&](grpc::ClientContext* context) {
+                     return stub_->GetSchedule(context, request, &response);
+                   }));
+  switch (call.outcome) {
+    case Outcome::kOk:
+      return response;
+    case Outcome::kStopping:
+      return absl::CancelledError(absl::StrCat(what, " to the coordinator at ",
+                                               options_.coordinator,
+                                               ": the daemon is stopping"));
+    default:
+      return FromGrpcStatus(
+          call.status, absl::StrCat("the coordinator at ", options_.coordinator,
+                                    " refused ", what));
   }
 }
 

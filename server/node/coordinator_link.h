@@ -201,6 +201,16 @@ class CoordinatorLink {
                           const grpc::ClientContext& context);
   // Waits until `wake` or Stop(); false if stopping.
   bool PauseUntil(absl::Time wake);
+  // Calls `rpc` (bounded by `deadline`) until the coordinator answers or
+  // refuses for good: retries with backoff while it is unreachable or
+  // restarting, re-registering when it does not know this node, and logs
+  // `doing` at most every retry_log_interval. Returns the last call, whose
+  // outcome is kOk, kFailed or kStopping; past the deadline,
+  // DeadlineExceeded "the coordinator at ADDR did not answer `what` within
+  // T: last cause".
+  absl::StatusOr<CallResult> CallRetrying(
+      absl::Time deadline, absl::string_view what, absl::string_view doing,
+      const std::function<grpc::Status(grpc::ClientContext*)>& rpc);
   void Enqueue(Outgoing item);
 
   void HeartbeatLoop();
