@@ -628,11 +628,8 @@ void PsEngine::Push(const WorkerHandle& worker,
     // The worker's ReportStepTimes, as the sync engine records them.
     metrics_->worker_compute_seconds->Increment(push.compute_seconds());
     metrics_->worker_step_seconds->Increment(push.step_seconds());
-    Run& r = **run;
-    absl::MutexLock lock(&r.ps_mu);
-    r.ps_compute_seconds += push.compute_seconds();
-    r.ps_step_seconds += push.step_seconds();
-    metrics_->compute_ratio->Set(r.ps_compute_seconds / r.ps_step_seconds);
+    metrics_->compute_ratio->Set(
+        (*run)->AddStepTimes(push.compute_seconds(), push.step_seconds()));
   }
   if (!status.ok()) {
     status =

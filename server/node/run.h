@@ -85,10 +85,18 @@ struct Run {
   // Parameter-server mode: updates of this daemon's shard.
   absl::Mutex ps_mu;
   int64_t ps_updates ABSL_GUARDED_BY(ps_mu) = 0;
-  // Parameter-server mode: the workers' reported compute and step seconds
-  // (client ReportStepTimes), for the compute ratio.
-  double ps_compute_seconds ABSL_GUARDED_BY(ps_mu) = 0;
-  double ps_step_seconds ABSL_GUARDED_BY(ps_mu) = 0;
+
+  // Adds one push's client ReportStepTimes (every mode) and returns the
+  // run's compute ratio so far: compute seconds / step seconds.
+  double AddStepTimes(double compute_seconds, double step_seconds) {
+    absl::MutexLock lock(&times_mu);
+    compute_sum += compute_seconds;
+    step_sum += step_seconds;
+    return step_sum > 0 ? compute_sum / step_sum : 0.0;
+  }
+  absl::Mutex times_mu;
+  double compute_sum ABSL_GUARDED_BY(times_mu) = 0;
+  double step_sum ABSL_GUARDED_BY(times_mu) = 0;
 };
 
 }  // namespace node

@@ -423,8 +423,6 @@ absl::Status SyncEngine::Commit(std::vector<Round>& rounds,
   reply->mutable_commit()->set_total_workers(run->total_workers);
   reply->mutable_commit()->set_run_id(run->id);
   reply->mutable_commit()->set_next_step(0);
-  compute_seconds_ = 0;
-  step_seconds_ = 0;
   next_bucket_ = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -464,20 +462,15 @@ absl::Status SyncEngine::Commit(std::vector<Round>& rounds,
   return absl::OkStatus();
 }
 
-void SyncEngine::RecordStepTimes(const std::vector<Round>& rounds) {
-  bool reported = false;
+void SyncEngine::RecordStepTimes(const std::vector<Round>& rounds, Run& run) {
   for (const Round& round : rounds) {
     const proto::PushGradientsRequest& push = round.request.push_gradients();
-    if (push.step_seconds() > 0 && push.compute_seconds() >= 0) {
-      compute_seconds_ += push.compute_seconds();
-      step_seconds_ += push.step_seconds();
+    if (push.step_seconds() > 0) {
       metrics_->worker_compute_seconds->Increment(push.compute_seconds());
       metrics_->worker_step_seconds->Increment(push.step_seconds());
-      reported = true;
+      metrics_->compute_ratio->Set(
+          run.AddStepTimes(push.compute_seconds(), push.step_seconds()));
     }
-  }
-  if (reported && step_seconds_ > 0) {
-    metrics_->compute_ratio->Set(compute_seconds_ / step_seconds_);
   }
 }
 
@@ -517,7 +510,7 @@ absl::Status SyncEngine::Step(std::vector<Round>& rounds, Run& run,
       }
     }
   }
-  RecordStepTimes(rounds);
+  RecordStepTimes(rounds, run);
   if (buckets == 0) {
     // An empty model: nothing to reduce.
   } else {

@@ -214,7 +214,7 @@ class SyncEngine {
   // last (the parameters moved to the next version).
   absl::Status Step(std::vector<Round>& rounds, Run& run, bool* applied);
   // The workers' ReportStepTimes carried by a push round.
-  void RecordStepTimes(const std::vector<Round>& rounds);
+  void RecordStepTimes(const std::vector<Round>& rounds, Run& run);
   absl::Status Finish(Run& run);
   collective::CallOptions Call(Run& run) const;
   std::string Describe(const proto::WorkerRequest& request) const;
@@ -245,9 +245,6 @@ class SyncEngine {
   int readers_ ABSL_GUARDED_BY(mu_) = 0;
   // Ended runs, newest last (at most options_.history).
   RunHistory history_ ABSL_GUARDED_BY(mu_);
-  // Step thread only: the running run's reported compute and step seconds.
-  double compute_seconds_ = 0;
-  double step_seconds_ = 0;
   // Step thread only: the bucket the running step expects next.
   int next_bucket_ = 0;
 };
