@@ -184,5 +184,33 @@ void FloatToBFloat16N(const float* from, uint16_t* to, size_t n) {
   for (size_t i = 0; i < n; ++i) to[i] = FloatToBFloat16(from[i]);
 }
 
+void ToFloat32(DataType type, const void* from, float* to, size_t n) {
+  const auto* bits = static_cast<const uint16_t*>(from);
+  switch (type) {
+    case DataType::kFloat16:
+      HalfToFloatN(bits, to, n);
+      return;
+    case DataType::kBFloat16:
+      BFloat16ToFloatN(bits, to, n);
+      return;
+    default:
+      std::memcpy(to, from, n * sizeof(float));
+  }
+}
+
+void FromFloat32(DataType type, const float* from, void* to, size_t n) {
+  auto* bits = static_cast<uint16_t*>(to);
+  switch (type) {
+    case DataType::kFloat16:
+      FloatToHalfN(from, bits, n);
+      return;
+    case DataType::kBFloat16:
+      FloatToBFloat16N(from, bits, n);
+      return;
+    default:
+      std::memcpy(to, from, n * sizeof(float));
+  }
+}
+
 }  // namespace collective
 }  // namespace starling

@@ -55,6 +55,12 @@ void FloatToHalfN(const float* from, uint16_t* to, size_t n);
 void BFloat16ToFloatN(const uint16_t* from, float* to, size_t n);
 void FloatToBFloat16N(const float* from, uint16_t* to, size_t n);
 
+// n elements of `type` (float32, float16 or bfloat16) at `from` as float32
+// into `to` (a copy for float32), and back. REQUIRES: one of those types;
+// no overlap.
+void ToFloat32(DataType type, const void* from, float* to, size_t n);
+void FromFloat32(DataType type, const float* from, void* to, size_t n);
+
 }  // namespace collective
 }  // namespace starling
 

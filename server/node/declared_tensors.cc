@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "proto/data_type.h"
 #include "proto/tensor_table.h"
 
 namespace starling {
@@ -15,6 +16,7 @@ TensorLayout TensorLayout::FromSpecs(
     entry.spec = spec;
     entry.offset = layout.total_elements;
     entry.elements = proto::ElementsOf(spec);
+    entry.type = proto::DataTypeFromProto(spec.dtype()).value_or(entry.type);
     layout.total_elements += entry.elements;
     layout.index[spec.name()] = static_cast<int>(layout.tensors.size());
     layout.tensors.push_back(std::move(entry));

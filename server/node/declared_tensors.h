@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/common.pb.h"
+#include "server/base/data_type.h"
 
 namespace starling {
 namespace node {
@@ -28,6 +29,9 @@ struct TensorLayout {
     proto::TensorSpec spec;
     uint64_t offset = 0;  // elements
     uint64_t elements = 0;
+    // spec.dtype() as a DataType (float32 for a type this build does not
+    // know; CreateRun refuses those).
+    DataType type = DataType::kFloat32;
   };
   std::vector<Entry> tensors;
   std::map<std::string, int> index;  // name -> position in `tensors`

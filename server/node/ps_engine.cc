@@ -432,42 +432,22 @@ absl::Status PsEngine::Move(
     }
     STARLING_ASSIGN_OR_RETURN(
         absl::Span<std::byte> buffer,
-        worker.pool->Bytes(slice, proto::ElementBytes(entry->spec.dtype())));
+        worker.pool->Bytes(slice, DataTypeBytes(entry->type)));
     buffers.push_back(Buffer{entry, buffer});
   }
   // Tensors a push leaves out count as zeros.
   std::vector<float> flat(layout.total_elements, 0.0f);
   if (kind == kPush) {
     for (const Buffer& b : buffers) {
-      float* dst = flat.data() + b.entry->offset;
-      const auto* half = reinterpret_cast<const uint16_t*>(b.bytes.data());
-      switch (b.entry->spec.dtype()) {
-        case proto::DATA_TYPE_FLOAT16:
-          collective::HalfToFloatN(half, dst, b.entry->elements);
-          break;
-        case proto::DATA_TYPE_BFLOAT16:
-          collective::BFloat16ToFloatN(half, dst, b.entry->elements);
-          break;
-        default:
-          std::memcpy(dst, b.bytes.data(), b.bytes.size());
-      }
+      collective::ToFloat32(b.entry->type, b.bytes.data(),
+                            flat.data() + b.entry->offset, b.entry->elements);
     }
   }
   STARLING_RETURN_IF_ERROR(Exchange(worker, run, kind, absl::MakeSpan(flat)));
   if (kind == kPull) {
     for (const Buffer& b : buffers) {
-      const float* src = flat.data() + b.entry->offset;
-      auto* half = reinterpret_cast<uint16_t*>(b.bytes.data());
-      switch (b.entry->spec.dtype()) {
-        case proto::DATA_TYPE_FLOAT16:
-          collective::FloatToHalfN(src, half, b.entry->elements);
-          break;
-        case proto::DATA_TYPE_BFLOAT16:
-          collective::FloatToBFloat16N(src, half, b.entry->elements);
-          break;
-        default:
-          std::memcpy(b.bytes.data(), src, b.bytes.size());
-      }
+      collective::FromFloat32(b.entry->type, flat.data() + b.entry->offset,
+                              b.bytes.data(), b.entry->elements);
     }
   }
   return absl::OkStatus();

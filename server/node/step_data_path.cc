@@ -25,52 +25,15 @@ namespace {
 
 using collective::DataType;
 
-void WidenInto(DataType type, const uint16_t* src, float* dst, size_t n) {
-  if (type == DataType::kFloat16) {
-    collective::HalfToFloatN(src, dst, n);
-  } else {
-    collective::BFloat16ToFloatN(src, dst, n);
-  }
-}
-
-// Widens n 16-bit values of `type` into dst (add: dst += them).
-void Widen(DataType type, const uint16_t* src, float* dst, size_t n, bool add) {
-  if (!add) {
-    WidenInto(type, src, dst, n);
-    return;
-  }
-  // Widened a block at a time on the stack, then added.
+// dst += n 16-bit values of `type`, widened a block at a time on the stack.
+void WidenAdd(DataType type, const std::byte* src, float* dst, size_t n) {
   constexpr size_t kBlock = 1024;
   float block[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     const size_t m = std::min(kBlock, n - i);
-    WidenInto(type, src + i, block, m);
+    collective::ToFloat32(type, src + i * sizeof(uint16_t), block, m);
     for (size_t j = 0; j < m; ++j) dst[i + j] += block[j];
   }
-}
-
-void Narrow(DataType type, const float* src, uint16_t* dst, size_t n) {
-  if (type == DataType::kFloat16) {
-    collective::FloatToHalfN(src, dst, n);
-  } else {
-    collective::FloatToBFloat16N(src, dst, n);
-  }
-}
-
-// The collective type of a declared tensor (float32, float16, bfloat16).
-DataType TypeOf(const proto::TensorSpec& spec) {
-  switch (spec.dtype()) {
-    case proto::DATA_TYPE_FLOAT16:
-      return DataType::kFloat16;
-    case proto::DATA_TYPE_BFLOAT16:
-      return DataType::kBFloat16;
-    default:
-      return DataType::kFloat32;
-  }
-}
-
-size_t BytesOf(DataType type) {
-  return type == DataType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
 }
 
 // Elements [begin, end) of a 16-bit run's wire staging.
@@ -89,8 +52,8 @@ absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
   if (b.end == b.begin) return absl::OkStatus();
   float* grads = run.store->gradients().data();
   if (run.wire != DataType::kFloat32) {
-    Narrow(run.wire, grads + b.begin, run.wire16.data() + b.begin,
-           b.end - b.begin);
+    collective::FromFloat32(run.wire, grads + b.begin,
+                            run.wire16.data() + b.begin, b.end - b.begin);
   }
   const absl::Time start = absl::Now();
   absl::Span<std::byte> wire =
@@ -108,8 +71,8 @@ absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
   if (run.wire == DataType::kFloat32) {
     std::memcpy(master, grads + b.owned_begin, owned * sizeof(float));
   } else {
-    Widen(run.wire, run.wire16.data() + b.owned_begin, master, owned,
-          /*add=*/false);
+    collective::ToFloat32(run.wire, run.wire16.data() + b.owned_begin, master,
+                          owned);
   }
   return absl::OkStatus();
 }
@@ -132,7 +95,8 @@ absl::Status StepDataPath::UpdateAndGather(
       std::memcpy(params + b.owned_begin, master, owned * sizeof(float));
       wire = AsBytes(run.store->parameters().subspan(b.begin, b.end - b.begin));
     } else {
-      Narrow(run.wire, master, run.wire16.data() + b.owned_begin, owned);
+      collective::FromFloat32(run.wire, master,
+                              run.wire16.data() + b.owned_begin, owned);
       wire = WireBytes(run, b.begin, b.end);
     }
     STARLING_RETURN_IF_ERROR(
@@ -140,8 +104,8 @@ absl::Status StepDataPath::UpdateAndGather(
                  absl::StrCat("all-gather of bucket ", k)));
     metrics_->collective_bytes->Increment(static_cast<double>(wire.size()));
     if (run.wire != DataType::kFloat32) {
-      Widen(run.wire, run.wire16.data() + b.begin, params + b.begin,
-            b.end - b.begin, /*add=*/false);
+      collective::ToFloat32(run.wire, run.wire16.data() + b.begin,
+                            params + b.begin, b.end - b.begin);
     }
   }
   metrics_->allreduce_seconds->Observe(
@@ -170,7 +134,8 @@ absl::Status StepDataPath::CheckInitialParameters(
                        proto::DescribeSpec(*spec)));
     }
     STARLING_RETURN_IF_ERROR(Annotate(
-        supplier.worker.pool->Bytes(slice, BytesOf(TypeOf(*spec))).status(),
+        supplier.worker.pool->Bytes(slice, proto::ElementBytes(spec->dtype()))
+            .status(),
         what));
   }
   return absl::OkStatus();
@@ -184,17 +149,12 @@ absl::Status StepDataPath::InitializeParameters(
          supplier->request.commit_tensors().initial_parameters()) {
       STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
                                 run.layout.Find(slice.tensor()));
-      const DataType type = TypeOf(entry->spec);
+      const DataType type = entry->type;
       STARLING_ASSIGN_OR_RETURN(
           absl::Span<std::byte> src,
-          supplier->worker.pool->Bytes(slice, BytesOf(type)));
-      float* dst = params.data() + entry->offset;
-      if (type == DataType::kFloat32) {
-        std::memcpy(dst, src.data(), src.size());
-      } else {
-        Widen(type, reinterpret_cast<const uint16_t*>(src.data()), dst,
-              entry->elements, /*add=*/false);
-      }
+          supplier->worker.pool->Bytes(slice, ::starling::DataTypeBytes(type)));
+      collective::ToFloat32(type, src.data(), params.data() + entry->offset,
+                            entry->elements);
     }
   }
   if (comm_->size() > 1) {
@@ -261,7 +221,8 @@ absl::Status StepDataPath::LocalReduce(const std::vector<Round>& rounds,
       }
       STARLING_ASSIGN_OR_RETURN(
           absl::Span<std::byte> src,
-          round.worker.pool->Bytes(slice, BytesOf(TypeOf(entry->spec))));
+          round.worker.pool->Bytes(slice,
+                                   ::starling::DataTypeBytes(entry->type)));
       inputs[t].push_back(src);
     }
   }
@@ -269,7 +230,7 @@ absl::Status StepDataPath::LocalReduce(const std::vector<Round>& rounds,
   for (int t = b.first_tensor; t < b.end_tensor; ++t) {
     const TensorLayout::Entry& entry = layout.tensors[t];
     absl::Span<float> dst = grads.subspan(entry.offset, entry.elements);
-    const DataType type = TypeOf(entry.spec);
+    const DataType type = entry.type;
     if (inputs[t].empty()) {
       std::fill(dst.begin(), dst.end(), 0.0f);
       bytes += static_cast<double>(dst.size()) * sizeof(float);
@@ -281,9 +242,9 @@ absl::Status StepDataPath::LocalReduce(const std::vector<Round>& rounds,
                                  AsBytes(dst), inputs[t]));
     } else {
       // float32 accumulation of 16-bit gradients.
-      for (size_t i = 0; i < inputs[t].size(); ++i) {
-        Widen(type, reinterpret_cast<const uint16_t*>(inputs[t][i].data()),
-              dst.data(), dst.size(), /*add=*/i > 0);
+      collective::ToFloat32(type, inputs[t][0].data(), dst.data(), dst.size());
+      for (size_t i = 1; i < inputs[t].size(); ++i) {
+        WidenAdd(type, inputs[t][i].data(), dst.data(), dst.size());
       }
     }
     // Each input read once, the sum written once.
@@ -347,15 +308,12 @@ absl::Status StepDataPath::CopyParameters(
           absl::StrCat("tensor '", slice.tensor(), "': ", slice.elements(),
                        " elements asked, ", entry->elements, " declared"));
     }
-    const DataType type = TypeOf(entry->spec);
-    STARLING_ASSIGN_OR_RETURN(absl::Span<std::byte> dst,
-                              worker.pool->Bytes(slice, BytesOf(type)));
-    if (type == DataType::kFloat32) {
-      std::memcpy(dst.data(), params.data() + entry->offset, dst.size());
-    } else {
-      Narrow(type, params.data() + entry->offset,
-             reinterpret_cast<uint16_t*>(dst.data()), entry->elements);
-    }
+    const DataType type = entry->type;
+    STARLING_ASSIGN_OR_RETURN(
+        absl::Span<std::byte> dst,
+        worker.pool->Bytes(slice, ::starling::DataTypeBytes(type)));
+    collective::FromFloat32(type, params.data() + entry->offset, dst.data(),
+                            entry->elements);
     metrics_->pull_copied_bytes->Increment(
         static_cast<double>(entry->elements * sizeof(float) + dst.size()));
   }
