@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/client.h"
+#include "server/base/status_macros.h"
 #include "worker/train/backend.h"
 #include "worker/train/dataset.h"
 #include "worker/train/idx.h"
@@ -48,13 +49,6 @@ absl::Status Failed(absl::string_view what, const absl::Status& status) {
   do {                                                               \
     ::absl::Status trainer_status_ = (expr);                         \
     if (!trainer_status_.ok()) return Failed(what, trainer_status_); \
-  } while (false)
-
-// Returns the status of `expr` (already saying what failed) if not OK.
-#define STARLING_TRAINER_RETURN_IF_ERROR(expr)         \
-  do {                                                 \
-    ::absl::Status trainer_status_ = (expr);           \
-    if (!trainer_status_.ok()) return trainer_status_; \
   } while (false)
 
 class Trainer {
@@ -261,8 +255,7 @@ absl::Status Trainer::Begin() {
                      client_->SetInitialParameters(tensors));
   }
   // The first pull ends the declarations; first_step() is final then.
-  STARLING_TRAINER_RETURN_IF_ERROR(
-      Pull(client_->first_step(), "the first step"));
+  STARLING_RETURN_IF_ERROR(Pull(client_->first_step(), "the first step"));
   first_step_ = client_->first_step();
   mode_ = client_->mode();
   staleness_ = mode_ == "async_sgd" ? client_->staleness() : 0;
@@ -396,8 +389,8 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
   const absl::Time step_start = absl::Now();
   const int slot = static_cast<int>(t % SlotCount());
   // The daemon reads this set in place until its pushes completed.
-  STARLING_TRAINER_RETURN_IF_ERROR(WaitSlot(slot));
-  STARLING_TRAINER_RETURN_IF_ERROR(Pull(t, absl::StrCat("step ", t)));
+  STARLING_RETURN_IF_ERROR(WaitSlot(slot));
+  STARLING_RETURN_IF_ERROR(Pull(t, absl::StrCat("step ", t)));
   const int64_t stale =
       std::max<int64_t>(0, t - client_->last_pulled_version());
   if (mode_ == "parameter_server") {
@@ -469,7 +462,7 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
   const absl::Duration compute = absl::Now() - compute_start;
 
   if (t == options_.exit_after_step) {
-    STARLING_TRAINER_RETURN_IF_ERROR(WaitSlot(slot));
+    STARLING_RETURN_IF_ERROR(WaitSlot(slot));
     std::printf("starling-worker: --exit_after_step=%lld: killing myself\n",
                 static_cast<long long>(t));  // NOLINT(runtime/int)
     std::fflush(stdout);
@@ -516,14 +509,14 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
     // Every push done and every worker past its last step: the final
     // parameters are the same on every worker.
     for (int s = 0; s < SlotCount(); ++s) {
-      STARLING_TRAINER_RETURN_IF_ERROR(WaitSlot(s));
+      STARLING_RETURN_IF_ERROR(WaitSlot(s));
     }
     TRAINER_CHECK_OK("the barrier after the last step", client_->Barrier());
     // async_sgd: a pull for total + staleness includes every update.
-    STARLING_TRAINER_RETURN_IF_ERROR(
+    STARLING_RETURN_IF_ERROR(
         Pull(total_steps_ + staleness_, "the final parameters"));
   } else {
-    STARLING_TRAINER_RETURN_IF_ERROR(
+    STARLING_RETURN_IF_ERROR(
         Pull(last_step + 1, absl::StrCat("evaluation of epoch ", epoch + 1)));
   }
   // This worker's share of the test set.
@@ -604,7 +597,7 @@ absl::Status Trainer::Run() {
     const int needed = last ? 2 : 1;
     const int done = client_->resumed_collectives();
     if (done == 0) {
-      STARLING_TRAINER_RETURN_IF_ERROR(EndEpoch(first_step_ - 1, epoch, last));
+      STARLING_RETURN_IF_ERROR(EndEpoch(first_step_ - 1, epoch, last));
     } else if (done < needed) {
       return absl::FailedPreconditionError(absl::StrCat(
           "resuming at step ", first_step_,
@@ -619,10 +612,10 @@ absl::Status Trainer::Run() {
     if (!it.ok()) return it.status();
     if (*it == nullptr) break;
     const client::ScheduledIteration& iteration = **it;
-    STARLING_TRAINER_RETURN_IF_ERROR(Step(iteration));
+    STARLING_RETURN_IF_ERROR(Step(iteration));
     if (iteration.iteration_in_epoch == iterations_per_epoch_ - 1) {
       const bool last = iteration.epoch == epochs_ - 1;
-      STARLING_TRAINER_RETURN_IF_ERROR(EndEpoch(t, iteration.epoch, last));
+      STARLING_RETURN_IF_ERROR(EndEpoch(t, iteration.epoch, last));
       if (last) break;
     } else {
       MaybeProgress(iteration);
@@ -643,7 +636,7 @@ absl::Status Trainer::Run() {
       total_step_ > 0 ? total_compute_ / total_step_ : 0.0, total_compute_,
       total_step_, static_cast<long long>(steps_done_));  // NOLINT
   std::fflush(stdout);
-  STARLING_TRAINER_RETURN_IF_ERROR(WriteOut());
+  STARLING_RETURN_IF_ERROR(WriteOut());
   TRAINER_CHECK_OK("finishing the run", client_->Finish());
   return absl::OkStatus();
 }
