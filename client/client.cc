@@ -55,11 +55,12 @@ absl::StatusOr<proto::PoolSlice> SliceOf(Connection* connection,
 }
 
 // The slice of `tensor`, checked against its declaration (size and type).
-absl::StatusOr<proto::PoolSlice> CheckedSlice(Connection* connection,
-                                              absl::string_view op,
-                                              const Tensor& tensor) {
+absl::StatusOr<proto::PoolSlice> CheckedSlice(
+    Connection* connection, absl::string_view op, const Tensor& tensor,
+    Connection::Declared* found = nullptr) {
   STARLING_ASSIGN_OR_RETURN(const Connection::Declared declared,
                             connection->FindDeclared(tensor.name));
+  if (found != nullptr) *found = declared;
   const uint64_t element_bytes = proto::ElementBytes(declared.dtype);
   if (element_bytes != tensor.element_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -319,13 +320,11 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
   };
   std::vector<Part> parts;
   for (const Tensor& tensor : gradients) {
+    Connection::Declared declared;
     absl::StatusOr<proto::PoolSlice> slice =
-        CheckedSlice(connection_.get(), what, tensor);
+        CheckedSlice(connection_.get(), what, tensor, &declared);
     if (!slice.ok()) return Failed(slice.status());
-    absl::StatusOr<Connection::Declared> declared =
-        connection_->FindDeclared(tensor.name);
-    if (!declared.ok()) return Failed(declared.status());
-    parts.push_back(Part{*std::move(slice), declared->index, declared->bucket});
+    parts.push_back(Part{*std::move(slice), declared.index, declared.bucket});
   }
   const int buckets = std::max(1, connection_->buckets());
   Pending& p = *pending_;
