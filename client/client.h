@@ -204,6 +204,8 @@ class Client {
       const ClientOptions& options);
 
   // Closes the connection; unfinished futures fail with Unavailable.
+  // Returns once the daemon let go of this worker's index (at most 2 s),
+  // so that a worker with the same index may connect right after.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

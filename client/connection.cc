@@ -125,7 +125,10 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
       absl::StrCat(options.worker_name, " of rank ", connection->hello_.rank(),
                    " (daemon ", connection->hello_.daemon_address(),
                    ", socket ", options.socket_path, ")");
-  connection->reader_ = std::thread([c = connection.get()] { c->ReadLoop(); });
+  connection->reader_ = std::thread([c = connection.get()] {
+    c->ReadLoop();
+    c->reader_done_.Notify();
+  });
   connection->writer_ = std::thread([c = connection.get()] { c->WriteLoop(); });
   return connection;
 }
@@ -135,8 +138,15 @@ Connection::~Connection() {
     absl::MutexLock lock(&mu_);
     closing_ = true;
   }
-  ::shutdown(fd_, SHUT_RDWR);
+  // An orderly close: the daemon reads the end of the stream, lets go of
+  // this worker's slot and then closes its end, which ends the reader. So
+  // a worker with the same index started right after this one finds its
+  // slot free. Bounded: a daemon that has not closed by kCloseWait is cut
+  // off.
+  ::shutdown(fd_, SHUT_WR);
   if (writer_.joinable()) writer_.join();
+  reader_done_.WaitForNotificationWithTimeout(kCloseWait);
+  ::shutdown(fd_, SHUT_RDWR);
   if (reader_.joinable()) reader_.join();
   ::close(fd_);
   absl::MutexLock lock(&mu_);

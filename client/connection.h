@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "client/client.h"
 #include "client/future_state.h"
 #include "client/shared_pool.h"
@@ -124,6 +125,10 @@ class Connection {
   proto::HelloReply hello_;
   std::string where_;
   std::thread reader_;
+  // Set when the reader thread ends (the daemon closed, or the connection
+  // broke).
+  absl::Notification reader_done_;
+  static constexpr absl::Duration kCloseWait = absl::Seconds(2);
   std::thread writer_;
 
   mutable absl::Mutex mu_;
