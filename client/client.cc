@@ -16,6 +16,7 @@
 #include "client/future_state.h"
 #include "proto/common.pb.h"
 #include "proto/data_type.h"
+#include "proto/job_config_checks.h"
 #include "proto/tensor_table.h"
 #include "proto/worker.pb.h"
 #include "server/base/status_macros.h"
@@ -237,14 +238,24 @@ int Client::resumed_collectives() const {
 }
 
 std::string Client::mode() const {
-  switch (connection_->hello().mode()) {
-    case proto::JobConfig::MODE_ASYNC_SGD:
-      return "async_sgd";
-    case proto::JobConfig::MODE_PARAMETER_SERVER:
-      return "parameter_server";
-    default:
-      return "sync_sgd";
+  const proto::ModeInfo* info = proto::FindMode(connection_->hello().mode());
+  return info != nullptr ? info->name : "sync_sgd";
+}
+
+Client::JobSettings Client::job() const {
+  const proto::JobConfig& config = connection_->hello().job();
+  JobSettings job;
+  job.mode = mode();
+  job.optimizer = config.optimizer();
+  job.learning_rate = config.learning_rate();
+  job.elastic = proto::IsElasticMode(connection_->hello().mode());
+  if (job.elastic) {
+    job.elastic_tau = config.elastic_tau();
+    job.elastic_alpha =
+        config.elastic_beta() / std::max(1, connection_->total_workers());
+    job.elastic_momentum = config.elastic_momentum();
   }
+  return job;
 }
 
 int Client::staleness() const {
@@ -473,10 +484,10 @@ absl::StatusOr<absl::Span<const float>> Client::ParametersView(
     int64_t version, absl::string_view tensor) {
   const std::string what =
       absl::StrCat("parameters_view of '", tensor, "' version ", version);
-  if (connection_->hello().mode() == proto::JobConfig::MODE_PARAMETER_SERVER) {
+  if (proto::UsesShardOwners(connection_->hello().mode())) {
     return absl::FailedPreconditionError(
-        absl::StrCat(what,
-                     ": parameter-server mode has no views (the shard "
+        absl::StrCat(what, ": ", mode(),
+                     " has no views (the shard "
                      "owners update the parameters at any time); use "
                      "PullParameters (",
                      connection_->where(), ")"));

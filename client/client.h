@@ -51,6 +51,19 @@
 // shard owners at once and a pull reads their current values (`version`
 // is ignored).
 //
+// EASGD modes (Zhang, Choromanska & LeCun 2015; job().elastic_tau, alpha,
+// momentum): each worker keeps its own parameters x_i and takes its own
+// local steps; the daemons hold the centre variable x~, and a push is an
+// elastic difference d = alpha (x_i - x~) that the daemons add to x~ (the
+// worker subtracts it from x_i itself). "sync_easgd": every worker pushes
+// its d as step k of the synchronous path (summed, added, all-gathered:
+// deterministic), PullParameters(k + 1) reads x~ after exchange k.
+// "async_easgd", "async_measgd", "hogwild_easgd": pushes and pulls as in
+// "parameter_server" (hogwild: unserialised centre updates).
+// "round_robin_easgd": PullParameters(v) for v > 0 first waits until the
+// shard owners applied v pushes, so that worker g's exchange k, pulling
+// v = k * total_workers() + g, comes after every earlier worker's.
+//
 // Runs: the daemons outlive the workers. A run begins when every worker of
 // the job ended its declarations and ends when every worker called
 // Finish(); its memory (parameters, optimizer state) is then released and
@@ -232,13 +245,30 @@ class Client {
   // (first_step() - 1), which this one must not issue again (e.g. an
   // evaluation at an epoch's end); 0 otherwise.
   int resumed_collectives() const;
-  // The job's training mode: "sync_sgd", "async_sgd", "parameter_server"
-  // (starling-coordinator --mode), and the run's staleness bound: in
-  // async_sgd the parameters a pull for step t returns include every
+  // The job's training mode: "sync_sgd", "async_sgd", "parameter_server",
+  // "sync_easgd", "async_easgd", "async_measgd", "hogwild_easgd",
+  // "round_robin_easgd" (starling-coordinator --mode), and the run's staleness
+  // bound: in async_sgd the parameters a pull for step t returns include every
   // update of the steps before t - staleness (the daemons hold the pull
   // until they do); 0 in the other modes.
   std::string mode() const;
   int staleness() const;
+  // The job's settings (starling-coordinator's flags), for a worker's own
+  // updates in the EASGD modes. elastic_alpha depends on total_workers():
+  // final after the declarations ended.
+  struct JobSettings {
+    std::string mode;
+    std::string optimizer;
+    double learning_rate = 0;
+    // EASGD modes only (0 otherwise): steps between elastic exchanges;
+    // the moving rate alpha = beta / total workers; async_measgd's
+    // Nesterov momentum delta.
+    int elastic_tau = 0;
+    double elastic_alpha = 0;
+    double elastic_momentum = 0;
+    bool elastic = false;
+  };
+  JobSettings job() const;
 
   // Declares a tensor. InvalidArgument for an empty name, a negative
   // dimension, a name declared twice, or a declaration other than another

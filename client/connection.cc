@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/job_config_checks.h"
 #include "proto/tensor_table.h"
 #include "server/base/framed_socket.h"
 #include "server/base/status_macros.h"
@@ -343,9 +344,7 @@ absl::Status Connection::EnsureCommitted() {
       proto::WorkerRequest request;
       // Parameter-server mode applies whole pushes: one bucket.
       const uint64_t bucket_bytes =
-          hello_.mode() == proto::JobConfig::MODE_PARAMETER_SERVER
-              ? 0
-              : options_.bucket_bytes;
+          proto::UsesShardOwners(hello_.mode()) ? 0 : options_.bucket_bytes;
       buckets_ = proto::AssignBuckets(bucket_bytes, &specs_);
       for (const proto::TensorSpec& spec : specs_) {
         declared_[spec.name()].bucket = spec.bucket();

@@ -34,10 +34,25 @@ const ModeInfo* FindMode(JobConfig::Mode mode);
 // Names of the implemented modes, in enum order.
 std::vector<std::string> ImplementedModeNames();
 
+// The EASGD family (sync_easgd, async_easgd, async_measgd, hogwild_easgd,
+// round_robin_easgd): workers keep their own parameters, the daemons the
+// centre variable.
+bool IsElasticMode(JobConfig::Mode mode);
+// Modes whose pushes the shard owners apply at once, one push at a time
+// (PsEngine): parameter_server and the asynchronous EASGD variants. The
+// others run the synchronous step (SyncEngine).
+bool UsesShardOwners(JobConfig::Mode mode);
+// The optimizer a job runs when none is named: easgd for the EASGD modes,
+// sgd otherwise.
+const char* DefaultOptimizer(JobConfig::Mode mode);
+
 // Checks what every daemon enforces:
 //   mode       known and implemented       (--mode)
-//   optimizer  known and implemented       (--optimizer)
+//   optimizer  known and implemented       (--optimizer); easgd exactly in
+//              the EASGD modes
 //   learning_rate finite and > 0           (--learning_rate)
+//   EASGD modes: elastic_tau >= 1, elastic_beta in (0, 1],
+//              elastic_momentum in [0, 1)  (--elastic_*)
 // InvalidArgument naming the flag and the value, e.g.
 //   "--learning_rate=inf: the learning rate must be finite and > 0"
 //   "--mode=sync_easgd is not implemented yet; implemented modes: ..."

@@ -21,6 +21,20 @@ JobConfig Good() {
   return config;
 }
 
+constexpr const char* kElasticModes[] = {"sync_easgd", "async_easgd",
+                                         "async_measgd", "hogwild_easgd",
+                                         "round_robin_easgd"};
+
+JobConfig GoodElastic(const char* mode) {
+  JobConfig config = Good();
+  config.set_mode(FindMode(mode)->mode);
+  config.set_optimizer("easgd");
+  config.set_elastic_tau(4);
+  config.set_elastic_beta(0.9);
+  config.set_elastic_momentum(0.99);
+  return config;
+}
+
 TEST(JobConfigChecks, AcceptsWhatTheDaemonsRun) {
   for (const char* mode : {"sync_sgd", "async_sgd", "parameter_server"}) {
     for (const char* optimizer : {"none", "sgd", "momentum", "adam"}) {
@@ -29,23 +43,18 @@ TEST(JobConfigChecks, AcceptsWhatTheDaemonsRun) {
       config.set_optimizer(optimizer);
       EXPECT_OK(CheckJobConfig(config)) << mode << " " << optimizer;
     }
+    EXPECT_FALSE(IsElasticMode(FindMode(mode)->mode));
+    EXPECT_STREQ(DefaultOptimizer(FindMode(mode)->mode), "sgd");
+  }
+  for (const char* mode : kElasticModes) {
+    EXPECT_OK(CheckJobConfig(GoodElastic(mode))) << mode;
+    EXPECT_TRUE(IsElasticMode(FindMode(mode)->mode));
+    EXPECT_STREQ(DefaultOptimizer(FindMode(mode)->mode), "easgd");
   }
   EXPECT_THAT(ImplementedModeNames(),
-              ElementsAre("sync_sgd", "async_sgd", "parameter_server"));
-}
-
-TEST(JobConfigChecks, RefusesUnimplementedModesByName) {
-  for (const char* mode :
-       {"sync_easgd", "async_easgd", "async_measgd", "hogwild_easgd"}) {
-    JobConfig config = Good();
-    config.set_mode(FindMode(mode)->mode);
-    EXPECT_THAT(
-        CheckJobConfig(config),
-        StatusIs(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("--mode=", mode,
-                              " is not implemented yet; implemented modes: "
-                              "sync_sgd, async_sgd, parameter_server")));
-  }
+              ElementsAre("sync_sgd", "async_sgd", "parameter_server",
+                          "sync_easgd", "async_easgd", "async_measgd",
+                          "hogwild_easgd", "round_robin_easgd"));
   JobConfig config = Good();
   config.set_mode(JobConfig::MODE_UNSPECIFIED);
   EXPECT_THAT(CheckJobConfig(config),
@@ -53,17 +62,63 @@ TEST(JobConfigChecks, RefusesUnimplementedModesByName) {
                        HasSubstr("is not one of sync_sgd")));
 }
 
-TEST(JobConfigChecks, RefusesUnknownAndUnimplementedOptimizers) {
+TEST(JobConfigChecks, OnlyTheSynchronousModesRunTheSynchronousStep) {
+  for (const char* mode : {"sync_sgd", "async_sgd", "sync_easgd"}) {
+    EXPECT_FALSE(UsesShardOwners(FindMode(mode)->mode)) << mode;
+  }
+  for (const char* mode : {"parameter_server", "async_easgd", "async_measgd",
+                           "hogwild_easgd", "round_robin_easgd"}) {
+    EXPECT_TRUE(UsesShardOwners(FindMode(mode)->mode)) << mode;
+  }
+}
+
+TEST(JobConfigChecks, EasgdIsTheCentreUpdateOfTheElasticModesOnly) {
   JobConfig config = Good();
   config.set_optimizer("easgd");
   EXPECT_THAT(CheckJobConfig(config),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "--optimizer=easgd is not implemented yet; implemented "
-                       "optimizers: none, sgd, momentum, adam"));
+                       "--optimizer=easgd is the centre update of the EASGD "
+                       "modes (sync_easgd, async_easgd, async_measgd, "
+                       "hogwild_easgd, round_robin_easgd); --mode=sync_sgd "
+                       "takes one of none, sgd, momentum, adam"));
+  config = GoodElastic("hogwild_easgd");
+  config.set_optimizer("momentum");
+  EXPECT_THAT(CheckJobConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--optimizer=momentum: --mode=hogwild_easgd "
+                                 "keeps the centre variable on the daemons, "
+                                 "updated by --optimizer=easgd")));
   config.set_optimizer("lbfgs");
   EXPECT_THAT(CheckJobConfig(config),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--optimizer=lbfgs: unknown optimizer")));
+}
+
+TEST(JobConfigChecks, ElasticSettingsInRange) {
+  JobConfig config = GoodElastic("sync_easgd");
+  config.set_elastic_tau(0);
+  EXPECT_THAT(CheckJobConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--elastic_tau=0: the steps between elastic exchanges "
+                       "must be >= 1"));
+  for (double beta : {0.0, 1.5, static_cast<double>(NAN)}) {
+    config = GoodElastic("async_easgd");
+    config.set_elastic_beta(beta);
+    EXPECT_THAT(CheckJobConfig(config),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("beta (alpha times the number of workers) "
+                                   "must be in (0, 1]")))
+        << beta;
+  }
+  config = GoodElastic("async_measgd");
+  config.set_elastic_momentum(1.0);
+  EXPECT_THAT(CheckJobConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--elastic_momentum=1: the momentum must be in [0, 1)"));
+  // Not looked at outside the EASGD modes (sent as 0 there).
+  config = Good();
+  config.set_elastic_tau(0);
+  EXPECT_OK(CheckJobConfig(config));
 }
 
 TEST(JobConfigChecks, LearningRateMustBeFiniteAndPositive) {
@@ -87,7 +142,7 @@ TEST(JobConfigChecks, ModeNamesRoundTrip) {
     EXPECT_EQ(FindMode(info.name), &info);
     EXPECT_EQ(FindMode(info.mode), &info);
   }
-  EXPECT_EQ(KnownModes().size(), 7u);
+  EXPECT_EQ(KnownModes().size(), 8u);
   EXPECT_EQ(FindMode("sync"), nullptr);
 }
 

@@ -4,15 +4,15 @@ namespace starling {
 namespace {
 
 // sgd keeps nothing; momentum a velocity; adam first and second moments;
-// "none" is plain all-reduce (sum only, no update). easgd (the centre
-// update, kept in the shard itself) has kernels in server/shard/optimizer
-// but no daemon runs it yet.
+// "none" is plain all-reduce (sum only, no update); easgd is the centre
+// update of the EASGD modes (the pushed elastic differences are added to
+// the shard, server/shard/optimizer/easgd.h).
 constexpr OptimizerInfo kOptimizers[] = {
     {"none", 0, /*updates=*/false, /*implemented=*/true},
     {"sgd", 0, /*updates=*/true, /*implemented=*/true},
     {"momentum", 1, /*updates=*/true, /*implemented=*/true},
     {"adam", 2, /*updates=*/true, /*implemented=*/true},
-    {"easgd", 0, /*updates=*/true, /*implemented=*/false},
+    {"easgd", 0, /*updates=*/true, /*implemented=*/true},
 };
 
 bool Passes(const OptimizerInfo& info, OptimizerFilter filter) {

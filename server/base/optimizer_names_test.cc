@@ -12,9 +12,9 @@ TEST(OptimizerNames, ListsEachKindOnce) {
   EXPECT_THAT(OptimizerNames(OptimizerFilter::kAll),
               ElementsAre("none", "sgd", "momentum", "adam", "easgd"));
   EXPECT_THAT(OptimizerNames(OptimizerFilter::kImplemented),
-              ElementsAre("none", "sgd", "momentum", "adam"));
+              ElementsAre("none", "sgd", "momentum", "adam", "easgd"));
   EXPECT_THAT(OptimizerNames(OptimizerFilter::kUpdating),
-              ElementsAre("sgd", "momentum", "adam"));
+              ElementsAre("sgd", "momentum", "adam", "easgd"));
 }
 
 TEST(OptimizerNames, StateSlotsPerOptimizer) {
@@ -22,7 +22,7 @@ TEST(OptimizerNames, StateSlotsPerOptimizer) {
   EXPECT_EQ(FindOptimizer("momentum")->state_slots, 1);
   EXPECT_EQ(FindOptimizer("adam")->state_slots, 2);
   EXPECT_FALSE(FindOptimizer("none")->updates);
-  EXPECT_FALSE(FindOptimizer("easgd")->implemented);
+  EXPECT_EQ(FindOptimizer("easgd")->state_slots, 0);
   EXPECT_EQ(FindOptimizer("SGD"), nullptr);
   EXPECT_EQ(FindOptimizer("lbfgs"), nullptr);
 }

@@ -50,17 +50,21 @@ TEST(CoordinatorMain, MissingRequiredFlagIsAUsageError) {
   EXPECT_EQ(result.output, "starling-coordinator: --job_id is required\n");
 }
 
-TEST(CoordinatorMain, UnimplementedModesAndBadOptionsAreRefusedAtStartUp) {
+TEST(CoordinatorMain, BadModesAndOptionsAreRefusedAtStartUp) {
   const struct {
     const char* flag;
     const char* message;
+    const char* mode = "--mode=sync_sgd";
   } cases[] = {
-      {"--mode=sync_easgd",
-       "starling-coordinator: --mode=sync_easgd is not implemented yet; "
-       "implemented modes: sync_sgd, async_sgd, parameter_server\n"},
+      {"--elastic_beta=1.5",
+       "starling-coordinator: --elastic_beta=1.5: beta (alpha times the "
+       "number of workers) must be in (0, 1]\n",
+       "--mode=async_measgd"},
       {"--optimizer=easgd",
-       "starling-coordinator: --optimizer=easgd is not implemented yet; "
-       "implemented optimizers: none, sgd, momentum, adam\n"},
+       "starling-coordinator: --optimizer=easgd is the centre update of the "
+       "EASGD modes (sync_easgd, async_easgd, async_measgd, hogwild_easgd, "
+       "round_robin_easgd); --mode=sync_sgd takes one of none, sgd, "
+       "momentum, adam\n"},
       {"--learning_rate=inf",
        "starling-coordinator: --learning_rate=inf: the learning rate must be "
        "finite and > 0\n"},
@@ -70,12 +74,12 @@ TEST(CoordinatorMain, UnimplementedModesAndBadOptionsAreRefusedAtStartUp) {
       {"--mode=turbo",
        "starling-coordinator: --mode=turbo is not one of sync_sgd, async_sgd, "
        "parameter_server, sync_easgd, async_easgd, async_measgd, "
-       "hogwild_easgd\n"},
+       "hogwild_easgd, round_robin_easgd\n"},
   };
   for (const auto& c : cases) {
     const RunResult result =
         RunBinary({Coordinator(), "--listen=127.0.0.1:0", "--job_id=t",
-                   "--expected_nodes=1", "--metrics_port=0", c.flag},
+                   "--expected_nodes=1", "--metrics_port=0", c.mode, c.flag},
                   20);
     EXPECT_EQ(result.exit_code, 2) << result.output;
     EXPECT_EQ(result.output, c.message);
@@ -88,12 +92,13 @@ TEST(CoordinatorMain, HelpDescribesTheFlags) {
        {"--listen", "--job_id", "--expected_nodes", "--heartbeat_timeout",
         "--iterations_per_schedule", "--epochs", "--metrics_port",
         "--log_level", "--parameter_count", "--mode", "--optimizer",
-        "--learning_rate", "--staleness", "--partitions_per_epoch"}) {
+        "--learning_rate", "--staleness", "--partitions_per_epoch",
+        "--elastic_tau", "--elastic_beta", "--elastic_momentum"}) {
     EXPECT_THAT(result.output, HasSubstr(flag));
   }
   EXPECT_THAT(result.output, HasSubstr("0 takes whatever the workers "
                                        "declare"));
-  EXPECT_THAT(result.output, HasSubstr("not implemented yet"));
+  EXPECT_THAT(result.output, HasSubstr("round_robin_easgd"));
   EXPECT_THAT(result.output, HasSubstr("coordinator of one Starling"));
   EXPECT_THAT(result.output, HasSubstr("one mini-batch of one worker"));
   EXPECT_THAT(result.output, HasSubstr("partition p of an epoch is samples"));

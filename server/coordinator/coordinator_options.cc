@@ -49,10 +49,16 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
         "iterations_per_schedule",
         absl::StrCat(options->iterations_per_schedule, " is not >= 1"));
   }
+  if (options->optimizer.empty()) {
+    options->optimizer = proto::DefaultOptimizer(options->mode);
+  }
   proto::JobConfig rules;
   rules.set_mode(options->mode);
   rules.set_optimizer(options->optimizer);
   rules.set_learning_rate(options->learning_rate);
+  rules.set_elastic_tau(options->elastic_tau);
+  rules.set_elastic_beta(options->elastic_beta);
+  rules.set_elastic_momentum(options->elastic_momentum);
   STARLING_RETURN_IF_ERROR(proto::CheckJobConfig(rules));
   if (options->collective_timeout <= absl::ZeroDuration()) {
     return Invalid("collective_timeout", "must be positive");
@@ -103,6 +109,11 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
   config.set_epochs(options.epochs);
   config.set_staleness(
       options.mode == proto::JobConfig::MODE_ASYNC_SGD ? options.staleness : 0);
+  if (proto::IsElasticMode(options.mode)) {
+    config.set_elastic_tau(options.elastic_tau);
+    config.set_elastic_beta(options.elastic_beta);
+    config.set_elastic_momentum(options.elastic_momentum);
+  }
   // Five heartbeats per timeout: one or two lost ones do not make a node
   // look dead.
   config.set_heartbeat_interval_ms(std::max<int64_t>(

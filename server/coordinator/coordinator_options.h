@@ -37,6 +37,8 @@ struct CoordinatorOptions {
   // proto::CheckJobConfig, the rules the daemons enforce: an implemented
   // mode, an implemented optimizer (server/base/optimizer_names.h), a
   // finite learning rate > 0.
+  // Empty: proto::DefaultOptimizer(mode) (easgd for the EASGD modes, sgd
+  // otherwise).
   std::string optimizer = "sgd";
   double learning_rate = 0.01;
   absl::Duration collective_timeout = absl::Seconds(30);
@@ -55,6 +57,13 @@ struct CoordinatorOptions {
   // MODE_ASYNC_SGD: the staleness bound s (>= 0; JobConfig.staleness). Sent
   // as 0 in the other modes, where it means nothing.
   int staleness = 1;
+  // The EASGD modes (JobConfig.elastic_*; sent as 0 in the others): steps
+  // between exchanges (>= 1), beta = alpha * workers (in (0, 1]) and
+  // async_measgd's Nesterov momentum (in [0, 1)). Defaults: beta and
+  // momentum of Zhang, Choromanska & LeCun's published code.
+  int elastic_tau = 4;
+  double elastic_beta = 0.9;
+  double elastic_momentum = 0.99;
 };
 
 // Checks `options` and fills derived fields (parameter_count from tensors).

@@ -61,19 +61,21 @@ TEST(CoordinatorOptions, RefusesWhatTheDaemonsWouldRefuseNamingTheFlag) {
       {[](CoordinatorOptions& o) { o.learning_rate = -1; },
        "--learning_rate=-1:"},
       {[](CoordinatorOptions& o) { o.optimizer = "easgd"; },
-       "--optimizer=easgd is not implemented yet"},
+       "--optimizer=easgd is the centre update of the EASGD modes"},
       {[](CoordinatorOptions& o) { o.optimizer = "lbfgs"; },
        "--optimizer=lbfgs: unknown optimizer 'lbfgs': expected one of none, "
-       "sgd, momentum, adam"},
+       "sgd, momentum, adam, easgd"},
       {[](CoordinatorOptions& o) {
          o.mode = proto::JobConfig::MODE_SYNC_EASGD;
        },
-       "--mode=sync_easgd is not implemented yet; implemented modes: "
-       "sync_sgd, async_sgd, parameter_server"},
+       "--optimizer=sgd: --mode=sync_easgd keeps the centre variable on the "
+       "daemons"},
       {[](CoordinatorOptions& o) {
          o.mode = proto::JobConfig::MODE_HOGWILD_EASGD;
+         o.optimizer = "";
+         o.elastic_tau = 0;
        },
-       "--mode=hogwild_easgd is not implemented yet"},
+       "--elastic_tau=0: the steps between elastic exchanges must be >= 1"},
   };
   for (const auto& c : cases) {
     CoordinatorOptions options = Valid();
@@ -90,6 +92,28 @@ TEST(CoordinatorOptions, RefusesWhatTheDaemonsWouldRefuseNamingTheFlag) {
     options.mode = mode;
     EXPECT_OK(ValidateAndComplete(&options)) << mode;
   }
+}
+
+TEST(CoordinatorOptions, ElasticModesDefaultToTheCentreUpdate) {
+  CoordinatorOptions options = Valid();
+  options.mode = proto::JobConfig::MODE_ASYNC_MEASGD;
+  options.optimizer = "";
+  options.elastic_tau = 16;
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(options.optimizer, "easgd");
+  proto::JobConfig config = JobConfigFor(options);
+  EXPECT_EQ(config.optimizer(), "easgd");
+  EXPECT_EQ(config.elastic_tau(), 16);
+  EXPECT_EQ(config.elastic_beta(), 0.9);
+  EXPECT_EQ(config.elastic_momentum(), 0.99);
+  // Sent as 0 outside the EASGD modes.
+  options = Valid();
+  options.optimizer = "";
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(options.optimizer, "sgd");
+  config = JobConfigFor(options);
+  EXPECT_EQ(config.elastic_tau(), 0);
+  EXPECT_EQ(config.elastic_beta(), 0);
 }
 
 TEST(CoordinatorOptions, JobConfigCarriesTheOptionsAndHeartbeatPeriod) {

@@ -490,9 +490,11 @@ TEST_F(CoordinatorTest, BadOptionsAreRefused) {
   // What the daemons would refuse after joining is refused at start-up.
   options = TestOptions(2);
   options.mode = proto::JobConfig::MODE_ASYNC_EASGD;
-  EXPECT_THAT(Coordinator::Create(options, &clock_, &registry_).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--mode=async_easgd is not implemented yet")));
+  options.elastic_beta = 2;
+  EXPECT_THAT(
+      Coordinator::Create(options, &clock_, &registry_).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr(": --mode=async_easgd keeps the centre variable")));
   options = TestOptions(2);
   options.learning_rate = std::nan("");
   EXPECT_THAT(Coordinator::Create(options, &clock_, &registry_).status(),

@@ -62,20 +62,32 @@ ABSL_FLAG(uint64_t, parameter_count, 0,
           "elements of the model's flat parameter vector (split into shards); "
           "optional: 0 takes whatever the workers declare, otherwise every "
           "run's declared tensors must add up to it");
-ABSL_FLAG(
-    std::string, mode, "sync_sgd",
-    "training mode: sync_sgd, async_sgd (stale synchronous parallel, bounded "
-    "by --staleness), "
-    "parameter_server; sync_easgd, async_easgd, async_measgd and "
-    "hogwild_easgd are not implemented yet");
-ABSL_FLAG(std::string, optimizer, "sgd",
-          "optimizer applied to the shards: none (plain all-reduce), sgd, "
-          "momentum, adam; easgd is not implemented yet");
+ABSL_FLAG(std::string, mode, "sync_sgd",
+          "training mode: sync_sgd, async_sgd (stale synchronous parallel, "
+          "bounded by --staleness), parameter_server; the EASGD family "
+          "(workers keep their own parameters, the daemons the centre "
+          "variable; --elastic_*): sync_easgd (deterministic), async_easgd, "
+          "async_measgd (Nesterov momentum on the local steps), "
+          "hogwild_easgd (unserialised centre updates), round_robin_easgd "
+          "(the original scheme: one worker at a time, in worker order)");
+ABSL_FLAG(std::string, optimizer, "",
+          "update applied to the shards: none (plain all-reduce), sgd, "
+          "momentum, adam; easgd (the centre update of the EASGD modes). "
+          "Default: easgd in the EASGD modes, sgd otherwise");
 ABSL_FLAG(double, learning_rate, 0.01, "learning rate, finite and > 0");
 ABSL_FLAG(int, staleness, 1,
           "--mode=async_sgd only: the staleness bound s (>= 0; stale "
           "synchronous parallel): a pull for step t includes every update of "
           "the steps before t - s. Ignored (sent as 0) in the other modes");
+ABSL_FLAG(int, elastic_tau, 4,
+          "EASGD modes: tau, the local steps between a worker's elastic "
+          "exchanges with the centre (>= 1)");
+ABSL_FLAG(double, elastic_beta, 0.9,
+          "EASGD modes: beta = alpha * workers, the moving rate alpha "
+          "being beta / total workers (in (0, 1])");
+ABSL_FLAG(double, elastic_momentum, 0.99,
+          "--mode=async_measgd: delta, the Nesterov momentum of the "
+          "workers' local steps (in [0, 1))");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(30),
           "timeout of one collective on the nodes");
 ABSL_FLAG(int, metrics_port, 29401,
@@ -115,6 +127,9 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options->collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options->staleness = absl::GetFlag(FLAGS_staleness);
+  options->elastic_tau = absl::GetFlag(FLAGS_elastic_tau);
+  options->elastic_beta = absl::GetFlag(FLAGS_elastic_beta);
+  options->elastic_momentum = absl::GetFlag(FLAGS_elastic_momentum);
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const proto::ModeInfo* info = proto::FindMode(mode);
   if (info == nullptr) {

@@ -168,7 +168,7 @@ absl::Status NodeDaemon::OpenDataPlane() {
 
   metrics_.group_size->Set(size);
 
-  const bool ps = config.mode() == proto::JobConfig::MODE_PARAMETER_SERVER;
+  const bool ps = proto::UsesShardOwners(config.mode());
   SyncEngineOptions sync_options;
   sync_options.local_workers = options_.local_workers;
   sync_options.pushes_are_rounds = !ps;
@@ -190,6 +190,9 @@ absl::Status NodeDaemon::OpenDataPlane() {
     PsEngineOptions ps_options;
     ps_options.timeout = comm_options.timeout;
     ps_options.self = Self();
+    ps_options.hogwild = config.mode() == proto::JobConfig::MODE_HOGWILD_EASGD;
+    ps_options.round_robin =
+        config.mode() == proto::JobConfig::MODE_ROUND_ROBIN_EASGD;
     ps_ = std::make_unique<PsEngine>(ps_options, transport_.get(), sync_.get(),
                                      &metrics_);
     ps_->Start();
@@ -338,6 +341,8 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
   reply.set_staleness(join_.config().mode() == proto::JobConfig::MODE_ASYNC_SGD
                           ? join_.config().staleness()
                           : 0);
+  *reply.mutable_job() = join_.config();
+  reply.mutable_job()->clear_tensors();
   STARLING_LOG(INFO) << "worker '" << hello.worker_name() << "' (index "
                      << worker.index << ", pid " << worker.pid << ") attached"
                      << (reply.run_id() != 0

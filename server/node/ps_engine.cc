@@ -14,76 +14,11 @@
 #include "server/collective/data_type.h"
 #include "server/collective/shard_layout.h"
 #include "server/node/float_bytes.h"
+#include "server/node/ps_wire.h"
+#include "server/shard/optimizer/easgd.h"
 
 namespace starling {
 namespace node {
-namespace {
-
-constexpr uint32_t kPush = 1;
-constexpr uint32_t kPull = 2;
-// Reply stages.
-constexpr uint32_t kReady = 1;
-constexpr uint32_t kDone = 2;
-constexpr size_t kRequestBytes = 48;
-constexpr size_t kReplyHeaderBytes = 24;
-// Waits are cut into slices this long so that Stop() is noticed.
-constexpr absl::Duration kWaitSlice = absl::Milliseconds(200);
-
-// Region ids (the header's file comment): bits 63..61 are 010 for a push's
-// receive buffer on the owner, 011 for a pull's on the requester.
-constexpr uint64_t kPsRegionBit = uint64_t{1} << 62;
-constexpr uint64_t kPullRegionBit = uint64_t{1} << 61;
-constexpr int kWriterShift = 40;
-constexpr uint64_t kPushCountMask = (uint64_t{1} << kWriterShift) - 1;
-constexpr uint64_t kPullCountMask = kPullRegionBit - 1;
-
-transport::RegionId PushRegionId(int writer, uint64_t count) {
-  return kPsRegionBit | (static_cast<uint64_t>(writer) << kWriterShift) |
-         (count & kPushCountMask);
-}
-
-// The writer rank a push region id names, or -1 if `id` is not one.
-int PushRegionWriter(transport::RegionId id) {
-  if ((id >> 61) != 2) return -1;
-  return static_cast<int>((id & kPullCountMask) >> kWriterShift);
-}
-
-transport::RegionId PullRegionId(uint64_t count) {
-  return kPsRegionBit | kPullRegionBit | (count & kPullCountMask);
-}
-
-bool IsPullRegionId(transport::RegionId id) { return (id >> 61) == 3; }
-
-// Both headers are laid out as on the wire (fixed-width fields, no
-// padding) and copied whole: host order, the group is one architecture.
-static_assert(sizeof(PsRequest) == kRequestBytes, "request header layout");
-struct ReplyHeader {
-  uint32_t code = 0;  // absl::StatusCode
-  uint32_t message_bytes = 0;
-  uint64_t request_id = 0;
-  uint32_t stage = 0;
-  uint32_t zero = 0;
-};
-static_assert(sizeof(ReplyHeader) == kReplyHeaderBytes, "reply layout");
-
-// The request header of `message`; if it is too short, as much of it as
-// there is (kind, reply tag and request id, for an error reply) and
-// DataLoss.
-absl::Status DecodeRequest(absl::Span<const std::byte> message,
-                           PsRequest* request) {
-  if (message.size() >= kRequestBytes) {
-    std::memcpy(request, message.data(), kRequestBytes);
-    return absl::OkStatus();
-  }
-  std::memcpy(request, message.data(),
-              std::min(message.size(), offsetof(PsRequest, run_id)));
-  return absl::DataLossError(
-      absl::StrCat("parameter-server request of ", message.size(),
-                   " bytes; version 2 requests have at least ", kRequestBytes));
-}
-
-}  // namespace
-
 PsEngine::PsEngine(PsEngineOptions options, transport::Transport* transport,
                    const SyncEngine* runs, NodeMetrics* metrics)
     : options_(std::move(options)),
@@ -123,6 +58,13 @@ int64_t PsEngine::updates() const {
 }
 
 absl::Status PsEngine::ApplyLocal(Run& run, absl::Span<const float> grads) {
+  if (options_.hogwild) {
+    STARLING_RETURN_IF_ERROR(
+        shard::AddRelaxed(run.store->shard_parameters(), grads));
+    absl::MutexLock lock(&run.ps_mu);  // the count only
+    ++run.ps_updates;
+    return absl::OkStatus();
+  }
   absl::MutexLock lock(&run.ps_mu);
   STARLING_RETURN_IF_ERROR(run.optimizer->Apply(run.store->shard_parameters(),
                                                 grads, run.ps_updates + 1));
@@ -131,6 +73,10 @@ absl::Status PsEngine::ApplyLocal(Run& run, absl::Span<const float> grads) {
 }
 
 void PsEngine::CopyLocal(Run& run, absl::Span<float> out) {
+  if (options_.hogwild) {
+    shard::CopyRelaxed(run.store->shard_parameters(), out);
+    return;
+  }
   absl::MutexLock lock(&run.ps_mu);
   const absl::Span<const float> shard = run.store->shard_parameters();
   std::memcpy(out.data(), shard.data(), shard.size() * sizeof(float));
@@ -224,6 +170,12 @@ void PsEngine::Serve(int peer) {
         status = ServePush(peer, request, body, **run, buffer);
       } else if (request.kind == kPull && body.empty()) {
         status = ServePull(peer, request, **run, buffer, &values);
+      } else if (request.kind == kUpdates && body.empty()) {
+        // The count as two floats' worth of bytes (the reply's values).
+        buffer.assign(sizeof(int64_t) / sizeof(float), 0.0f);
+        const int64_t count = LocalUpdates(**run);
+        std::memcpy(buffer.data(), &count, sizeof(count));
+        values = buffer;
       } else {
         status = absl::DataLossError(
             absl::StrCat("parameter-server request of kind ", request.kind,
@@ -626,9 +578,14 @@ void PsEngine::Pull(const WorkerHandle& worker,
                     const proto::WorkerRequest& request) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
-  absl::Status status =
-      run.ok() ? Move(worker, **run, kPull, request.pull_parameters().slices())
-               : run.status();
+  absl::Status status = run.status();
+  const int64_t version = request.pull_parameters().version();
+  if (status.ok() && options_.round_robin && version > 0) {
+    status = AwaitTurn(worker, **run, version);
+  }
+  if (status.ok()) {
+    status = Move(worker, **run, kPull, request.pull_parameters().slices());
+  }
   if (!status.ok()) {
     status = Annotate(status, absl::StrCat("parameter-server pull from ",
                                            worker.name, " on ", options_.self));

@@ -57,6 +57,21 @@
 // that timed out) is dropped, so it can never answer a later call. A
 // request for another run than the owner's running one is refused.
 //
+// The asynchronous EASGD variants run on this engine too (the pushes are
+// elastic differences, the optimizer easgd adds them to the centre):
+//   hogwild: pushes are applied without `ps_mu` (shard::AddRelaxed) and
+//            pulls read without it (shard::CopyRelaxed): concurrent pushes
+//            from several peers and local workers overlap, an element may
+//            lose one of two simultaneous additions, and a pull may see
+//            part of a push.
+//   round_robin: a pull for version v > 0 first waits until every owner
+//            applied v pushes (kind 3 requests ask an owner its count;
+//            the requester polls, so no owner thread ever waits for a
+//            turn): worker g's exchange k pulls version k * workers + g,
+//            so exchanges happen one at a time, in worker order.
+//   kind 3 request (updates): no values; the "done" reply carries the
+//            owner's count of applied pushes as 8 bytes (u64).
+//
 // Deadlines: a push or pull takes at most `timeout` (then the owners that
 // did not answer are named); an owner waits at most `timeout` for a run its
 // peer began an instant earlier and for the gradient after "ready". Writes
@@ -117,6 +132,9 @@ struct PsEngineOptions {
   size_t eager_bytes = size_t{64} << 10;
   // "rank 2 (127.0.0.1:29502)": this daemon in messages.
   std::string self;
+  // MODE_HOGWILD_EASGD and MODE_ROUND_ROBIN_EASGD (the file comment).
+  bool hogwild = false;
+  bool round_robin = false;
 };
 
 class PsEngine {
@@ -166,8 +184,16 @@ class PsEngine {
   // buffers free) when it returns.
   absl::Status AwaitWrites(int peer, transport::Completion& done,
                            absl::Time deadline);
-  static absl::Status ApplyLocal(Run& run, absl::Span<const float> grads);
-  static void CopyLocal(Run& run, absl::Span<float> out);
+  absl::Status ApplyLocal(Run& run, absl::Span<const float> grads);
+  void CopyLocal(Run& run, absl::Span<float> out);
+  static int64_t LocalUpdates(Run& run);
+  // round_robin: returns once every owner applied `updates` pushes of the
+  // run (polling, bounded by the timeout: DeadlineExceeded naming the
+  // worker whose turn it is and the owner that lags).
+  absl::Status AwaitTurn(const WorkerHandle& worker, Run& run, int64_t updates);
+  // Owner `owner`'s count of applied pushes (a kind 3 request).
+  absl::StatusOr<int64_t> RemoteUpdates(const WorkerHandle& worker, Run& run,
+                                        int owner, absl::Time deadline);
 
   // Owner side: serves `peer`'s requests until Stop().
   void Serve(int peer);

@@ -90,8 +90,13 @@ absl::StatusOr<std::shared_ptr<Run>> CreateRun(
                           optimizer_options,
                           options.master_shard ? run->master.size()
                                                : run->store->shard_elements()));
-  STARLING_RETURN_IF_ERROR(run->optimizer->SetGradientScale(
-      1.0f / static_cast<float>(std::max(1, run->total_workers))));
+  // Gradients are averaged over the workers; the EASGD centre adds the
+  // workers' elastic differences as they are (each already weighted by
+  // alpha).
+  if (optimizer_options.name != "easgd") {
+    STARLING_RETURN_IF_ERROR(run->optimizer->SetGradientScale(
+        1.0f / static_cast<float>(std::max(1, run->total_workers))));
+  }
   return run;
 }
 

@@ -21,7 +21,8 @@ namespace node {
 struct RunFactoryOptions {
   // Numbered from 1 by the coordinator.
   uint64_t run_id = 0;
-  // Every worker of the job: the optimizer's gradient scale is 1 / this.
+  // Every worker of the job: the optimizer's gradient scale is 1 / this
+  // (1 for easgd, which adds the elastic differences as they come).
   int total_workers = 0;
   // This daemon's rank among `ranks`: which shard it updates.
   int ranks = 1;

@@ -26,6 +26,7 @@
 #include "worker/train/dataset.h"
 #include "worker/train/idx.h"
 #include "worker/train/model.h"
+#include "worker/trainer/elastic.h"
 #include "worker/trainer/pool_tensors.h"
 #include "worker/trainer/report.h"
 
@@ -62,6 +63,19 @@ class Trainer {
   absl::StatusOr<const client::ScheduledIteration*> Iteration(int64_t t);
   absl::StatusOr<client::Schedule> FetchSchedule(int64_t next);
   absl::Status Step(const client::ScheduledIteration& it);
+  // The samples of iteration `it` for this worker.
+  std::vector<int64_t> Samples(const client::ScheduledIteration& it);
+  // Forward, loss and backward of step t on `samples` (not empty), calling
+  // `ready` as each layer's gradients are done; adds to the epoch's sums.
+  absl::Status ForwardBackward(int64_t t, const std::vector<int64_t>& samples,
+                               const train::GradientsReadyCallback& ready);
+  // Step() in the EASGD modes: local step, then the elastic exchange.
+  absl::Status ElasticStep(const client::ScheduledIteration& it,
+                           absl::Time step_start);
+  // Records one step's times.
+  void StepDone(absl::Duration compute, absl::Duration step);
+  // The EASGD modes' evaluation parameters: the centre.
+  absl::Status EvaluateCenter(bool last);
   absl::Status WaitSlot(int slot);
   absl::Status Pull(int64_t version, const std::string& why);
   absl::Status EndEpoch(int64_t last_step, int64_t epoch, bool last);
@@ -99,6 +113,7 @@ class Trainer {
   int64_t first_step_ = 0;
   std::string mode_;
   int staleness_ = 0;
+  std::unique_ptr<ElasticWorker> elastic_;  // EASGD modes
 
   std::map<int64_t, std::vector<int64_t>> orders_;  // by epoch
   std::vector<float> x_;
@@ -259,6 +274,31 @@ absl::Status Trainer::Begin() {
   first_step_ = client_->first_step();
   mode_ = client_->mode();
   staleness_ = mode_ == "async_sgd" ? client_->staleness() : 0;
+  if (client_->job().elastic) {
+    if (options_.dtype != DataType::kFloat32) {
+      return Failed("starting " + mode_,
+                    absl::UnimplementedError(absl::StrCat(
+                        "the EASGD modes keep float32 parameters on the "
+                        "workers; --dtype=",
+                        client::DataTypeName(options_.dtype),
+                        " is for the synchronous and parameter-server modes")));
+    }
+    if (first_step_ != 0) {
+      return Failed(
+          "starting " + mode_,
+          absl::UnimplementedError(
+              "a worker cannot take a missing one's place in an EASGD run "
+              "(its own parameters left with it); start the run again"));
+    }
+    absl::StatusOr<std::unique_ptr<ElasticWorker>> elastic =
+        ElasticWorker::Create(client_.get(), tensors_, host_params_,
+                              WorkerNumber(), options_.timeout);
+    if (!elastic.ok()) return Failed("starting " + mode_, elastic.status());
+    elastic_ = std::move(*elastic);
+    // One model's worth every tau steps.
+    push_bytes_per_step_ =
+        static_cast<int64_t>(p * sizeof(float)) / elastic_->tau();
+  }
 
   for (int s = 0; s <= staleness_; ++s) {
     absl::StatusOr<std::vector<PoolTensor>> g =
@@ -329,6 +369,18 @@ absl::Status Trainer::Begin() {
       static_cast<long long>(train_.size()),    // NOLINT(runtime/int)
       static_cast<long long>(test_.size()),     // NOLINT(runtime/int)
       k, static_cast<long long>(first_step_));  // NOLINT(runtime/int)
+  if (elastic_ != nullptr) {
+    const client::Client::JobSettings& job = elastic_->job();
+    std::printf(
+        "starling-worker: elastic averaging: tau %d, alpha %.4g (beta / %d "
+        "workers), local learning rate %.4g%s; test accuracy is the "
+        "centre's\n",
+        job.elastic_tau, job.elastic_alpha, client_->total_workers(),
+        job.learning_rate,
+        mode_ == "async_measgd"
+            ? absl::StrCat(", Nesterov momentum ", job.elastic_momentum).c_str()
+            : "");
+  }
   if (Reporter()) {
     std::printf("%s\n", EpochTableHeader().c_str());
     // The table's CSV copy, from the same worker (the others' rows are the
@@ -384,9 +436,50 @@ absl::Status Trainer::WaitSlot(int slot) {
   return absl::OkStatus();
 }
 
+std::vector<int64_t> Trainer::Samples(const client::ScheduledIteration& it) {
+  std::vector<int64_t> samples;
+  const std::vector<int64_t>& order = Order(it.epoch);
+  for (uint64_t p : it.partitions) {
+    absl::Span<const int64_t> part = train::PartitionSamples(
+        order, static_cast<int64_t>(p), options_.batch_size);
+    samples.insert(samples.end(), part.begin(), part.end());
+  }
+  return samples;
+}
+
+absl::Status Trainer::ForwardBackward(
+    int64_t t, const std::vector<int64_t>& samples,
+    const train::GradientsReadyCallback& ready) {
+  if (samples.size() > y_.size()) {
+    return Failed(
+        absl::StrCat("step ", t),
+        absl::UnimplementedError(absl::StrCat(
+            "the schedule gives this worker ", samples.size(),
+            " samples in one iteration; at most ", y_.size(), " fit a batch")));
+  }
+  const int batch = static_cast<int>(samples.size());
+  train_.Gather(samples, x_.data(), y_.data());
+  TRAINER_CHECK_OK(absl::StrCat("forward of step ", t),
+                   model_->Forward(x_.data(), batch));
+  absl::StatusOr<float> loss = model_->Loss(y_.data());
+  if (!loss.ok()) {
+    return Failed(absl::StrCat("loss of step ", t), loss.status());
+  }
+  sums_[kTrainLoss] += *loss;
+  sums_[kTrainBatches] += 1;
+  sums_[kTrainSamples] += batch;
+  progress_loss_ += *loss;
+  ++progress_batches_;
+  progress_samples_ += batch;
+  TRAINER_CHECK_OK(absl::StrCat("backward of step ", t),
+                   model_->Backward(y_.data(), ready));
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Step(const client::ScheduledIteration& it) {
   const int64_t t = it.iteration;
   const absl::Time step_start = absl::Now();
+  if (elastic_ != nullptr) return ElasticStep(it, step_start);
   const int slot = static_cast<int>(t % SlotCount());
   // The daemon reads this set in place until its pushes completed.
   STARLING_RETURN_IF_ERROR(WaitSlot(slot));
@@ -401,13 +494,7 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
   }
 
   const absl::Time compute_start = absl::Now();
-  std::vector<int64_t> samples;
-  const std::vector<int64_t>& order = Order(it.epoch);
-  for (uint64_t p : it.partitions) {
-    absl::Span<const int64_t> part = train::PartitionSamples(
-        order, static_cast<int64_t>(p), options_.batch_size);
-    samples.insert(samples.end(), part.begin(), part.end());
-  }
+  const std::vector<int64_t> samples = Samples(it);
   std::vector<Future>& pushes = pushes_[slot];
   std::vector<PoolTensor>& grads = grads_[slot];
   if (samples.empty()) {
@@ -421,34 +508,10 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
     }
     pushes.push_back(client_->PushGradientsAsync(t, all));
   } else {
-    if (samples.size() > y_.size()) {
-      return Failed(absl::StrCat("step ", t),
-                    absl::UnimplementedError(absl::StrCat(
-                        "the schedule gives this worker ", it.partitions.size(),
-                        " partitions (", samples.size(),
-                        " samples) in one iteration; "
-                        "at most ",
-                        y_.size(), " samples fit a batch")));
-    }
-    const int batch = static_cast<int>(samples.size());
-    train_.Gather(samples, x_.data(), y_.data());
-    TRAINER_CHECK_OK(absl::StrCat("forward of step ", t),
-                     model_->Forward(x_.data(), batch));
-    absl::StatusOr<float> loss = model_->Loss(y_.data());
-    if (!loss.ok()) {
-      return Failed(absl::StrCat("loss of step ", t), loss.status());
-    }
-    sums_[kTrainLoss] += *loss;
-    sums_[kTrainBatches] += 1;
-    sums_[kTrainSamples] += batch;
-    progress_loss_ += *loss;
-    ++progress_batches_;
-    progress_samples_ += batch;
     const absl::Span<const float> g = model_->gradients();
     // Each layer's gradients go to the daemon as soon as they are ready.
-    TRAINER_CHECK_OK(
-        absl::StrCat("backward of step ", t),
-        model_->Backward(y_.data(), [&](const std::vector<int>& ready) {
+    STARLING_RETURN_IF_ERROR(
+        ForwardBackward(t, samples, [&](const std::vector<int>& ready) {
           std::vector<Tensor> part;
           for (int i : ready) {
             const train::TensorInfo& info = (*tensors_)[i];
@@ -468,7 +531,35 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
     std::fflush(stdout);
     ::raise(SIGKILL);
   }
-  const absl::Duration step = absl::Now() - step_start;
+  StepDone(compute, absl::Now() - step_start);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ElasticStep(const client::ScheduledIteration& it,
+                                  absl::Time step_start) {
+  const int64_t t = it.iteration;
+  const std::vector<int64_t> samples = Samples(it);
+  if (!samples.empty()) {
+    STARLING_RETURN_IF_ERROR(ForwardBackward(t, samples, nullptr));
+    elastic_->LocalStep(absl::MakeSpan(host_params_), model_->gradients());
+  }
+  const absl::Duration compute = absl::Now() - step_start;
+  STARLING_RETURN_IF_ERROR(
+      elastic_->MaybeExchange(t, absl::MakeSpan(host_params_)));
+  TRAINER_CHECK_OK("setting the model's parameters",
+                   model_->SetParameters(host_params_));
+  if (t == options_.exit_after_step) {
+    TRAINER_CHECK_OK("the last elastic exchange", elastic_->Flush());
+    std::printf("starling-worker: --exit_after_step=%lld: killing myself\n",
+                static_cast<long long>(t));  // NOLINT(runtime/int)
+    std::fflush(stdout);
+    ::raise(SIGKILL);
+  }
+  StepDone(compute, absl::Now() - step_start);
+  return absl::OkStatus();
+}
+
+void Trainer::StepDone(absl::Duration compute, absl::Duration step) {
   client_->ReportStepTimes(compute, step);
   sums_[kComputeSeconds] += absl::ToDoubleSeconds(compute);
   sums_[kStepSeconds] += absl::ToDoubleSeconds(step);
@@ -476,7 +567,6 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
   total_compute_ += absl::ToDoubleSeconds(compute);
   total_step_ += absl::ToDoubleSeconds(step);
   ++steps_done_;
-  return absl::OkStatus();
 }
 
 void Trainer::MaybeProgress(const client::ScheduledIteration& it) {
@@ -505,7 +595,9 @@ void Trainer::MaybeProgress(const client::ScheduledIteration& it) {
 absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
   const double epoch_seconds =
       absl::ToDoubleSeconds(absl::Now() - epoch_start_);
-  if (last) {
+  if (elastic_ != nullptr) {
+    STARLING_RETURN_IF_ERROR(EvaluateCenter(last));
+  } else if (last) {
     // Every push done and every worker past its last step: the final
     // parameters are the same on every worker.
     for (int s = 0; s < SlotCount(); ++s) {
@@ -529,6 +621,11 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
       model_->Evaluate(test_, begin, end, std::min(256, model_->max_batch()));
   if (!eval.ok()) {
     return Failed(absl::StrCat("evaluating epoch ", epoch + 1), eval.status());
+  }
+  if (elastic_ != nullptr) {
+    // Back to this worker's own parameters.
+    TRAINER_CHECK_OK("setting the model's parameters",
+                     model_->SetParameters(host_params_));
   }
   sums_[kTestLoss] = eval->loss_sum;
   sums_[kTestCorrect] = static_cast<double>(eval->correct);
@@ -561,16 +658,31 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::EvaluateCenter(bool last) {
+  if (last) {
+    // Every exchange applied: the centre is the same for every worker.
+    TRAINER_CHECK_OK("waiting for the last elastic exchange",
+                     elastic_->RefreshCenter());
+    TRAINER_CHECK_OK("the barrier after the last step", client_->Barrier());
+  }
+  TRAINER_CHECK_OK("pulling the centre", elastic_->RefreshCenter());
+  TRAINER_CHECK_OK("setting the centre for evaluation",
+                   model_->SetParameters(elastic_->center()));
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::WriteOut() {
   if (options_.out_path.empty()) return absl::OkStatus();
+  // The EASGD modes' result is the centre.
+  const std::vector<float>& out =
+      elastic_ != nullptr ? elastic_->center() : host_params_;
   std::FILE* f = std::fopen(options_.out_path.c_str(), "wb");
   bool ok = f != nullptr;
   if (ok) {
     // Raw float32, little-endian (the hosts we build for).
     static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                   "--out writes the host's float32 bytes");
-    ok = std::fwrite(host_params_.data(), sizeof(float), host_params_.size(),
-                     f) == host_params_.size();
+    ok = std::fwrite(out.data(), sizeof(float), out.size(), f) == out.size();
     ok = std::fclose(f) == 0 && ok;
   }
   if (!ok) {

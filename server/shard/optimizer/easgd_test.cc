@@ -53,6 +53,38 @@ TEST(Easgd, RejectsMismatchedLengthsAndBadAlpha) {
   EXPECT_THAT(center, ElementsAre(1, 2));
 }
 
+TEST(Easgd, CenterOptimizerAddsTheSummedDifferences) {
+  OptimizerOptions options;
+  options.name = "easgd";
+  options.learning_rate = 0.5f;  // the workers' local rate: not used here
+  options.weight_decay = 0.1f;   // not used either
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ElasticCenterOptimizer> center,
+                       ElasticCenterOptimizer::Create(options, 3));
+  std::vector<float> x = {1, -2, 0.5f};
+  ASSERT_OK(center->Apply(absl::MakeSpan(x), {0.25f, 0.5f, -0.5f}, 1));
+  EXPECT_THAT(x, ElementsAre(1.25f, -1.5f, 0.0f));
+  EXPECT_EQ(center->StateBytes(), 0u);
+  EXPECT_THAT(center->Apply(absl::MakeSpan(x), {0, NAN, 0}, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(x, ElementsAre(1.25f, -1.5f, 0.0f));
+}
+
+TEST(Easgd, RelaxedAddAndCopy) {
+  std::vector<float> center = {1, 2, 3};
+  ASSERT_OK(AddRelaxed(absl::MakeSpan(center), {0.5f, -1, 0}));
+  std::vector<float> out(3);
+  CopyRelaxed(center, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(1.5f, 1.0f, 3.0f));
+  EXPECT_THAT(AddRelaxed(absl::MakeSpan(center), {1, 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "elastic update: centre shard holds 3 elements, the "
+                       "difference 2"));
+  EXPECT_THAT(AddRelaxed(absl::MakeSpan(center), {1, INFINITY, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("elastic difference element 1")));
+  EXPECT_THAT(center, ElementsAre(1.5f, 1.0f, 3.0f));
+}
+
 }  // namespace
 }  // namespace shard
 }  // namespace starling

@@ -5,6 +5,7 @@
 #include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
 #include "server/shard/optimizer/adam.h"
+#include "server/shard/optimizer/easgd.h"
 #include "server/shard/optimizer/momentum.h"
 #include "server/shard/optimizer/sgd.h"
 
@@ -24,6 +25,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
   } else if (name == "adam") {
     STARLING_ASSIGN_OR_RETURN(optimizer,
                               AdamOptimizer::Create(options, shard_elements));
+  } else if (name == "easgd") {
+    STARLING_ASSIGN_OR_RETURN(
+        optimizer, ElasticCenterOptimizer::Create(options, shard_elements));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown optimizer '", name, "'; valid optimizers: ",

@@ -58,7 +58,7 @@ TEST(CreateOptimizer, UnknownNameListsTheValidOnes) {
   EXPECT_THAT(CreateOptimizer(Named("adagrad"), 10),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "unknown optimizer 'adagrad'; valid optimizers: sgd, "
-                       "momentum, adam"));
+                       "momentum, adam, easgd"));
   EXPECT_THAT(CreateOptimizer(Named("SGD"), 10),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("unknown optimizer 'SGD'")));
