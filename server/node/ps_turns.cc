@@ -41,7 +41,9 @@ absl::StatusOr<int64_t> PsEngine::RemoteUpdates(const WorkerHandle& worker,
 }
 
 // Polls with a growing pause (50 us up to 2 ms): a turn usually comes within
-// one exchange of another worker, and the owners answer from memory.
+// one exchange of another worker, and the owners answer from memory. Each
+// count request has a timeout of its own (an owner that does not answer
+// one is named as such); the turn's deadline bounds when polling stops.
 absl::Status PsEngine::AwaitTurn(const WorkerHandle& worker, Run& run,
                                  int64_t updates) {
   const int rank = transport_->rank();
@@ -62,7 +64,7 @@ absl::Status PsEngine::AwaitTurn(const WorkerHandle& worker, Run& run,
         continue;  // gets no pushes
       } else {
         absl::StatusOr<int64_t> remote =
-            RemoteUpdates(worker, run, owner, deadline);
+            RemoteUpdates(worker, run, owner, absl::Now() + options_.timeout);
         if (!remote.ok()) {
           return Annotate(remote.status(),
                           absl::StrCat("round-robin turn: asking shard owner ",

@@ -13,8 +13,14 @@
 #   tests/bench/train_bench.sh                                  # the recorded table
 #   tests/bench/train_bench.sh --models mlp --modes sync_sgd --epochs 1
 #   tests/bench/train_bench.sh --rate none --hosts 2
+#   tests/bench/train_bench.sh --models mlp --overlap on \
+#       --modes "sync_sgd sync_easgd async_easgd" --taus "1 4 16 64"
 #
 # Options: --models "mlp cnn" --modes "sync_sgd async_sgd parameter_server"
+# (or any EASGD mode: sync_easgd async_easgd async_measgd hogwild_easgd
+# round_robin_easgd, each run once per --taus value, default "4", with
+# --easgd-lr (default --lr) as the workers' local rate, async_measgd with
+# --measgd-lr, default --lr / 100, and Nesterov momentum 0.99)
 # --overlap "on off" (on: the default bucket size; off: --bucket_bytes 0,
 # one push after backward; a number: that bucket size, for sweeps)
 # --epochs E (mlp 10, cnn 3; or "mlp:10,cnn:3") --rate 1gbit --hosts 4
@@ -30,6 +36,7 @@ PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 MODELS="mlp cnn" MODES="sync_sgd async_sgd parameter_server" OVERLAP="on off"
 EPOCHS="mlp:10,cnn:3" RATE=1gbit HOSTS=4 BATCH=64 LR=0.05 OPTIMIZER=momentum
 STALENESS=1 DTYPE=float32 TRAIN_LIMIT=0 BIN="" KEEP=0 BUILT_BIN=""
+TAUS=4 EASGD_LR="" MEASGD_LR=""
 OUT=$REPO/tests/bench/results/train_$(date +%Y%m%d_%H%M%S).csv
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -43,15 +50,20 @@ while [[ $# -gt 0 ]]; do
     --lr) LR=$2; shift 2 ;;
     --optimizer) OPTIMIZER=$2; shift 2 ;;
     --staleness) STALENESS=$2; shift 2 ;;
+    --taus) TAUS=$2; shift 2 ;;
+    --easgd-lr) EASGD_LR=$2; shift 2 ;;
+    --measgd-lr) MEASGD_LR=$2; shift 2 ;;
     --dtype) DTYPE=$2; shift 2 ;;
     --train-limit) TRAIN_LIMIT=$2; shift 2 ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --bin) BIN=$(realpath "$2"); shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     *) echo "train_bench.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
 done
+[[ -n $EASGD_LR ]] || EASGD_LR=$LR
+[[ -n $MEASGD_LR ]] || MEASGD_LR=$(awk -v l="$LR" 'BEGIN { print l / 100 }')
 [[ $(id -u) -eq 0 ]] || { echo "train_bench.sh: needs root for ip netns and tc" >&2; exit 2; }
 "$REPO/deploy/setup.sh" --bench >/dev/null
 [[ -d $PEERBENCH_SRC ]] || { echo "train_bench.sh: no peerbench at $PEERBENCH_SRC (set PEERBENCH_SRC)" >&2; exit 2; }
@@ -111,24 +123,34 @@ tx_bytes() {
 }
 
 mkdir -p "$(dirname "$OUT")"
-echo "model,mode,overlap,hosts,rate,dtype,epochs,seconds_per_epoch,test_accuracy,compute_ratio,bytes_sent_per_step,staleness_mean,staleness_max,steps" > "$OUT"
+echo "model,mode,tau,overlap,hosts,rate,dtype,epochs,seconds_per_epoch,test_accuracy,compute_ratio,comm_share,bytes_sent_per_step,bytes_sent_per_epoch,staleness_mean,staleness_max,steps" > "$OUT"
 run=0
 for model in $MODELS; do
   E=$(epochs_of "$model")
   for mode in $MODES; do
+    taus=-
+    mode_flags=(--optimizer "$OPTIMIZER" --learning_rate "$LR")
+    if [[ $mode == *easgd ]]; then
+      taus=$TAUS
+      mode_flags=(--optimizer easgd --learning_rate "$EASGD_LR")
+      [[ $mode == async_measgd ]] && mode_flags=(--optimizer easgd --learning_rate "$MEASGD_LR")
+    fi
+    for tau in $taus; do
     for overlap in $OVERLAP; do
       run=$((run + 1))
       port=$((29400 + 20 * run))
-      dir=$WORK/$model.$mode.$overlap
+      dir=$WORK/$model.$mode.$tau.$overlap
+      tau_flags=()
+      [[ $tau != - ]] && tau_flags=(--elastic_tau "$tau")
       mkdir -p "$dir"
       bucket=()
       [[ $overlap == off ]] && bucket=(--bucket_bytes 0)
       [[ $overlap =~ ^[0-9]+$ ]] && bucket=(--bucket_bytes "$overlap")
       echo
-      echo "== $model, $mode, overlap $overlap: $HOSTS daemons x 1 worker, $E epoch(s)"
+      echo "== $model, $mode, tau $tau, overlap $overlap: $HOSTS daemons x 1 worker, $E epoch(s)"
       ip netns exec pbctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$HOSTS" \
         --listen "$CTL:$port" --metrics_port $((port + 1)) --mode "$mode" \
-        --staleness "$STALENESS" --optimizer "$OPTIMIZER" --learning_rate "$LR" \
+        --staleness "$STALENESS" "${mode_flags[@]}" "${tau_flags[@]}" \
         --epochs "$E" --partitions_per_epoch "$PARTITIONS" --log_level warning \
         > "$dir/coordinator.log" 2>&1 &
       PIDS+=($!)
@@ -164,11 +186,11 @@ for model in $MODELS; do
       sent=$(( $(tx_bytes 0) - tx0 ))
       stop_pids
       # The table's last row: accuracy; staleness max from the worker's table.
-      python3 - "$dir/epochs.csv" "$OUT" "$model" "$mode" "$overlap" "$HOSTS" "$RATE" \
+      python3 - "$dir/epochs.csv" "$OUT" "$model" "$mode" "$tau" "$overlap" "$HOSTS" "$RATE" \
         "$DTYPE" "$E" "$seconds" "$sent" "$PARTITIONS" <<'EOF'
 import csv, math, sys
-(table, out, model, mode, overlap, hosts, rate, dtype, epochs, seconds, sent,
- partitions) = sys.argv[1:]
+(table, out, model, mode, tau, overlap, hosts, rate, dtype, epochs, seconds,
+ sent, partitions) = sys.argv[1:]
 rows = list(csv.DictReader(open(table)))
 last = rows[-1] if rows else {}
 def floats(name):
@@ -179,15 +201,17 @@ per_epoch = (sum(epoch_seconds) / len(epoch_seconds) if epoch_seconds
 # Steps of the run: iterations per epoch x epochs (every mode).
 steps = math.ceil(int(partitions) / int(hosts)) * int(epochs)
 ratios = floats("compute_ratio")
+ratio = sum(ratios) / len(ratios) if ratios else 0
 stale = floats("staleness_mean")
 with open(out, "a") as f:
     f.write(",".join([
-        model, mode, overlap, hosts, rate, dtype, epochs, "%.2f" % per_epoch,
-        last.get("test_accuracy", ""),
-        "%.3f" % (sum(ratios) / len(ratios) if ratios else 0),
-        "%.0f" % (float(sent) / steps), "%.2f" % (sum(stale) / len(stale) if stale else 0),
+        model, mode, tau, overlap, hosts, rate, dtype, epochs, "%.2f" % per_epoch,
+        last.get("test_accuracy", ""), "%.3f" % ratio, "%.3f" % (1 - ratio),
+        "%.0f" % (float(sent) / steps), "%.0f" % (float(sent) / int(epochs)),
+        "%.2f" % (sum(stale) / len(stale) if stale else 0),
         "%.0f" % max(floats("staleness_max") or [0]), str(steps)]) + "\n")
 EOF
+    done
     done
   done
 done

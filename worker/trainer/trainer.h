@@ -12,6 +12,10 @@
 //           set, and the counts are summed with Client::AllReduce; the
 //           worker (rank 0, index 0) prints one table row.
 //
+// In the EASGD modes the worker keeps its own parameters, steps them
+// locally and exchanges elastic differences with the daemons' centre every
+// tau steps (elastic.h); the evaluation and --out are the centre's.
+//
 // Sync SGD and parameter-server mode keep one gradient set in the pool;
 // async SGD keeps staleness() + 1 (a set is reused only after its pushes
 // completed: the daemon reads it in place until then). The model computes
