@@ -22,6 +22,8 @@ PACKAGES=(
   prometheus  # promtool: `promtool check metrics` in the metrics tests
   # Training: OpenBLAS (cblas_sgemm), zlib (gzip IDX files), Fashion-MNIST.
   libopenblas-dev zlib1g-dev dataset-fashion-mnist
+  # The linear SVM's reference: LIBLINEAR 2.3.0 (liblinear-train/-predict).
+  liblinear-tools
 )
 BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
 

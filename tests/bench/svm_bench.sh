@@ -83,7 +83,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
 mkdir -p "$(dirname "$OUT")"
-echo "task,loss,solver,workers,elimination,train,test,accuracy,passes,touched,solve_s,wall_s,dual_objective" >"$OUT"
+echo "task,loss,solver,workers,elimination,train,test,accuracy,passes,touched,solve_s,wall_s,dual_objective,converged" >"$OUT"
 row() { echo "$1" >>"$OUT"; }
 
 # starling-svm --local: one worker, plain DCD.
@@ -94,7 +94,7 @@ run_local() {  # task loss elim limit
     --eps="$EPS" --bias="$BIAS" --train_limit="$4" --test_limit="$TEST_LIMIT" \
     --progress_every=0 >"$log"
   t1=$(now)
-  row "$1,$2,starling-svm,1,$3,$(field "$log" train),$(field "$log" test),$(field "$log" accuracy),$(field "$log" passes),$(field "$log" touched),$(field "$log" solve_s),$(elapsed "$t0" "$t1"),$(field "$log" dual)"
+  row "$1,$2,starling-svm,1,$3,$(field "$log" train),$(field "$log" test),$(field "$log" accuracy),$(field "$log" passes),$(field "$log" touched),$(field "$log" solve_s),$(elapsed "$t0" "$t1"),$(field "$log" dual),$(field "$log" converged)"
 }
 
 # A coordinator (--optimizer none) + 2 daemons + W starling-svm workers on
@@ -107,7 +107,7 @@ run_cluster() {  # task loss elim limit
   "$BIN/starling-coordinator" --job_id=svm --expected_nodes=2 \
     --parameter_count=0 --listen="$coord" --metrics_port=0 \
     --mode=sync_sgd --optimizer=none --learning_rate=0.1 \
-    --collective_timeout=60s --log_level=warning 2>"$WORK/coordinator.err" &
+    --collective_timeout=60s --heartbeat_timeout=60s --log_level=warning 2>"$WORK/coordinator.err" &
   cpid=$!
   PIDS+=("$cpid")
   for d in 0 1; do
@@ -137,10 +137,11 @@ run_cluster() {  # task loss elim limit
   if [[ $status -ne 0 ]]; then
     echo "svm_bench.sh: a cluster worker failed ($1 $2 $3):" >&2
     cat "$WORK"/w*.err "$WORK"/node*.err "$WORK/coordinator.err" >&2
-    return 1
+    row "$1,$2,starling-svm (daemons),$WORKERS,$3,failed,,,,,,,,"
+    return 0
   fi
   local log=$WORK/w0.0.log
-  row "$1,$2,starling-svm (daemons),$WORKERS,$3,$(field "$log" train),$(field "$log" test),$(field "$log" accuracy),$(field "$log" passes),$(field "$log" touched),$(field "$log" solve_s),$(elapsed "$t0" "$t1"),$(field "$log" dual)"
+  row "$1,$2,starling-svm (daemons),$WORKERS,$3,$(field "$log" train),$(field "$log" test),$(field "$log" accuracy),$(field "$log" passes),$(field "$log" touched),$(field "$log" solve_s),$(elapsed "$t0" "$t1"),$(field "$log" dual),$(field "$log" converged)"
 }
 
 run_liblinear() {  # task loss limit
@@ -165,7 +166,9 @@ run_liblinear() {  # task loss limit
     awk '{ s += $1 } END { printf "%.6g", s }')
   n_train=$(wc -l <"$WORK/train.svm")
   n_test=$(wc -l <"$WORK/test.svm")
-  row "$1,$2,liblinear-train -s $s,1,on,$n_train,$n_test,$acc,$iters,,,$(elapsed "$t0" "$t1"),$objective"
+  local converged=1
+  grep -q "reaching max number of iterations" "$train_log" && converged=0
+  row "$1,$2,liblinear-train -s $s,1,on,$n_train,$n_test,$acc,$iters,,,$(elapsed "$t0" "$t1"),$objective,$converged"
 }
 
 for task in $TASKS; do
@@ -189,8 +192,8 @@ awk -F, 'NR == 1 { next }
   $3 ~ /^liblinear/ { ll[key] = $8 }
   $3 !~ /^liblinear/ && $5 == "off" { off[key "," $3] = $10 }
   END {
-    print "| task | loss | solver | W | elim. | train / test | accuracy | vs LIBLINEAR (pt) | passes | samples touched | vs elim. off | solve s | wall s |"
-    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    print "| task | loss | solver | W | elim. | train / test | accuracy | vs LIBLINEAR (pt) | passes | samples touched | vs elim. off | solve s | wall s | dual obj. | met eps |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for (i = 2; i <= NR; i++) {
       split(rows[i], f, ",")
       k = f[1] "," f[2]
@@ -198,10 +201,11 @@ awk -F, 'NR == 1 { next }
       v = ""
       if (f[3] !~ /^liblinear/ && f[5] == "on" && off[k "," f[3]] > 0)
         v = sprintf("%.0f%% fewer", 100 * (1 - f[10] / off[k "," f[3]]))
-      printf "| %s | %s | %s | %s | %s | %s / %s | %.2f%% | %s | %s | %s | %s | %s | %s |\n",
+      if (f[6] == "failed") { printf "| %s | %s | %s | %s | %s | failed | | | | | | | | | |\n", f[1], f[2], f[3], f[4], f[5]; continue }
+      printf "| %s | %s | %s | %s | %s | %s / %s | %.2f%% | %s | %s | %s | %s | %s | %s | %s | %s |\n",
         f[1], f[2], f[3], f[4], (f[3] ~ /^liblinear/) ? "shrinking" : f[5],
         f[6], f[7], 100 * f[8], d, f[9], (f[10] == "") ? "n/a" : f[10], v,
-        (f[11] == "") ? "n/a" : f[11], f[12]
+        (f[11] == "") ? "n/a" : f[11], f[12], f[13], (f[14] == 1) ? "yes" : "no (max passes)"
     }
   }' "$OUT"
 echo

@@ -69,35 +69,6 @@ struct WorkerRun {
   double accuracy = -1;
 };
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
-double AccuracyOf(const std::string& out) {
-  const std::string key = "final: test accuracy ";
-  const size_t at = out.find(key);
-  if (at == std::string::npos) return -1;
-  return std::atof(out.c_str() + at + key.size());
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = a.size() == b.size() ? 0 : INFINITY;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return worst;
-}
-
 ClusterOptions OptionsFor(const Job& job) {
   ClusterOptions options;
   options.daemons = job.daemons;
@@ -149,7 +120,7 @@ std::vector<WorkerRun> RunJob(const Job& job, const std::string& tag) {
     WorkerRun run;
     run.result = cluster.Wait(pids[d], kWorkerBound);
     run.params = ReadFloats(outs[d]);
-    run.accuracy = AccuracyOf(run.result.out);
+    run.accuracy = FinalAccuracy(run.result.out);
     EXPECT_FALSE(run.result.timed_out)
         << tag << " worker " << d << " hung\n"
         << run.result.out << run.result.err << cluster.ServerLogs();

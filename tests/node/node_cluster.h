@@ -148,6 +148,17 @@ int PickLoopbackPort();
 double Metric(int port, const std::string& name,
               const std::vector<std::string>& labels = {});
 
+// $TEST_TMPDIR/name (/tmp/name outside Bazel).
+std::string TempPath(const std::string& name);
+// A file of raw float32 values (starling-worker --out); empty when the file
+// cannot be read.
+std::vector<float> ReadFloats(const std::string& path);
+// The percentage after "final: test accuracy " in a starling-worker's
+// output; -1 when absent.
+double FinalAccuracy(const std::string& out);
+// max_i |a_i - b_i|; infinity when the sizes differ.
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
+
 // Starts every worker of `cluster` with `worker_flags`, waits for each
 // (at most `bound`): every one exits 0 with the same parameters, bit for
 // bit (gtest expectations).

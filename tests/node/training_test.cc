@@ -71,27 +71,6 @@ struct WorkerRun {
   double accuracy = -1;       // percent, from "final: test accuracy"
 };
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
-double AccuracyOf(const std::string& out) {
-  const std::string key = "final: test accuracy ";
-  const size_t at = out.find(key);
-  if (at == std::string::npos) return -1;
-  return std::atof(out.c_str() + at + key.size());
-}
-
 ClusterOptions OptionsFor(const Job& job) {
   ClusterOptions options;
   options.daemons = job.daemons;
@@ -136,7 +115,7 @@ WorkerRun Collect(NodeCluster& cluster, pid_t pid, const std::string& out) {
   WorkerRun run;
   run.result = cluster.Wait(pid, kWorkerBound);
   run.params = ReadFloats(out);
-  run.accuracy = AccuracyOf(run.result.out);
+  run.accuracy = FinalAccuracy(run.result.out);
   return run;
 }
 
@@ -168,14 +147,6 @@ std::vector<WorkerRun> RunJob(const Job& job, const std::string& tag) {
     EXPECT_LE(ratio, 1.0) << tag << " daemon " << d;
   }
   return runs;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return worst;
 }
 
 constexpr size_t kMlpParameters = 235146;

@@ -56,9 +56,9 @@ void Dataset::Gather(absl::Span<const int64_t> indices, float* x,
   }
 }
 
-absl::StatusOr<Dataset> LoadFashionMnist(absl::string_view dir,
-                                         absl::string_view split,
-                                         int64_t limit) {
+absl::StatusOr<RawSplit> ReadFashionMnistSplit(absl::string_view dir,
+                                               absl::string_view split,
+                                               int64_t limit) {
   std::string prefix;
   if (split == "train") {
     prefix = "train";
@@ -73,25 +73,37 @@ absl::StatusOr<Dataset> LoadFashionMnist(absl::string_view dir,
       absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte.gz");
   const std::string label_path =
       absl::StrCat(dir, "/", prefix, "-labels-idx1-ubyte.gz");
+  RawSplit raw;
+  raw.image_path = image_path;
   absl::StatusOr<IdxImages> images = ReadIdxImages(image_path, limit);
   if (!images.ok()) return images.status();
-  if (images->rows != kImageSide || images->cols != kImageSide) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(image_path, ": images are ", images->rows, "x",
-                     images->cols, "; Fashion-MNIST's are 28x28"));
-  }
+  raw.images = *std::move(images);
   absl::StatusOr<std::vector<uint8_t>> labels =
       ReadIdxLabels(label_path, kNumClasses, limit);
   if (!labels.ok()) return labels.status();
-  if (static_cast<int64_t>(labels->size()) != images->count) {
+  raw.labels = *std::move(labels);
+  if (static_cast<int64_t>(raw.labels.size()) != raw.images.count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        image_path, " holds ", images->count, " images but ", label_path,
-        " holds ", labels->size(), " labels (reading at most ",
+        image_path, " holds ", raw.images.count, " images but ", label_path,
+        " holds ", raw.labels.size(), " labels (reading at most ",
         limit == std::numeric_limits<int64_t>::max() ? std::string("all")
                                                      : absl::StrCat(limit),
         ")"));
   }
-  return Dataset(images->pixels, *std::move(labels));
+  return raw;
+}
+
+absl::StatusOr<Dataset> LoadFashionMnist(absl::string_view dir,
+                                         absl::string_view split,
+                                         int64_t limit) {
+  absl::StatusOr<RawSplit> raw = ReadFashionMnistSplit(dir, split, limit);
+  if (!raw.ok()) return raw.status();
+  if (raw->images.rows != kImageSide || raw->images.cols != kImageSide) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(raw->image_path, ": images are ", raw->images.rows, "x",
+                     raw->images.cols, "; Fashion-MNIST's are 28x28"));
+  }
+  return Dataset(raw->images.pixels, std::move(raw->labels));
 }
 
 std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {

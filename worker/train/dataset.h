@@ -65,6 +65,19 @@ class Dataset {
   std::vector<uint8_t> labels_;
 };
 
+// The raw files of a split ("train" or "test", from `dir`, the
+// Debian package's names): pixels 0..255 and labels 0..9, the first
+// min(limit, size) samples. Errors: InvalidArgument for another split name
+// or image and label files of different counts; the idx.h errors otherwise.
+struct RawSplit {
+  IdxImages images;
+  std::vector<uint8_t> labels;
+  std::string image_path;  // for messages
+};
+absl::StatusOr<RawSplit> ReadFashionMnistSplit(
+    absl::string_view dir, absl::string_view split,
+    int64_t limit = std::numeric_limits<int64_t>::max());
+
 // Loads split "train" (60000 samples: train-images-idx3-ubyte.gz,
 // train-labels-idx1-ubyte.gz) or "test" (10000: t10k-images-idx3-ubyte.gz,
 // t10k-labels-idx1-ubyte.gz) from `dir`; with `limit`, only the first

@@ -11,18 +11,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "server/base/command_line.h"
+#include "server/base/version.h"
 #include "worker/train/idx.h"
 #include "worker/train/model.h"
 #include "worker/trainer/trainer.h"
@@ -86,17 +85,16 @@ int Fail(const std::string& what, const std::string& why) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "the Starling reference trainer (Fashion-MNIST, MLP or CNN); the job's "
-      "settings are the coordinator's flags");
-  // --help lists this binary's flags (they live in worker/trainer/).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "worker/trainer/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = ParseProgramCommandLine(
+      {"starling-worker", "worker/trainer/main.cc", kStarlingVersion,
+       "the Starling reference trainer (Fashion-MNIST, MLP or CNN); the job's "
+       "settings are the coordinator's flags"},
+      argc, argv);
+  if (positional.size() > 1) {
+    return FailProgram(
+        "starling-worker", 2,
+        absl::StrCat("unexpected argument '", positional[1], "' (try --help)"));
+  }
   TrainerOptions o;
   o.socket_path = absl::GetFlag(FLAGS_socket);
   if (o.socket_path.empty()) return Fail("--socket", "must not be empty");

@@ -66,6 +66,8 @@ class Trainer {
   // Step() in the EASGD modes: local step, then the elastic exchange.
   absl::Status ElasticStep(const client::ScheduledIteration& it,
                            absl::Time step_start);
+  // --exit_after_step: SIGKILL, as a crash would (after step t's pushes).
+  void KillMyself(int64_t t);
   // Records one step's times.
   void StepDone(absl::Duration compute, absl::Duration step);
   // The EASGD modes' evaluation parameters: the centre.

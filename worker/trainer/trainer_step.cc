@@ -122,10 +122,7 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
 
   if (t == options_.exit_after_step) {
     STARLING_RETURN_IF_ERROR(WaitSlot(slot));
-    std::printf("starling-worker: --exit_after_step=%lld: killing myself\n",
-                static_cast<long long>(t));  // NOLINT(runtime/int)
-    std::fflush(stdout);
-    ::raise(SIGKILL);
+    KillMyself(t);
   }
   StepDone(compute, absl::Now() - step_start);
   return absl::OkStatus();
@@ -146,13 +143,17 @@ absl::Status Trainer::ElasticStep(const client::ScheduledIteration& it,
                    model_->SetParameters(host_params_));
   if (t == options_.exit_after_step) {
     TRAINER_CHECK_OK("the last elastic exchange", elastic_->Flush());
-    std::printf("starling-worker: --exit_after_step=%lld: killing myself\n",
-                static_cast<long long>(t));  // NOLINT(runtime/int)
-    std::fflush(stdout);
-    ::raise(SIGKILL);
+    KillMyself(t);
   }
   StepDone(compute, absl::Now() - step_start);
   return absl::OkStatus();
+}
+
+void Trainer::KillMyself(int64_t t) {
+  std::printf("starling-worker: --exit_after_step=%lld: killing myself\n",
+              static_cast<long long>(t));  // NOLINT(runtime/int)
+  std::fflush(stdout);
+  ::raise(SIGKILL);
 }
 
 void Trainer::StepDone(absl::Duration compute, absl::Duration step) {

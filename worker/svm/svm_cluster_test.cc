@@ -1,0 +1,124 @@
+// starling-svm through the real daemons on loopback: a coordinator
+// (--optimizer none), 2 starling-node daemons and 4 starling-svm workers
+// (2 per daemon). Every worker must exit 0 with the same weights, bit for
+// bit, and the accuracy of the simulated 4-worker solve.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/node/node_cluster.h"
+#include "worker/svm/svm_run.h"
+#include "worker/train/idx.h"
+
+namespace starling {
+namespace svm {
+namespace {
+
+using testing_node::BinaryPath;
+using testing_node::ClusterOptions;
+using testing_node::NodeCluster;
+using testing_node::ProcessResult;
+
+std::string Bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+double Field(const std::string& out, const std::string& key) {
+  const size_t at = out.find(" " + key + "=");
+  if (at == std::string::npos) return NAN;
+  return std::atof(out.c_str() + at + key.size() + 2);
+}
+
+TEST(SvmCluster, FourWorkersOnTwoDaemonsAgreeOnTheWeights) {
+  const std::string data(train::kDefaultFashionMnistDir);
+  struct stat st;
+  if (::stat((data + "/train-images-idx3-ubyte.gz").c_str(), &st) != 0) {
+    GTEST_SKIP() << data
+                 << " has no Fashion-MNIST: install Debian's "
+                    "dataset-fashion-mnist (deploy/setup.sh)";
+  }
+  ClusterOptions options;
+  options.daemons = 2;
+  options.local_workers = 2;
+  options.optimizer = "none";  // plain all-reduce; nothing is pushed
+  options.collective_timeout = absl::Seconds(30);
+  // Four busy workers on a 2-core machine can delay the daemons' heartbeats
+  // past the 2 s default.
+  options.heartbeat_timeout = absl::Seconds(30);
+  options.fix_parameter_count = false;  // the workers declare svm.w
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+
+  const std::vector<std::string> common = {"--task=sandal_sneaker",
+                                           "--loss=l1",
+                                           "--C=0.1",
+                                           "--eps=0.1",
+                                           "--train_limit=2000",
+                                           "--test_limit=1000",
+                                           "--progress_every=20",
+                                           "--timeout=60s"};
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  std::vector<pid_t> pids;
+  std::vector<std::string> outs;
+  for (int d = 0; d < options.daemons; ++d) {
+    for (int i = 0; i < options.local_workers; ++i) {
+      std::vector<std::string> flags = common;
+      outs.push_back(absl::StrCat(dir, "/w", d, "_", i, ".bin"));
+      flags.push_back(absl::StrCat("--socket=", cluster.socket_path(d)));
+      flags.push_back(absl::StrCat("--worker_index=", i));
+      flags.push_back("--out=" + outs.back());
+      pids.push_back(cluster.Spawn(absl::StrCat("svm", d, "_", i),
+                                   BinaryPath("worker/svm/starling-svm"),
+                                   flags));
+    }
+  }
+  std::vector<ProcessResult> results;
+  for (pid_t pid : pids) results.push_back(cluster.Wait(pid, absl::Minutes(3)));
+
+  // The same solve with 4 simulated workers in this process.
+  SvmRunOptions local;
+  local.task = Task::kSandalSneaker;
+  local.dcd.c = 0.1;
+  local.data_dir = data;
+  local.train_limit = 2000;
+  local.test_limit = 1000;
+  local.workers_simulated = 4;
+  absl::StatusOr<SvmRunReport> simulated = RunSvm(local, nullptr);
+  ASSERT_TRUE(simulated.ok()) << simulated.status();
+
+  const std::string first = Bytes(outs[0]);
+  EXPECT_EQ(first.size(), 785 * sizeof(double));
+  for (size_t k = 0; k < results.size(); ++k) {
+    const ProcessResult& r = results[k];
+    ASSERT_FALSE(r.timed_out) << "worker " << k << " hung\n"
+                              << r.out << r.err << cluster.ServerLogs();
+    ASSERT_EQ(r.exit_code, 0) << "worker " << k << ":\n"
+                              << r.out << r.err << cluster.ServerLogs();
+    EXPECT_EQ(Field(r.out, "workers"), 4) << r.out;
+    EXPECT_EQ(Field(r.out, "converged"), 1) << r.out;
+    EXPECT_TRUE(Bytes(outs[k]) == first) << "worker " << k << "'s weights "
+                                         << "differ from worker 0's";
+    const double accuracy = Field(r.out, "accuracy");
+    EXPECT_GT(accuracy, 0.9) << r.out;
+    EXPECT_NEAR(accuracy, simulated->accuracy, 0.01) << r.out;
+  }
+  // Worker 0 (rank 0, index 0) printed the progress.
+  EXPECT_NE(results[0].out.find("pass 1 class 5: touched 2000"),
+            std::string::npos)
+      << results[0].out;
+}
+
+}  // namespace
+}  // namespace svm
+}  // namespace starling
