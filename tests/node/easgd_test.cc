@@ -57,6 +57,7 @@ constexpr double kBeta = 0.9;
 
 struct Job {
   int daemons = 2;
+  int local_workers = 1;
   std::string mode = "sync_easgd";
   int tau = 4;
   double learning_rate = kLearningRate;
@@ -72,7 +73,7 @@ struct WorkerRun {
 ClusterOptions OptionsFor(const Job& job) {
   ClusterOptions options;
   options.daemons = job.daemons;
-  options.local_workers = 1;
+  options.local_workers = job.local_workers;
   options.mode = job.mode;
   options.optimizer = "easgd";
   options.learning_rate = job.learning_rate;
@@ -82,9 +83,9 @@ ClusterOptions OptionsFor(const Job& job) {
 }
 
 std::vector<std::string> WorkerFlags(const NodeCluster& cluster, int d,
-                                     const std::string& out) {
+                                     const std::string& out, int index = 0) {
   return {absl::StrCat("--socket=", cluster.socket_path(d)),
-          "--worker_index=0",
+          absl::StrCat("--worker_index=", index),
           absl::StrCat("--batch_size=", kBatch),
           absl::StrCat("--train_limit=", kTrainLimit),
           absl::StrCat("--test_limit=", kTestLimit),
@@ -110,22 +111,24 @@ std::vector<WorkerRun> RunJob(const Job& job, const std::string& tag) {
   std::vector<pid_t> pids;
   std::vector<std::string> outs;
   for (int d = 0; d < job.daemons; ++d) {
-    outs.push_back(TempPath(absl::StrCat(tag, "_centre", d, ".bin")));
-    pids.push_back(cluster.Spawn(absl::StrCat(tag, "_worker", d),
-                                 BinaryPath("worker/trainer/starling-worker"),
-                                 WorkerFlags(cluster, d, outs.back())));
+    for (int i = 0; i < job.local_workers; ++i) {
+      outs.push_back(TempPath(absl::StrCat(tag, "_centre", d, "_", i, ".bin")));
+      pids.push_back(cluster.Spawn(absl::StrCat(tag, "_worker", d, "_", i),
+                                   BinaryPath("worker/trainer/starling-worker"),
+                                   WorkerFlags(cluster, d, outs.back(), i)));
+    }
   }
   std::vector<WorkerRun> runs;
-  for (int d = 0; d < job.daemons; ++d) {
+  for (size_t w = 0; w < pids.size(); ++w) {
     WorkerRun run;
-    run.result = cluster.Wait(pids[d], kWorkerBound);
-    run.params = ReadFloats(outs[d]);
+    run.result = cluster.Wait(pids[w], kWorkerBound);
+    run.params = ReadFloats(outs[w]);
     run.accuracy = FinalAccuracy(run.result.out);
     EXPECT_FALSE(run.result.timed_out)
-        << tag << " worker " << d << " hung\n"
+        << tag << " worker " << w << " hung\n"
         << run.result.out << run.result.err << cluster.ServerLogs();
     EXPECT_EQ(run.result.exit_code, 0)
-        << tag << " worker " << d << ":\n"
+        << tag << " worker " << w << ":\n"
         << run.result.out << run.result.err << cluster.ServerLogs();
     runs.push_back(std::move(run));
   }
@@ -238,6 +241,32 @@ TEST(Easgd, EveryAsynchronousVariantLearns) {
       EXPECT_GT(runs[w].accuracy, kMinAsyncAccuracy) << mode << " worker " << w;
       EXPECT_THAT(runs[w].result.out, HasSubstr(absl::StrCat("mode ", mode)));
       // After the barrier every push was applied: one centre.
+      EXPECT_TRUE(runs[w].params == runs[0].params)
+          << mode << ": worker " << w << "'s centre differs by "
+          << MaxAbsDiff(runs[w].params, runs[0].params);
+    }
+  }
+}
+
+// Three daemons (not a power of two) with two workers each, and a tau that
+// divides neither the 22 iterations of an epoch nor the run: six workers,
+// of which only two have data in each epoch's last iteration.
+TEST(Easgd, SixWorkersOnThreeDaemons) {
+  for (const std::string mode :
+       {"sync_easgd", "hogwild_easgd", "round_robin_easgd"}) {
+    Job job;
+    job.daemons = 3;
+    job.local_workers = 2;
+    job.mode = mode;
+    job.tau = 3;
+    const std::vector<WorkerRun> runs = RunJob(job, mode + "_3x2");
+    ASSERT_EQ(runs.size(), 6u);
+    std::printf("%s, 3 daemons x 2 workers, tau 3: accuracy %.2f%%\n",
+                mode.c_str(), runs[0].accuracy);
+    EXPECT_GT(runs[0].accuracy, kMinAsyncAccuracy) << mode;
+    EXPECT_THAT(runs[0].result.out,
+                HasSubstr("tau 3, alpha 0.15 (beta / 6 workers)"));
+    for (size_t w = 0; w < runs.size(); ++w) {
       EXPECT_TRUE(runs[w].params == runs[0].params)
           << mode << ": worker " << w << "'s centre differs by "
           << MaxAbsDiff(runs[w].params, runs[0].params);
