@@ -127,6 +127,17 @@ absl::Status CompareBits16(const std::string& what,
 constexpr int kInitW = 6;  // "w" {3, 2}
 constexpr int kInitB = 5;  // "b" {5}
 
+// `daemons` daemons of `local_workers` workers each, learning rate `lr`;
+// the tensors are whatever the workers declare.
+ClusterOptions ApiOptions(int daemons, int local_workers, double lr = 0.1) {
+  ClusterOptions options;
+  options.daemons = daemons;
+  options.local_workers = local_workers;
+  options.learning_rate = lr;
+  options.fix_parameter_count = false;
+  return options;
+}
+
 // Dyadic values with few significant bits: every sum, mean and product
 // below is exact in float32, so the daemon's float32 arithmetic must give
 // the fp64 reference exactly (whatever the order of the additions).
@@ -137,11 +148,7 @@ double Grad(int worker, int tensor, int i) {
 }
 
 TEST(TrainingApi, InitialParametersFromOneWorkerReachEveryWorker) {
-  ClusterOptions options;
-  options.daemons = 2;
-  options.local_workers = 2;
-  options.learning_rate = 0.5;
-  options.fix_parameter_count = false;
+  ClusterOptions options = ApiOptions(2, 2, 0.5);
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
@@ -222,11 +229,7 @@ TEST(TrainingApi, InitialParametersFromOneWorkerReachEveryWorker) {
 // parameters.
 
 TEST(TrainingApi, ALaterWorkerGetsTheCurrentParameters) {
-  ClusterOptions options;
-  options.daemons = 2;
-  options.local_workers = 2;
-  options.learning_rate = 0.5;
-  options.fix_parameter_count = false;
+  ClusterOptions options = ApiOptions(2, 2, 0.5);
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
@@ -465,11 +468,7 @@ std::vector<std::vector<float>> BucketRun(NodeCluster& cluster,
 }
 
 TEST(TrainingApi, BucketedPartPushesEqualOnePush) {
-  ClusterOptions options;
-  options.daemons = 2;
-  options.local_workers = 2;
-  options.learning_rate = 0.1;
-  options.fix_parameter_count = false;
+  ClusterOptions options = ApiOptions(2, 2, 0.1);
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
@@ -508,11 +507,7 @@ TEST(TrainingApi, BucketedPartPushesEqualOnePush) {
 // 4. Part-push and initial-parameter errors.
 
 TEST(TrainingApi, PartPushErrors) {
-  ClusterOptions options;
-  options.daemons = 1;
-  options.local_workers = 1;
-  options.learning_rate = 0.5;
-  options.fix_parameter_count = false;
+  ClusterOptions options = ApiOptions(1, 1, 0.5);
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
@@ -665,11 +660,7 @@ std::vector<uint16_t> SixteenBitRun(NodeCluster& cluster, DataType dtype,
 }
 
 TEST(TrainingApi, Float16GradientsKeepAFloat32Master) {
-  ClusterOptions options;
-  options.daemons = 2;
-  options.local_workers = 1;
-  options.learning_rate = 1.0;
-  options.fix_parameter_count = false;
+  ClusterOptions options = ApiOptions(2, 1, 1.0);
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
@@ -702,12 +693,8 @@ TEST(TrainingApi, Float16GradientsKeepAFloat32Master) {
 // 6. Async SGD's staleness bound is enforced by the daemons.
 
 TEST(TrainingApi, AsyncStalenessIsEnforcedByTheDaemons) {
-  ClusterOptions options;
-  options.daemons = 2;
-  options.local_workers = 1;
+  ClusterOptions options = ApiOptions(2, 1, 0.5);
   options.mode = "async_sgd";
-  options.learning_rate = 0.5;
-  options.fix_parameter_count = false;
   NodeCluster cluster(options);
   cluster.StartCoordinatorWith("coordinator", {"--staleness=1"});
   cluster.StartDaemons();
@@ -806,10 +793,7 @@ TEST(TrainingApi, AsyncStalenessIsEnforcedByTheDaemons) {
 // 7. The coordinator's schedule comes through the daemon.
 
 TEST(TrainingApi, ScheduleComesThroughTheDaemon) {
-  ClusterOptions options;
-  options.daemons = 2;
-  options.local_workers = 1;
-  options.fix_parameter_count = false;
+  ClusterOptions options = ApiOptions(2, 1);
   NodeCluster cluster(options);
   cluster.StartCoordinatorWith("coordinator",
                                {"--partitions_per_epoch=10", "--epochs=2",

@@ -199,15 +199,25 @@ int CpuBackend::ChunkSamples(const Conv2dShape& s) const {
       std::max<size_t>(1, std::min<size_t>(fit, std::max(s.batch, 1))));
 }
 
+CpuBackend::ConvWork CpuBackend::Work(const Conv2dShape& s) {
+  ConvWork work;
+  work.kk = s.in_channels * s.kernel * s.kernel;
+  work.p = static_cast<size_t>(s.out_height()) * s.out_width();
+  work.chunk = ChunkSamples(s);
+  work.cols = Columns(static_cast<size_t>(work.kk) * work.chunk * work.p);
+  work.packed =
+      Packed(static_cast<size_t>(s.out_channels) * work.chunk * work.p);
+  work.x_stride = static_cast<size_t>(s.in_channels) * s.height * s.width;
+  return work;
+}
+
 void CpuBackend::Conv2dForward(const Conv2dShape& s, const float* x,
                                const float* w, float* y) {
-  const int kk = s.in_channels * s.kernel * s.kernel;
-  const size_t p = static_cast<size_t>(s.out_height()) * s.out_width();
-  const int chunk = ChunkSamples(s);
-  float* cols = Columns(static_cast<size_t>(kk) * chunk * p);
-  float* packed = Packed(static_cast<size_t>(s.out_channels) * chunk * p);
-  const size_t x_stride =
-      static_cast<size_t>(s.in_channels) * s.height * s.width;
+  const ConvWork work = Work(s);
+  const int kk = work.kk, chunk = work.chunk;
+  const size_t p = work.p, x_stride = work.x_stride;
+  float* cols = work.cols;
+  float* packed = work.packed;
   for (int n0 = 0; n0 < s.batch; n0 += chunk) {
     const int c = std::min(chunk, s.batch - n0);
     const size_t ld = c * p;
@@ -228,13 +238,11 @@ void CpuBackend::Conv2dForward(const Conv2dShape& s, const float* x,
 
 void CpuBackend::Conv2dBackwardData(const Conv2dShape& s, const float* w,
                                     const float* dy, float* dx) {
-  const int kk = s.in_channels * s.kernel * s.kernel;
-  const size_t p = static_cast<size_t>(s.out_height()) * s.out_width();
-  const int chunk = ChunkSamples(s);
-  float* cols = Columns(static_cast<size_t>(kk) * chunk * p);
-  float* packed = Packed(static_cast<size_t>(s.out_channels) * chunk * p);
-  const size_t x_stride =
-      static_cast<size_t>(s.in_channels) * s.height * s.width;
+  const ConvWork work = Work(s);
+  const int kk = work.kk, chunk = work.chunk;
+  const size_t p = work.p, x_stride = work.x_stride;
+  float* cols = work.cols;
+  float* packed = work.packed;
   Zero(dx, s.input_elements());
   for (int n0 = 0; n0 < s.batch; n0 += chunk) {
     const int c = std::min(chunk, s.batch - n0);
@@ -250,13 +258,11 @@ void CpuBackend::Conv2dBackwardData(const Conv2dShape& s, const float* w,
 
 void CpuBackend::Conv2dBackwardFilter(const Conv2dShape& s, const float* x,
                                       const float* dy, float* dw) {
-  const int kk = s.in_channels * s.kernel * s.kernel;
-  const size_t p = static_cast<size_t>(s.out_height()) * s.out_width();
-  const int chunk = ChunkSamples(s);
-  float* cols = Columns(static_cast<size_t>(kk) * chunk * p);
-  float* packed = Packed(static_cast<size_t>(s.out_channels) * chunk * p);
-  const size_t x_stride =
-      static_cast<size_t>(s.in_channels) * s.height * s.width;
+  const ConvWork work = Work(s);
+  const int kk = work.kk, chunk = work.chunk;
+  const size_t p = work.p, x_stride = work.x_stride;
+  float* cols = work.cols;
+  float* packed = work.packed;
   if (s.batch == 0) Zero(dw, s.filter_elements());
   for (int n0 = 0; n0 < s.batch; n0 += chunk) {
     const int c = std::min(chunk, s.batch - n0);

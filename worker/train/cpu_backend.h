@@ -81,6 +81,17 @@ class CpuBackend : public Backend {
   // gradient in GEMM layout [out_c, chunk * oh * ow].
   float* Columns(size_t elements);
   float* Packed(size_t elements);
+  // What every convolution pass sets up for `shape`: the GEMM sizes, the
+  // chunk and the scratch for it.
+  struct ConvWork {
+    int kk = 0;     // in_c * k * k
+    size_t p = 0;   // oh * ow
+    int chunk = 0;  // samples per GEMM
+    float* cols = nullptr;
+    float* packed = nullptr;
+    size_t x_stride = 0;  // input floats per sample
+  };
+  ConvWork Work(const Conv2dShape& shape);
 
   const size_t max_column_floats_;
   std::vector<float> columns_;
