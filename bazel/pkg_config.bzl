@@ -37,9 +37,23 @@ def _system_libraries_impl(ctx):
         modules = ctx.attr.libraries[name]
         cflags = _dedupe(_pkg_config(ctx, ["--cflags"] + modules))
         libs = _dedupe(_pkg_config(ctx, ["--libs"] + modules))
+
+        # copts reach only the library itself; an include directory outside
+        # /usr/include (Python's) must reach the targets that depend on it,
+        # so it is linked into this repository and exported by `includes`.
+        includes = []
+        hdrs = []
+        for i, flag in enumerate([f for f in cflags if f.startswith("-I")]):
+            link = "include/%s_%d" % (name, i)
+            ctx.symlink(flag[2:], link)
+            includes.append(link)
+            hdrs.append('glob(["%s/**/*.h"])' % link)
         lines.append("cc_library(")
         lines.append('    name = "%s",' % name)
         lines.append("    copts = %s," % repr(cflags))
+        if includes:
+            lines.append("    hdrs = %s," % " + ".join(hdrs))
+            lines.append("    includes = %s," % repr(includes))
         lines.append("    linkopts = %s," % repr(libs))
         lines.append(")")
         lines.append("")

@@ -1,0 +1,276 @@
+"""Starling for Python: a worker process's connection to its node daemon.
+
+    import starling
+    starling.init()          # the local daemon: STARLING_SOCKET, STARLING_WORKER_INDEX
+    print(starling.rank(), starling.size())
+
+`starling-run -np 4 /usr/bin/python3 train.py` starts a coordinator and the
+daemons on this machine and sets the environment; without it, start
+`starling-node` yourself and set STARLING_SOCKET (the daemon's
+--worker_socket) and STARLING_WORKER_INDEX (0 .. the daemon's
+--local_workers - 1). PyTorch users import `starling.torch`, which re-exports
+everything here and adds DistributedOptimizer and the broadcasts.
+
+Every failure raises StarlingError (a RuntimeError) carrying the C++ status
+text: what failed and where (op, tensor, step, worker, daemon rank); its
+`code` is the status code's name ("UNAVAILABLE", "INVALID_ARGUMENT", ...).
+"""
+
+import atexit
+import os
+import sys
+import time
+
+try:
+    from starling import _starling
+except ImportError as error:  # pragma: no cover - a build problem
+    raise ImportError(
+        "starling: the extension module starling/_starling.so is missing or "
+        "was built for another Python (it is built for Debian's "
+        "/usr/bin/python3 by `bazel build //client/python:starling`; "
+        "starling-run puts it on PYTHONPATH): %s" % error) from error
+
+StarlingError = _starling.StarlingError
+__version__ = _starling.__version__
+
+# The daemon's default worker socket (starling-node --worker_socket).
+DEFAULT_SOCKET = "/tmp/starling-node.sock"
+
+_session = None
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise StarlingError("environment variable %s=%r is not an integer" %
+                            (name, value)) from None
+
+
+def _error(code, message):
+    error = StarlingError(message)
+    error.code = code
+    return error
+
+
+class Session:
+    """This process's connection to its daemon, and the run it takes part in.
+
+    A run begins when the worker's first data operation (an all-reduce, a
+    push, a pull, a barrier) ends its tensor declarations, and ends at
+    finish(); declarations made after a run began close that run (every
+    worker does the same, in the same order) and open the next one.
+    """
+
+    def __init__(self, client, socket, timeout):
+        self.client = client
+        self.socket = socket
+        self.timeout = timeout
+        self.running = False  # declarations ended: a run is under way
+        self.failed = False  # an uncaught exception: do not finish at exit
+        self.size_checked = False
+        self._scratch = None  # (PoolBuffer, bytes) for broadcasts etc.
+
+    # --- runs -------------------------------------------------------------
+    def begin_declarations(self):
+        """Closes the run under way, if any, so that declarations may follow."""
+        if self.running:
+            self.client.finish()
+            self.running = False
+            self.size_checked = False
+
+    def data_op(self):
+        """Called before every data operation: the declarations end there."""
+        self.running = True
+
+    def check_size(self):
+        """Once the run began: the job's workers are daemons x local workers
+        (what rank() and size() assume)."""
+        if self.size_checked:
+            return
+        c = self.client
+        if c.total_workers == 0:
+            return  # the declarations have not ended yet
+        self.size_checked = True
+        if c.total_workers != c.group_size * c.local_workers:
+            raise _error(
+                "FAILED_PRECONDITION",
+                "starling: the job has %d workers, but %d daemons x %d local "
+                "workers of this one make %d; rank() and size() assume every "
+                "daemon has as many local workers (starling-node "
+                "--local_workers)" %
+                (c.total_workers, c.group_size, c.local_workers,
+                 c.group_size * c.local_workers))
+
+    # --- pool memory ------------------------------------------------------
+    def allocate(self, nbytes):
+        """A zeroed buffer of `nbytes` in the shared pool (kept for good)."""
+        return self.client.allocate(max(int(nbytes), 1))
+
+    def scratch(self, nbytes):
+        """A reusable pool buffer of at least `nbytes` (grown, never shrunk)."""
+        if self._scratch is None or self._scratch[1] < nbytes:
+            grown = max(int(nbytes), 1 << 20)
+            self._scratch = (self.allocate(grown), grown)
+        return self._scratch[0]
+
+    def all_reduce_async(self, address, elements):
+        self.data_op()
+        return self.client.all_reduce_async(address, elements)
+
+    def barrier(self):
+        self.data_op()
+        self.client.barrier()
+
+    def finish(self):
+        if self.running:
+            self.client.finish()
+            self.running = False
+            self.size_checked = False
+
+    def close(self):
+        self.client.close()
+
+
+def init(socket=None, worker_index=None, *, timeout=None, pool_bytes=None,
+         bucket_bytes=None, connect_timeout=None):
+    """Connects this process to its node daemon; a second call does nothing.
+
+    socket: the daemon's worker socket (starling-node --worker_socket);
+        default $STARLING_SOCKET, else /tmp/starling-node.sock.
+    worker_index: this worker's index among the daemon's workers; default
+        $STARLING_WORKER_INDEX, else 0.
+    timeout: seconds every blocking operation may take (default
+        $STARLING_TIMEOUT or 60); a wait that ends names who did not answer.
+    pool_bytes: size of the shared-memory pool tensors live in (default
+        $STARLING_POOL_BYTES or 1 GiB; pages are only used when touched).
+    bucket_bytes: gradient bucket size (default $STARLING_BUCKET_BYTES or
+        256 KiB); every worker of the job must use the same.
+    connect_timeout: how long to wait for the socket to appear (default
+        $STARLING_CONNECT_TIMEOUT or 10 s).
+    """
+    global _session
+    if _session is not None:
+        return
+    socket = socket or os.environ.get("STARLING_SOCKET") or DEFAULT_SOCKET
+    if worker_index is None:
+        worker_index = _env_int("STARLING_WORKER_INDEX", 0)
+    if timeout is None:
+        timeout = float(os.environ.get("STARLING_TIMEOUT", "60"))
+    if pool_bytes is None:
+        pool_bytes = _env_int("STARLING_POOL_BYTES", 1 << 30)
+    if bucket_bytes is None:
+        bucket_bytes = _env_int("STARLING_BUCKET_BYTES", 256 << 10)
+    if connect_timeout is None:
+        connect_timeout = float(
+            os.environ.get("STARLING_CONNECT_TIMEOUT", "10"))
+    deadline = time.monotonic() + connect_timeout
+    while not os.path.exists(socket):
+        if time.monotonic() >= deadline:
+            raise _error(
+                "UNAVAILABLE",
+                "starling.init: no Starling node daemon is running at %s "
+                "(the socket does not exist after %.0f s). Start one "
+                "(starling-node --worker_socket=%s ...) or launch this "
+                "script with starling-run (starling-run -np 4 "
+                "/usr/bin/python3 %s), which starts the daemons and sets "
+                "STARLING_SOCKET." %
+                (socket, connect_timeout, socket,
+                 os.path.basename(sys.argv[0]) if sys.argv else "train.py"))
+        time.sleep(0.05)
+    name = "worker %d (pid %d)" % (worker_index, os.getpid())
+    client = _starling.Client(socket, worker_index, timeout, pool_bytes,
+                              bucket_bytes, name)
+    _session = Session(client, socket, timeout)
+    _install_exit_hooks()
+
+
+def is_initialized():
+    return _session is not None
+
+
+def session():
+    """The current Session; StarlingError when init() was not called."""
+    if _session is None:
+        raise _error("FAILED_PRECONDITION",
+                     "starling: call starling.init() first")
+    return _session
+
+
+def shutdown():
+    """Ends this worker's part in the run (a barrier with every worker) and
+    closes the connection. Called at exit unless an exception is escaping."""
+    global _session
+    if _session is None:
+        return
+    session, _session = _session, None
+    try:
+        if not session.failed:
+            session.finish()
+    finally:
+        session.close()
+
+
+def rank():
+    """This worker's rank in the job: daemon rank x local workers + index."""
+    c = session().client
+    return c.rank * c.local_workers + c.worker_index
+
+
+def size():
+    """Workers in the job: daemons x local workers per daemon."""
+    c = session().client
+    return c.group_size * c.local_workers
+
+
+def local_rank():
+    """This worker's index among its daemon's workers."""
+    return session().client.worker_index
+
+
+def local_size():
+    """Workers of this worker's daemon (starling-node --local_workers)."""
+    return session().client.local_workers
+
+
+def node_rank():
+    """The rank of this worker's daemon."""
+    return session().client.rank
+
+
+def node_count():
+    """Daemons in the group."""
+    return session().client.group_size
+
+
+def job():
+    """The job's settings (starling-coordinator's flags), as a dict: mode,
+    optimizer, learning_rate, staleness and the EASGD settings."""
+    return session().client.job()
+
+
+def barrier():
+    """Returns once every worker of the job entered the barrier."""
+    session().barrier()
+
+
+_previous_excepthook = None
+
+
+def _excepthook(kind, value, traceback):
+    # A worker dying of an exception must not wait at exit for the others
+    # in finish(): it leaves, and the daemons name it to the rest.
+    if _session is not None:
+        _session.failed = True
+    _previous_excepthook(kind, value, traceback)
+
+
+def _install_exit_hooks():
+    global _previous_excepthook
+    if _previous_excepthook is None:
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _excepthook
+        atexit.register(shutdown)

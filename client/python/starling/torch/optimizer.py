@@ -1,0 +1,464 @@
+"""DistributedOptimizer: a torch optimizer whose gradients cross Starling.
+
+Two placements of the optimizer, chosen by the job (starling-coordinator
+--optimizer, starling-run --optimizer):
+
+* Worker-side (`none`, the default). Gradients are averaged over every
+  worker by the daemons' all-reduce, bucket by bucket as autograd
+  produces them, and the wrapped optimizer runs in each worker on the
+  averaged gradients: every worker applies the same update.
+* Daemon-side (`sgd`, `momentum`, `adam`). The daemons own the optimizer
+  (DESIGN.md's sharded update: each holds 1/N of its state). Gradients are
+  pushed bucket by bucket; step() pulls the updated parameters. The
+  wrapped optimizer must be the same update (checked) and is not stepped.
+
+Staleness s (`--mode async_sgd --staleness s`, or the `staleness`
+argument in worker-side placement): step t applies the gradients of step
+t - s, so communication overlaps s steps of compute; no worker is ever
+more than s steps ahead of the slowest. Worker-side, every worker applies
+the same delayed mean gradient (the parameters stay identical);
+daemon-side, the daemons' stale synchronous parallel bound holds (a pull
+for step t includes every update before t - s).
+
+Memory: CPU float32 parameters (and, daemon-side, float16 and bfloat16
+ones) have their gradients, and daemon-side their values, placed in the
+client's shared-memory pool (param.data and param.grad become views of it),
+so the daemon reads and writes them with no copy. Other tensors (CUDA,
+non-contiguous, 16-bit ones worker-side) are staged through pool memory.
+"""
+
+import time
+
+import torch
+
+import starling
+from starling.torch.pool import (DTYPES, PoolBlock, check_dtype, dtype_name,
+                                 tensor_arg)
+
+_DAEMON_OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+class _Slot:
+    """One parameter: where its gradient (and value) live in the pool."""
+
+    def __init__(self, index, name, param):
+        self.index = index
+        self.name = name
+        self.param = param
+        self.bucket = None
+        self.hook_calls = 0  # backward passes seen this step
+        self.ready = False  # gradient handed over for this step
+        self.grad = []  # per gradient set: the pool tensor
+        self.value = None  # daemon-side: the pool tensor of the parameter
+        self.zero_copy = False
+
+
+class _Bucket:
+
+    def __init__(self, index, slots):
+        self.index = index
+        self.slots = slots
+        self.pending = len(slots)
+        self.blocks = []  # per gradient set (worker-side): PoolBlock
+
+
+class _DistributedBase:
+    """Mixed in before the wrapped optimizer's class (see
+    DistributedOptimizer)."""
+
+    # --- set-up -----------------------------------------------------------
+    def _starling_setup(self, named_parameters, staleness,
+                        backward_passes_per_step, bucket_bytes):
+        self._session = starling.session()
+        client = self._session.client
+        job = client.job()
+        self._job = job
+        self._daemon_side = job["optimizer"] in _DAEMON_OPTIMIZERS
+        if job["optimizer"] not in _DAEMON_OPTIMIZERS + ("none",):
+            raise starling._error(
+                "FAILED_PRECONDITION",
+                "DistributedOptimizer: the job's optimizer is '%s' (mode %s);"
+                " PyTorch workers run with --optimizer none (the workers "
+                "step) or sgd, momentum, adam (the daemons step)" %
+                (job["optimizer"], job["mode"]))
+        if job["mode"] not in ("sync_sgd", "async_sgd", "parameter_server"):
+            raise starling._error(
+                "FAILED_PRECONDITION",
+                "DistributedOptimizer: the job's mode is '%s'; PyTorch "
+                "workers train in sync_sgd, async_sgd or parameter_server" %
+                job["mode"])
+        if job["mode"] == "parameter_server" and not self._daemon_side:
+            raise starling._error(
+                "FAILED_PRECONDITION",
+                "DistributedOptimizer: parameter_server mode applies "
+                "gradients on the daemons: start the job with --optimizer "
+                "sgd, momentum or adam")
+        if staleness is None:
+            staleness = job["staleness"] if job["mode"] == "async_sgd" else 0
+        if staleness < 0:
+            raise starling._error("INVALID_ARGUMENT",
+                                  "DistributedOptimizer: staleness %d < 0" %
+                                  staleness)
+        if self._daemon_side and staleness != job["staleness"]:
+            raise starling._error(
+                "INVALID_ARGUMENT",
+                "DistributedOptimizer: staleness=%d, but the daemons own the "
+                "optimizer and enforce the job's bound (%d, starling-run "
+                "--staleness)" % (staleness, job["staleness"]))
+        if backward_passes_per_step < 1:
+            raise starling._error(
+                "INVALID_ARGUMENT",
+                "DistributedOptimizer: backward_passes_per_step must be >= 1")
+        self._staleness = staleness
+        self._passes = backward_passes_per_step
+        # Gradient sets: a step's gradients stay in theirs until the daemons
+        # read them, while the following steps' backward fill the others.
+        if not self._daemon_side:
+            self._sets = staleness + 1
+        elif job["mode"] == "sync_sgd":
+            self._sets = 1  # step() pulls t + 1: every push was read
+        else:
+            self._sets = max(2, job["staleness"] + 1)
+        if bucket_bytes is None:
+            bucket_bytes = starling._env_int("STARLING_BUCKET_BYTES", 256 << 10)
+        self._bucket_bytes = bucket_bytes
+        self._slots = self._collect(named_parameters)
+        if self._daemon_side:
+            self._check_daemon_optimizer()
+        self._world = starling.size()
+        self._step_index = 0
+        self._futures = {}  # step -> futures of its pushes / all-reduces
+        self._next_bucket = 0
+        self._last_step_end = time.monotonic()
+        self._declare()
+        self._place()
+        self._hooks = []
+        with torch.enable_grad():
+            for slot in self._slots:
+                self._hooks.append(self._register_hook(slot))
+
+    def _collect(self, named_parameters):
+        in_optimizer = [p for g in self.param_groups for p in g["params"]]
+        ids = {id(p) for p in in_optimizer}
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = [n for n, _ in named]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise starling._error(
+                    "INVALID_ARGUMENT",
+                    "DistributedOptimizer: parameter names %s appear more "
+                    "than once in named_parameters" % duplicates)
+            by_id = {id(p): n for n, p in named}
+            missing = [i for i, p in enumerate(in_optimizer)
+                       if id(p) not in by_id]
+            if missing:
+                raise starling._error(
+                    "INVALID_ARGUMENT",
+                    "DistributedOptimizer: %d of the optimizer's parameters "
+                    "are not in named_parameters (pass "
+                    "model.named_parameters() of the model the optimizer "
+                    "was built for)" % len(missing))
+            named = [(n, p) for n, p in named if id(p) in ids]
+        else:
+            named = [("param.%d" % i, p) for i, p in enumerate(in_optimizer)]
+        slots = []
+        for name, param in named:
+            if not param.requires_grad:
+                continue
+            check_dtype(name, param)
+            slots.append(_Slot(len(slots), name, param))
+        return slots
+
+    def _check_daemon_optimizer(self):
+        """The wrapped optimizer must be the daemons' update."""
+        job = self._job
+        want = job["optimizer"]
+        lr = job["learning_rate"]
+        group_values = [(g.get("lr"), g.get("momentum", 0.0),
+                         g.get("weight_decay", 0.0), g.get("nesterov", False),
+                         g.get("dampening", 0.0)) for g in self.param_groups]
+        base = type(self).__mro__[2]
+        problems = []
+        if want in ("sgd", "momentum"):
+            if not issubclass(base, torch.optim.SGD):
+                problems.append("it is %s, not torch.optim.SGD" %
+                                base.__name__)
+            wanted_momentum = 0.0 if want == "sgd" else 0.9
+            for g_lr, momentum, decay, nesterov, dampening in group_values:
+                if momentum != wanted_momentum:
+                    problems.append("momentum %g, the daemons' %s uses %g" %
+                                    (momentum, want, wanted_momentum))
+                if decay or nesterov or dampening:
+                    problems.append("weight_decay/nesterov/dampening are "
+                                    "not applied by the daemons")
+        elif want == "adam":
+            if not issubclass(base, torch.optim.Adam):
+                problems.append("it is %s, not torch.optim.Adam" %
+                                base.__name__)
+            for g in self.param_groups:
+                if tuple(g.get("betas", ())) != (0.9, 0.999):
+                    problems.append("betas %s, the daemons use (0.9, 0.999)" %
+                                    (g.get("betas"),))
+        for g_lr, *_ in group_values:
+            if g_lr is None or abs(g_lr - lr) > 1e-6 * max(1.0, abs(lr)):
+                problems.append("lr %s, the daemons use %g (starling-run "
+                                "--learning_rate)" % (g_lr, lr))
+        if problems:
+            raise starling._error(
+                "INVALID_ARGUMENT",
+                "DistributedOptimizer: the daemons apply '%s' (the job's "
+                "--optimizer) but the wrapped optimizer differs: %s. Make "
+                "them agree, or run the job with --optimizer none to step "
+                "the wrapped optimizer in the workers." %
+                (want, "; ".join(sorted(set(problems)))))
+
+    def _declare(self):
+        session = self._session
+        session.begin_declarations()
+        for slot in self._slots:
+            session.client.declare_tensor(slot.name, list(slot.param.shape),
+                                          dtype_name(slot.param.dtype))
+
+    def _place(self):
+        """Buckets (last parameter first, as backward produces them) and the
+        pool memory of gradients and, daemon-side, parameters."""
+        session = self._session
+        element = lambda s: (4 if not self._daemon_side else
+                             DTYPES[s.param.dtype][1])
+        buckets, current, current_bytes = [], [], 0
+        for slot in reversed(self._slots):
+            nbytes = slot.param.numel() * element(slot)
+            if current and current_bytes + nbytes > self._bucket_bytes > 0:
+                buckets.append(current)
+                current, current_bytes = [], 0
+            current.append(slot)
+            current_bytes += nbytes
+        if current:
+            buckets.append(current)
+        self._buckets = [_Bucket(i, s) for i, s in enumerate(buckets)]
+        for bucket in self._buckets:
+            for slot in bucket.slots:
+                slot.bucket = bucket
+                p = slot.param
+                slot.zero_copy = (p.device.type == "cpu" and
+                                  p.is_contiguous() and
+                                  (self._daemon_side or
+                                   p.dtype == torch.float32))
+        if self._daemon_side:
+            self._place_daemon_side()
+        else:
+            for bucket in self._buckets:
+                for _ in range(self._sets):
+                    block = PoolBlock(session,
+                                      [tuple(s.param.shape)
+                                       for s in bucket.slots], torch.float32)
+                    bucket.blocks.append(block)
+                    for slot, view in zip(bucket.slots, block.tensors):
+                        slot.grad.append(view)
+        self._attach_grads(0)
+
+    def _place_daemon_side(self):
+        session = self._session
+        for slot in self._slots:
+            p = slot.param
+            shape = tuple(p.shape)
+            block = PoolBlock(session, [shape] * (1 + self._sets), p.dtype)
+            slot.value = block.tensors[0]
+            slot.grad = block.tensors[1:]
+            with torch.no_grad():
+                slot.value.copy_(p.detach())
+            if slot.zero_copy:
+                p.data = slot.value  # the parameter lives in the pool
+        # Every worker offers its parameters; the daemons take the first
+        # supplier's (rank 0, worker 0) and every worker pulls version 0.
+        session.client.set_initial_parameters(
+            [tensor_arg(s.name, s.value) for s in self._slots])
+        session.data_op()
+        session.client.pull_parameters(
+            0, [tensor_arg(s.name, s.value) for s in self._slots])
+        self._copy_values_out()
+
+    def _copy_values_out(self):
+        with torch.no_grad():
+            for slot in self._slots:
+                if not slot.zero_copy:
+                    slot.param.copy_(slot.value)
+
+    def _attach_grads(self, which):
+        """Points zero-copy parameters' .grad at gradient set `which`,
+        zeroed, so that backward accumulates straight into the pool."""
+        with torch.no_grad():
+            for slot in self._slots:
+                view = slot.grad[which % self._sets]
+                view.zero_()
+                if slot.zero_copy:
+                    slot.param.grad = view
+
+    def _register_hook(self, slot):
+        # The AccumulateGrad node of the parameter: its hook runs once the
+        # gradient was added to param.grad.
+        accumulate = slot.param.expand_as(slot.param).grad_fn.next_functions[
+            0][0]
+
+        def hook(*unused):
+            self._gradient_ready(slot)
+
+        accumulate.register_hook(hook)
+        return accumulate
+
+    # --- a step -------------------------------------------------------------
+    def _current(self, slot):
+        return slot.grad[self._step_index % self._sets]
+
+    def _hand_over(self, slot):
+        """This step's gradient of `slot` into its pool slot."""
+        view = self._current(slot)
+        grad = slot.param.grad
+        with torch.no_grad():
+            if grad is None:
+                view.zero_()
+            elif grad.data_ptr() != view.data_ptr():
+                view.copy_(grad.detach().reshape(view.shape))
+        slot.ready = True
+        slot.bucket.pending -= 1
+        if self._daemon_side:
+            future = self._session.client.push_gradients_part_async(
+                self._step_index, [tensor_arg(slot.name, view)])
+            self._futures.setdefault(self._step_index, []).append(future)
+        else:
+            self._issue_buckets()
+
+    def _gradient_ready(self, slot):
+        if slot.ready:
+            return
+        slot.hook_calls += 1
+        if slot.hook_calls >= self._passes:
+            self._session.data_op()
+            self._hand_over(slot)
+
+    def _issue_buckets(self):
+        """All-reduces the buckets whose gradients are all in, in bucket
+        order (every worker issues the same all-reduces in the same
+        order)."""
+        while (self._next_bucket < len(self._buckets) and
+               self._buckets[self._next_bucket].pending == 0):
+            bucket = self._buckets[self._next_bucket]
+            block = bucket.blocks[self._step_index % self._sets]
+            future = self._session.all_reduce_async(block.address,
+                                                    block.elements)
+            self._futures.setdefault(self._step_index, []).append(future)
+            self._next_bucket += 1
+
+    def synchronize(self):
+        """Hands over the gradients backward did not produce (zeros, or
+        param.grad as it is) so that every bucket of this step is sent."""
+        self._session.data_op()
+        for slot in self._slots:
+            if not slot.ready:
+                self._hand_over(slot)
+
+    def _wait(self, step):
+        for future in self._futures.pop(step, []):
+            future.wait(self._session.timeout)
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        compute_end = time.monotonic()
+        self.synchronize()
+        t = self._step_index
+        if self._daemon_side:
+            self._daemon_step(t)
+        else:
+            self._worker_step(t, super().step)
+        for slot in self._slots:
+            slot.ready = False
+            slot.hook_calls = 0
+        for bucket in self._buckets:
+            bucket.pending = len(bucket.slots)
+        self._next_bucket = 0
+        self._step_index = t + 1
+        # The next step's gradient set must no longer be read by the daemon.
+        if self._step_index - self._sets in self._futures:
+            self._wait(self._step_index - self._sets)
+        self._attach_grads(self._step_index)
+        end = time.monotonic()
+        self._session.client.report_step_times(
+            compute_end - self._last_step_end, end - self._last_step_end)
+        self._last_step_end = end
+        return loss
+
+    def _worker_step(self, t, inner_step):
+        applied = t - self._staleness
+        if applied < 0:
+            return  # the pipeline fills: nothing reduced yet
+        self._wait(applied)
+        which = applied % self._sets
+        with torch.no_grad():
+            for bucket in self._buckets:
+                bucket.blocks[which].flat.div_(float(self._world))
+            for slot in self._slots:
+                view = slot.grad[which]
+                if slot.zero_copy:
+                    slot.param.grad = view
+                elif slot.param.grad is None:
+                    slot.param.grad = view.to(slot.param.device,
+                                              slot.param.dtype).clone()
+                else:
+                    slot.param.grad.copy_(view.reshape(slot.param.grad.shape))
+        inner_step()
+
+    def _daemon_step(self, t):
+        client = self._session.client
+        values = [tensor_arg(s.name, s.value) for s in self._slots]
+        # Sync: waits for update t + 1, which read every push of step t.
+        # async_sgd: waits until the parameters include every update before
+        # t + 1 - staleness. parameter_server: the owners' current values.
+        client.pull_parameters(t + 1, values)
+        if self._job["mode"] == "sync_sgd":
+            self._futures.pop(t, None)
+        self._copy_values_out()
+
+    def finish(self):
+        """Waits for every outstanding push or all-reduce of this worker."""
+        for step in sorted(self._futures):
+            self._wait(step)
+
+    @property
+    def placement(self):
+        """'worker' (the wrapped optimizer steps here) or 'daemon'."""
+        return "daemon" if self._daemon_side else "worker"
+
+    @property
+    def staleness(self):
+        return self._staleness
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
+                         backward_passes_per_step=1, bucket_bytes=None):
+    """Wraps `optimizer` so that step() applies gradients averaged over
+    every worker of the job (see the module's documentation).
+
+    named_parameters: model.named_parameters(); names appear in errors
+        (a model that differs across workers is named by parameter). Every
+        worker must pass the same parameters in the same order.
+    staleness: worker-side placement only; default the job's (--mode
+        async_sgd --staleness s), else 0 (synchronous).
+    backward_passes_per_step: backward passes accumulated before a step's
+        gradients leave (gradient accumulation).
+    bucket_bytes: gradient bucket size (default $STARLING_BUCKET_BYTES or
+        256 KiB).
+
+    The returned object is an instance of the wrapped optimizer's class and
+    shares its parameter groups and state. Call starling.init() first.
+    """
+    base = optimizer.__class__
+    cls = type(base.__name__, (_DistributedBase, base), {})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._starling_setup(named_parameters, staleness,
+                            backward_passes_per_step, bucket_bytes)
+    return wrapped

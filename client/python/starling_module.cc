@@ -1,0 +1,375 @@
+// starling._starling: the C++ client (client/client.h) as a Python
+// extension module, built by Bazel with pybind11 for Debian's
+// /usr/bin/python3. The Python package (starling/, starling/torch/) is
+// the user-facing layer; this module stays a thin, typed mirror of
+// Client:
+//
+//   c = _starling.Client(socket_path, worker_index, timeout_s, pool_bytes,
+//                        bucket_bytes, worker_name)
+//   c.declare_tensor("fc1.weight", [256, 784], "float32")
+//   buf = c.allocate(nbytes)           # writable buffer in the shared pool
+//   c.push_gradients_part_async(step, [("fc1.weight", ptr, nbytes, 4)])
+//
+// Tensors cross as (name, address, bytes, element bytes) tuples: the address
+// of a torch tensor's storage (tensor.data_ptr()) or of a pool buffer. The
+// client refuses, with InvalidArgument naming the op and tensor, any range
+// that is not inside its pool, so no address from Python is ever written
+// outside memory the client owns.
+//
+// Every blocking call releases the GIL. A non-OK absl::Status becomes
+// starling.StarlingError (a RuntimeError) whose message is the status text
+// and whose `code` is the status code's name ("INVALID_ARGUMENT", ...).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "server/base/version.h"
+
+namespace py = pybind11;
+
+namespace starling {
+namespace client {
+namespace {
+
+// starling._starling.StarlingError, created at import.
+PyObject* g_error = nullptr;
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  py::object error = py::reinterpret_borrow<py::object>(g_error);
+  py::object instance = error(std::string(status.message()));
+  instance.attr("code") = absl::StatusCodeToString(status.code());
+  PyErr_SetObject(g_error, instance.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> value) {
+  if (!value.ok()) Raise(value.status());
+  return *std::move(value);
+}
+
+absl::Duration Seconds(double seconds) {
+  return seconds < 0 ? absl::InfiniteDuration() : absl::Seconds(seconds);
+}
+
+// (name, address, bytes, element bytes) from Python.
+using TensorTuple = std::tuple<std::string, uintptr_t, size_t, size_t>;
+
+std::vector<Tensor> ToTensors(const std::vector<TensorTuple>& tuples) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(tuples.size());
+  for (const auto& [name, address, bytes, element_bytes] : tuples) {
+    if (element_bytes == sizeof(float)) {
+      tensors.emplace_back(name,
+                           absl::Span<float>(reinterpret_cast<float*>(address),
+                                             bytes / sizeof(float)));
+    } else if (element_bytes == sizeof(uint16_t)) {
+      tensors.emplace_back(
+          name, absl::Span<uint16_t>(reinterpret_cast<uint16_t*>(address),
+                                     bytes / sizeof(uint16_t)));
+    } else {
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': elements of ", element_bytes,
+                       " bytes; Starling moves float32, float16 and "
+                       "bfloat16 (4 or 2 bytes)")));
+    }
+    if (bytes % element_bytes != 0) {
+      Raise(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': ", bytes, " bytes is not a whole number of ",
+          element_bytes, "-byte elements")));
+    }
+  }
+  return tensors;
+}
+
+// A writable buffer inside the client's pool. Holds the client alive (the
+// pool is unmapped with it) through the Python reference kept by
+// py::keep_alive on allocate().
+struct PoolBuffer {
+  std::byte* data = nullptr;
+  size_t bytes = 0;
+};
+
+// The Future of an asynchronous op; wait() raises StarlingError.
+class PyFuture {
+ public:
+  explicit PyFuture(Future future) : future_(std::move(future)) {}
+  bool Poll() const { return future_.Poll(); }
+  void Wait(double timeout_s) const {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = future_.Wait(Seconds(timeout_s));
+    }
+    Check(status);
+  }
+
+ private:
+  Future future_;
+};
+
+class PyClient {
+ public:
+  PyClient(const std::string& socket_path, int worker_index, double timeout_s,
+           size_t pool_bytes, size_t bucket_bytes,
+           const std::string& worker_name) {
+    ClientOptions options;
+    options.socket_path = socket_path;
+    options.worker_index = worker_index;
+    options.timeout = Seconds(timeout_s);
+    options.pool_bytes = pool_bytes;
+    options.bucket_bytes = bucket_bytes;
+    options.worker_name = worker_name;
+    absl::StatusOr<std::unique_ptr<Client>> client;
+    {
+      py::gil_scoped_release release;
+      client = Client::Connect(options);
+    }
+    client_ = Check(std::move(client));
+    timeout_ = options.timeout;
+  }
+
+  Client& client() {
+    if (client_ == nullptr) {
+      Raise(absl::FailedPreconditionError(
+          "this Starling client was closed (starling.shutdown())"));
+    }
+    return *client_;
+  }
+
+  // Drops the connection (the daemon frees the worker's index).
+  void Close() {
+    std::unique_ptr<Client> client = std::move(client_);
+    py::gil_scoped_release release;
+    client.reset();
+  }
+
+  PoolBuffer Allocate(size_t bytes) {
+    absl::Span<float> floats =
+        Check(client().Allocate((bytes + sizeof(float) - 1) / sizeof(float)));
+    return PoolBuffer{reinterpret_cast<std::byte*>(floats.data()), bytes};
+  }
+
+  py::dict Job() {
+    const Client::JobSettings job = client().job();
+    py::dict d;
+    d["mode"] = job.mode;
+    d["optimizer"] = job.optimizer;
+    d["learning_rate"] = job.learning_rate;
+    d["elastic_tau"] = job.elastic_tau;
+    d["elastic_alpha"] = job.elastic_alpha;
+    d["elastic_momentum"] = job.elastic_momentum;
+    d["elastic"] = job.elastic;
+    d["staleness"] = client().staleness();
+    return d;
+  }
+
+  void Declare(const std::string& name, std::vector<int64_t> shape,
+               const std::string& dtype) {
+    DataType type;
+    if (dtype == "float32") {
+      type = DataType::kFloat32;
+    } else if (dtype == "float16") {
+      type = DataType::kFloat16;
+    } else if (dtype == "bfloat16") {
+      type = DataType::kBFloat16;
+    } else {
+      Raise(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': dtype ", dtype,
+          " cannot be declared; Starling moves float32, float16 and "
+          "bfloat16")));
+    }
+    Check(client().DeclareTensor(name, std::move(shape), type));
+  }
+
+  // Runs `op` without the GIL and raises its error.
+  template <typename Op>
+  void Blocking(Op op) {
+    Client& c = client();
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = op(c);
+    }
+    Check(status);
+  }
+  template <typename Op>
+  PyFuture Async(Op op) {
+    Client& c = client();
+    py::gil_scoped_release release;
+    return PyFuture(op(c));
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+  absl::Duration timeout_;
+};
+
+void DefineModule(py::module_& m) {
+  m.doc() =
+      "Starling's C++ client (client/client.h) for Python; use the starling "
+      "package, not this module.";
+  m.attr("__version__") = std::string(starling::kStarlingVersion);
+  g_error = PyErr_NewExceptionWithDoc(
+      "starling._starling.StarlingError",
+      "An error from Starling's client or daemons: the message says what "
+      "failed and where (op, tensor, step, worker, daemon rank); `code` is "
+      "the status code's name, e.g. 'INVALID_ARGUMENT', 'UNAVAILABLE', "
+      "'DEADLINE_EXCEEDED'.",
+      PyExc_RuntimeError, nullptr);
+  m.add_object("StarlingError", py::handle(g_error));
+
+  py::class_<PoolBuffer>(m, "PoolBuffer", py::buffer_protocol())
+      .def_buffer([](PoolBuffer& b) {
+        return py::buffer_info(b.data, 1, "B", 1,
+                               {static_cast<py::ssize_t>(b.bytes)}, {1});
+      })
+      .def_property_readonly("address",
+                             [](const PoolBuffer& b) {
+                               return reinterpret_cast<uintptr_t>(b.data);
+                             })
+      .def("__len__", [](const PoolBuffer& b) { return b.bytes; });
+
+  py::class_<PyFuture>(m, "Future")
+      .def("poll", &PyFuture::Poll, "True once the op finished.")
+      .def("wait", &PyFuture::Wait, py::arg("timeout_s") = -1.0,
+           "Waits for the op (timeout_s < 0: as long as it takes); raises "
+           "StarlingError if it failed or did not finish in time.");
+
+  py::class_<PyClient>(m, "Client")
+      .def(py::init<const std::string&, int, double, size_t, size_t,
+                    const std::string&>(),
+           py::arg("socket_path"), py::arg("worker_index"),
+           py::arg("timeout_s"), py::arg("pool_bytes"), py::arg("bucket_bytes"),
+           py::arg("worker_name") = "")
+      .def("close", &PyClient::Close)
+      .def_property_readonly("rank",
+                             [](PyClient& c) { return c.client().rank(); })
+      .def_property_readonly(
+          "group_size", [](PyClient& c) { return c.client().group_size(); })
+      .def_property_readonly(
+          "local_workers",
+          [](PyClient& c) { return c.client().local_workers(); })
+      .def_property_readonly(
+          "total_workers",
+          [](PyClient& c) { return c.client().total_workers(); })
+      .def_property_readonly(
+          "worker_index", [](PyClient& c) { return c.client().worker_index(); })
+      .def_property_readonly(
+          "daemon_address",
+          [](PyClient& c) { return c.client().daemon_address(); })
+      .def_property_readonly("run_id",
+                             [](PyClient& c) { return c.client().run_id(); })
+      .def_property_readonly(
+          "first_step", [](PyClient& c) { return c.client().first_step(); })
+      .def_property_readonly(
+          "last_pulled_version",
+          [](PyClient& c) { return c.client().last_pulled_version(); })
+      .def("job", &PyClient::Job)
+      .def("declare_tensor", &PyClient::Declare, py::arg("name"),
+           py::arg("shape"), py::arg("dtype"))
+      .def("allocate", &PyClient::Allocate, py::arg("bytes"),
+           py::keep_alive<0, 1>(),
+           "A zeroed, 64-byte aligned buffer of `bytes` in the shared pool "
+           "(lives as long as the client).")
+      .def(
+          "set_initial_parameters",
+          [](PyClient& c, const std::vector<TensorTuple>& values) {
+            std::vector<Tensor> tensors = ToTensors(values);
+            c.Blocking([&](Client& client) {
+              return client.SetInitialParameters(tensors);
+            });
+          },
+          py::arg("values"))
+      .def(
+          "push_gradients",
+          [](PyClient& c, int64_t step, const std::vector<TensorTuple>& g) {
+            std::vector<Tensor> tensors = ToTensors(g);
+            c.Blocking([&](Client& client) {
+              return client.PushGradients(step, tensors);
+            });
+          },
+          py::arg("step"), py::arg("gradients"))
+      .def(
+          "push_gradients_async",
+          [](PyClient& c, int64_t step, const std::vector<TensorTuple>& g) {
+            std::vector<Tensor> tensors = ToTensors(g);
+            return c.Async([&](Client& client) {
+              return client.PushGradientsAsync(step, tensors);
+            });
+          },
+          py::arg("step"), py::arg("gradients"))
+      .def(
+          "push_gradients_part_async",
+          [](PyClient& c, int64_t step, const std::vector<TensorTuple>& g) {
+            std::vector<Tensor> tensors = ToTensors(g);
+            return c.Async([&](Client& client) {
+              return client.PushGradientsPartAsync(step, tensors);
+            });
+          },
+          py::arg("step"), py::arg("gradients"))
+      .def(
+          "pull_parameters",
+          [](PyClient& c, int64_t version, const std::vector<TensorTuple>& p) {
+            std::vector<Tensor> tensors = ToTensors(p);
+            c.Blocking([&](Client& client) {
+              return client.PullParameters(version, tensors);
+            });
+          },
+          py::arg("version"), py::arg("parameters"))
+      .def(
+          "pull_parameters_async",
+          [](PyClient& c, int64_t version, const std::vector<TensorTuple>& p) {
+            std::vector<Tensor> tensors = ToTensors(p);
+            return c.Async([&](Client& client) {
+              return client.PullParametersAsync(version, tensors);
+            });
+          },
+          py::arg("version"), py::arg("parameters"))
+      .def(
+          "all_reduce_async",
+          [](PyClient& c, uintptr_t address, size_t elements) {
+            absl::Span<float> data(reinterpret_cast<float*>(address), elements);
+            return c.Async(
+                [&](Client& client) { return client.AllReduceAsync(data); });
+          },
+          py::arg("address"), py::arg("elements"),
+          "Sums `elements` float32 at `address` (inside the pool) over every "
+          "worker, in place.")
+      .def(
+          "report_step_times",
+          [](PyClient& c, double compute_s, double step_s) {
+            c.client().ReportStepTimes(absl::Seconds(compute_s),
+                                       absl::Seconds(step_s));
+          },
+          py::arg("compute_s"), py::arg("step_s"))
+      .def("barrier",
+           [](PyClient& c) {
+             c.Blocking([](Client& client) { return client.Barrier(); });
+           })
+      .def("finish", [](PyClient& c) {
+        c.Blocking([](Client& client) { return client.Finish(); });
+      });
+}
+
+}  // namespace
+}  // namespace client
+}  // namespace starling
+
+PYBIND11_MODULE(_starling, m) { starling::client::DefineModule(m); }
