@@ -27,6 +27,7 @@ so the daemon reads and writes them with no copy. Other tensors (CUDA,
 non-contiguous, 16-bit ones worker-side) are staged through pool memory.
 """
 
+import os
 import time
 
 import torch
@@ -36,6 +37,10 @@ from starling.torch.pool import (DTYPES, PoolBlock, check_dtype, dtype_name,
                                  tensor_arg)
 
 _DAEMON_OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+def _force_staging():
+    return os.environ.get("STARLING_TORCH_STAGE", "") not in ("", "0")
 
 
 class _Slot:
@@ -241,7 +246,10 @@ class _DistributedBase:
             for slot in bucket.slots:
                 slot.bucket = bucket
                 p = slot.param
-                slot.zero_copy = (p.device.type == "cpu" and
+                # STARLING_TORCH_STAGE=1 stages every tensor (the path CUDA
+                # tensors take), to test it on a CPU-only machine.
+                slot.zero_copy = (not _force_staging() and
+                                  p.device.type == "cpu" and
                                   p.is_contiguous() and
                                   (self._daemon_side or
                                    p.dtype == torch.float32))
