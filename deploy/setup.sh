@@ -24,6 +24,9 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev dataset-fashion-mnist
   # The linear SVM's reference: LIBLINEAR 2.3.0 (liblinear-train/-predict).
   liblinear-tools
+  # The Python package (client/python): pybind11 and Python's headers to
+  # build it, PyTorch 1.13 (CPU) and NumPy for /usr/bin/python3.
+  python3-dev pybind11-dev python3-pybind11 python3-torch python3-numpy
 )
 BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
 

@@ -273,4 +273,12 @@ def _install_exit_hooks():
     if _previous_excepthook is None:
         _previous_excepthook = sys.excepthook
         sys.excepthook = _excepthook
-        atexit.register(shutdown)
+        atexit.register(_shutdown_at_exit)
+
+
+def _shutdown_at_exit():
+    try:
+        shutdown()
+    except StarlingError as error:
+        # The run failed earlier (and said so); one line, not a traceback.
+        print("starling: at exit: %s" % error, file=sys.stderr)

@@ -62,7 +62,7 @@ def _unpack(flat, tensor):
             return
         nbytes = tensor.numel() * tensor.element_size()
         raw = flat.to(torch.int32).to(torch.int16).view(torch.uint8)[:nbytes]
-        tensor.copy_(raw.view(tensor.dtype).view(tensor.shape))
+        tensor.copy_(raw.view(tensor.dtype).reshape(tensor.shape))
 
 
 def _digest(entry):
@@ -80,7 +80,7 @@ def _describe(tensor):
                              str(tensor.dtype).replace("torch.", ""))
 
 
-def _check_same_entries(session, entries, root_rank, what):
+def check_same_entries(session, entries, root_rank, what):
     """Raises StarlingError naming the first entry (name, shape, dtype) that
     differs between root_rank and some worker. Three small all-reduces."""
     me = starling.rank()
@@ -121,14 +121,17 @@ def _check_same_entries(session, entries, root_rank, what):
             "rank %d (%d); this worker (rank %d) holds %d" %
             (what, workers, starling.size(), root_rank, root_count, me,
              len(entries)))
-    here = ("'%s' (%s)" % (entries[k][0], _describe(entries[k][1]))
-            if k < len(entries) else "nothing")
+    if k < len(entries):
+        what_k = "'%s' (tensor #%d)" % (entries[k][0], k)
+        here = "%s, %s" % (entries[k][0], _describe(entries[k][1]))
+    else:
+        what_k, here = "tensor #%d" % k, "no tensor #%d" % k
     raise starling._error(
         "INVALID_ARGUMENT",
-        "%s: tensor #%d differs across workers: %d of %d workers do not hold "
-        "root rank %d's; this worker (rank %d) holds %s there. Every worker "
+        "%s: %s differs across workers: %d of %d workers do not hold root "
+        "rank %d's tensor #%d; this worker (rank %d) holds %s. Every worker "
         "must build the same model (names, shapes, dtypes)." %
-        (what, k, workers, starling.size(), root_rank, me, here))
+        (what, what_k, workers, starling.size(), root_rank, k, me, here))
 
 
 def broadcast_(tensors, root_rank=0, name="broadcast"):
@@ -145,7 +148,7 @@ def broadcast_(tensors, root_rank=0, name="broadcast"):
         raise starling._error(
             "INVALID_ARGUMENT", "%s: root_rank %d is not a rank (0 .. %d)" %
             (name, root_rank, starling.size() - 1))
-    _check_same_entries(session, entries, root_rank, name)
+    check_same_entries(session, entries, root_rank, name)
     is_root = starling.rank() == root_rank
     # Pack entries into chunks of at most _CHUNK_FLOATS floats (an entry
     # larger than a chunk gets chunks of its own).

@@ -33,6 +33,7 @@ import time
 import torch
 
 import starling
+from starling.torch import functions
 from starling.torch.pool import (DTYPES, PoolBlock, check_dtype, dtype_name,
                                  tensor_arg)
 
@@ -220,6 +221,13 @@ class _DistributedBase:
 
     def _declare(self):
         session = self._session
+        # Every worker must hand over the same parameters: checked first
+        # through the all-reduce, so that a model that differs fails on
+        # every worker, naming the parameter (the daemons' declaration check
+        # would stop only the workers that declared last).
+        functions.check_same_entries(
+            session, [(s.name, s.param) for s in self._slots], 0,
+            "DistributedOptimizer")
         session.begin_declarations()
         for slot in self._slots:
             session.client.declare_tensor(slot.name, list(slot.param.shape),
