@@ -27,6 +27,7 @@ PACKAGES=(
   # The Python package (client/python): pybind11 and Python's headers to
   # build it, PyTorch 1.13 (CPU) and NumPy for /usr/bin/python3.
   python3-dev pybind11-dev python3-pybind11 python3-torch python3-numpy
+  python3-pyflakes  # the Python files' check in tests/run_all.sh
 )
 BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
 

@@ -49,6 +49,18 @@ if command -v buildifier >/dev/null 2>&1; then
   fi
 fi
 
+if command -v pyflakes3 >/dev/null 2>&1 || /usr/bin/python3 -m pyflakes --version >/dev/null 2>&1; then
+  step "pyflakes (the Python package, launcher and tests)"
+  mapfile -t py < <(git ls-files '*.py')
+  if /usr/bin/python3 -m pyflakes "${py[@]}"; then
+    echo "pyflakes: ${#py[@]} files clean"
+    extra_passed=$((extra_passed + 1))
+  else
+    echo "FAILED: pyflakes (run: /usr/bin/python3 -m pyflakes \$(git ls-files '*.py'))"
+    extra_failed=$((extra_failed + 1))
+  fi
+fi
+
 step "thread-safety check (clang -Wthread-safety -Werror over server/ and client/)"
 if tests/thread_safety_check.sh; then
   extra_passed=$((extra_passed + 1))

@@ -10,7 +10,6 @@ starling-run from the runfiles; by hand, set STARLING_RUN to its path.
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import unittest
 

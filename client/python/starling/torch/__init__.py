@@ -22,12 +22,13 @@ with staleness bound s. See DistributedOptimizer.
 """
 
 try:
-    import torch as _torch  # noqa: F401  (the top-level PyTorch)
+    import torch
 except ImportError as error:  # pragma: no cover - depends on the machine
     raise ImportError(
         "starling.torch needs PyTorch for /usr/bin/python3 (Debian: apt-get "
         "install python3-torch); run the script with /usr/bin/python3: %s" %
         error) from error
+del torch  # only checked here; each module imports it
 
 from starling import (StarlingError, barrier, init, is_initialized, job,
                       local_rank, local_size, node_count, node_rank, rank,
