@@ -18,6 +18,7 @@ text: what failed and where (op, tensor, step, worker, daemon rank); its
 
 import atexit
 import os
+import socket as _socket
 import sys
 import time
 
@@ -167,25 +168,53 @@ def init(socket=None, worker_index=None, *, timeout=None, pool_bytes=None,
     if connect_timeout is None:
         connect_timeout = float(
             os.environ.get("STARLING_CONNECT_TIMEOUT", "10"))
-    deadline = time.monotonic() + connect_timeout
-    while not os.path.exists(socket):
-        if time.monotonic() >= deadline:
-            raise _error(
-                "UNAVAILABLE",
-                "starling.init: no Starling node daemon is running at %s "
-                "(the socket does not exist after %.0f s). Start one "
-                "(starling-node --worker_socket=%s ...) or launch this "
-                "script with starling-run (starling-run -np 4 "
-                "/usr/bin/python3 %s), which starts the daemons and sets "
-                "STARLING_SOCKET." %
-                (socket, connect_timeout, socket,
-                 os.path.basename(sys.argv[0]) if sys.argv else "train.py"))
-        time.sleep(0.05)
+    _wait_for_daemon(socket, connect_timeout)
     name = "worker %d (pid %d)" % (worker_index, os.getpid())
     client = _starling.Client(socket, worker_index, timeout, pool_bytes,
                               bucket_bytes, name)
     _session = Session(client, socket, timeout)
     _install_exit_hooks()
+
+
+def _daemon_answers(path):
+    """None when a daemon accepts on `path`, else why not."""
+    if not os.path.exists(path):
+        return "the socket does not exist"
+    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return None
+    except OSError as error:
+        return ("the socket exists but nothing accepts on it (%s): the "
+                "daemon that made it has stopped" % error.strerror)
+    finally:
+        probe.close()
+
+
+def _script_name():
+    script = sys.argv[0] if sys.argv else ""
+    return os.path.basename(script) if script.endswith(".py") else "train.py"
+
+
+def _wait_for_daemon(path, seconds):
+    """Waits up to `seconds` for a daemon at `path` (starling-run starts
+    workers right after the daemons), then says plainly what is missing."""
+    deadline = time.monotonic() + seconds
+    while True:
+        why = _daemon_answers(path)
+        if why is None:
+            return
+        if time.monotonic() >= deadline:
+            raise _error(
+                "UNAVAILABLE",
+                "starling.init: no Starling node daemon is running at %s "
+                "(%s; waited %.1f s). Start one (starling-node "
+                "--worker_socket=%s ...) or launch this script with "
+                "starling-run (starling-run -np 4 /usr/bin/python3 %s), which "
+                "starts the daemons and sets STARLING_SOCKET." %
+                (path, why, seconds, path,
+                 _script_name()))
+        time.sleep(0.05)
 
 
 def is_initialized():

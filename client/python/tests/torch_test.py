@@ -9,6 +9,7 @@ starling-run from the runfiles; by hand, set STARLING_RUN to its path.
 
 import os
 import re
+import socket
 import subprocess
 import tempfile
 import unittest
@@ -144,22 +145,31 @@ class SyncTest(Base):
     def test_init_without_daemon_says_so(self):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.path.join(
-            os.path.dirname(_starling_run()) + ".runfiles", "starling",
+            _starling_run() + ".runfiles", "starling",
             "client", "python")
         if os.environ.get("TEST_SRCDIR"):
             env["PYTHONPATH"] = os.path.join(os.environ["TEST_SRCDIR"],
                                              "starling", "client", "python")
-        code = ("import starling.torch as st\n"
-                "try:\n"
-                "    st.init(socket='/nonexistent/node.sock', "
-                "connect_timeout=0.2)\n"
-                "except st.StarlingError as e:\n"
-                "    print(e.code, e)\n")
-        out = subprocess.run(["/usr/bin/python3", "-c", code], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, timeout=60).stdout
+        with tempfile.TemporaryDirectory() as tmp:
+            # A socket file whose daemon is gone: bound, never listened on.
+            stale = os.path.join(tmp, "stale.sock")
+            with socket.socket(socket.AF_UNIX) as s:
+                s.bind(stale)
+            code = ("import starling.torch as st\n"
+                    "for path in ('/nonexistent/node.sock', %r):\n"
+                    "    try:\n"
+                    "        st.init(socket=path, connect_timeout=0.2)\n"
+                    "    except st.StarlingError as e:\n"
+                    "        print(e.code, e)\n" % stale)
+            out = subprocess.run(["/usr/bin/python3", "-c", code], env=env,
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True,
+                                 timeout=60).stdout
         self.assertIn("UNAVAILABLE starling.init: no Starling node daemon is "
-                      "running at /nonexistent/node.sock", out)
+                      "running at /nonexistent/node.sock (the socket does not "
+                      "exist; waited 0.2 s)", out)
+        self.assertIn("running at %s (the socket exists but nothing accepts "
+                      "on it (Connection refused)" % stale, out)
         self.assertIn("starling-run", out)
 
 
