@@ -66,8 +66,9 @@ class Session:
     worker does the same, in the same order) and open the next one.
     """
 
-    def __init__(self, client, socket, timeout):
+    def __init__(self, client, socket, timeout, pool_bytes):
         self.client = client
+        self.pool_bytes = pool_bytes
         self.socket = socket
         self.timeout = timeout
         self.running = False  # declarations ended: a run is under way
@@ -109,7 +110,18 @@ class Session:
     # --- pool memory ------------------------------------------------------
     def allocate(self, nbytes):
         """A zeroed buffer of `nbytes` in the shared pool (kept for good)."""
-        return self.client.allocate(max(int(nbytes), 1))
+        try:
+            return self.client.allocate(max(int(nbytes), 1))
+        except StarlingError as error:
+            if getattr(error, "code", "") != "RESOURCE_EXHAUSTED":
+                raise
+            raise _error(
+                "RESOURCE_EXHAUSTED",
+                "%s; from Python: starling.init(pool_bytes=...) or "
+                "STARLING_POOL_BYTES (this worker's pool: %d bytes; the "
+                "DistributedOptimizer needs about (staleness + 1) x the "
+                "gradients' bytes, plus the parameters' when the daemons "
+                "own the optimizer)" % (error, self.pool_bytes)) from None
 
     def scratch(self, nbytes):
         """A reusable pool buffer of at least `nbytes` (grown, never shrunk)."""
@@ -172,7 +184,7 @@ def init(socket=None, worker_index=None, *, timeout=None, pool_bytes=None,
     name = "worker %d (pid %d)" % (worker_index, os.getpid())
     client = _starling.Client(socket, worker_index, timeout, pool_bytes,
                               bucket_bytes, name)
-    _session = Session(client, socket, timeout)
+    _session = Session(client, socket, timeout, pool_bytes)
     _install_exit_hooks()
 
 
