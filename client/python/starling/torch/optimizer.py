@@ -66,6 +66,7 @@ class _Bucket:
         self.slots = slots
         self.pending = len(slots)
         self.blocks = []  # per gradient set (worker-side): PoolBlock
+        self.grad_args = []  # per gradient set (daemon-side): push tuples
 
 
 class _DistributedBase:
@@ -263,6 +264,15 @@ class _DistributedBase:
                                    p.dtype == torch.float32))
         if self._daemon_side:
             self._place_daemon_side()
+            # The client's (name, address, bytes, element bytes) tuples of
+            # each bucket's gradients per set, and of the parameters.
+            for bucket in self._buckets:
+                bucket.grad_args = [
+                    [tensor_arg(s.name, s.grad[i]) for s in bucket.slots]
+                    for i in range(self._sets)
+                ]
+            self._value_args = [tensor_arg(s.name, s.value)
+                                for s in self._slots]
         else:
             for bucket in self._buckets:
                 for _ in range(self._sets):
@@ -302,13 +312,17 @@ class _DistributedBase:
                     slot.param.copy_(slot.value)
 
     def _attach_grads(self, which):
-        """Points zero-copy parameters' .grad at gradient set `which`,
-        zeroed, so that backward accumulates straight into the pool."""
+        """Points zero-copy parameters' .grad at gradient set `which` so
+        that backward accumulates straight into the pool. With several sets
+        the one coming back holds an old step's gradients: zeroed. With one
+        set, .grad keeps what step() left (as in plain PyTorch, the loop's
+        zero_grad() clears it)."""
         with torch.no_grad():
             for slot in self._slots:
                 view = slot.grad[which % self._sets]
-                view.zero_()
-                if slot.zero_copy:
+                if self._sets > 1 or which == 0:
+                    view.zero_()
+                if slot.zero_copy and slot.param.grad is not view:
                     slot.param.grad = view
 
     def _register_hook(self, slot):
@@ -338,12 +352,7 @@ class _DistributedBase:
                 view.copy_(grad.detach().reshape(view.shape))
         slot.ready = True
         slot.bucket.pending -= 1
-        if self._daemon_side:
-            future = self._session.client.push_gradients_part_async(
-                self._step_index, [tensor_arg(slot.name, view)])
-            self._futures.setdefault(self._step_index, []).append(future)
-        else:
-            self._issue_buckets()
+        self._issue_buckets()
 
     def _gradient_ready(self, slot):
         if slot.ready:
@@ -354,15 +363,21 @@ class _DistributedBase:
             self._hand_over(slot)
 
     def _issue_buckets(self):
-        """All-reduces the buckets whose gradients are all in, in bucket
-        order (every worker issues the same all-reduces in the same
-        order)."""
+        """Sends the buckets whose gradients are all in, in bucket order
+        (every worker issues the same all-reduces in the same order; one
+        call per bucket): an all-reduce of the bucket's block worker-side,
+        a push of its tensors daemon-side."""
+        which = self._step_index % self._sets
         while (self._next_bucket < len(self._buckets) and
                self._buckets[self._next_bucket].pending == 0):
             bucket = self._buckets[self._next_bucket]
-            block = bucket.blocks[self._step_index % self._sets]
-            future = self._session.all_reduce_async(block.address,
-                                                    block.elements)
+            if self._daemon_side:
+                future = self._session.client.push_gradients_part_async(
+                    self._step_index, bucket.grad_args[which])
+            else:
+                block = bucket.blocks[which]
+                future = self._session.all_reduce_async(block.address,
+                                                        block.elements)
             self._futures.setdefault(self._step_index, []).append(future)
             self._next_bucket += 1
 
@@ -429,7 +444,7 @@ class _DistributedBase:
 
     def _daemon_step(self, t):
         client = self._session.client
-        values = [tensor_arg(s.name, s.value) for s in self._slots]
+        values = self._value_args
         # Sync: waits for update t + 1, which read every push of step t.
         # async_sgd: waits until the parameters include every update before
         # t + 1 - staleness. parameter_server: the owners' current values.
