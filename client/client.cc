@@ -248,6 +248,7 @@ Client::JobSettings Client::job() const {
   job.mode = mode();
   job.optimizer = config.optimizer();
   job.learning_rate = config.learning_rate();
+  job.parameter_count = config.parameter_count();
   job.elastic = proto::IsElasticMode(connection_->hello().mode());
   if (job.elastic) {
     job.elastic_tau = config.elastic_tau();

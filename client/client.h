@@ -260,6 +260,9 @@ class Client {
     std::string mode;
     std::string optimizer;
     double learning_rate = 0;
+    // starling-coordinator --parameter_count: the elements every run's
+    // tensors must add up to; 0 accepts any.
+    uint64_t parameter_count = 0;
     // EASGD modes only (0 otherwise): steps between elastic exchanges;
     // the moving rate alpha = beta / total workers; async_measgd's
     // Nesterov momentum delta.

@@ -172,6 +172,7 @@ class PyClient {
     d["mode"] = job.mode;
     d["optimizer"] = job.optimizer;
     d["learning_rate"] = job.learning_rate;
+    d["parameter_count"] = job.parameter_count;
     d["elastic_tau"] = job.elastic_tau;
     d["elastic_alpha"] = job.elastic_alpha;
     d["elastic_momentum"] = job.elastic_momentum;

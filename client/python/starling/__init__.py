@@ -74,6 +74,7 @@ class Session:
         self.running = False  # declarations ended: a run is under way
         self.failed = False  # an uncaught exception: do not finish at exit
         self.size_checked = False
+        self.declared = 0  # tensors declared for the next run
         self._scratch = None  # (PoolBuffer, bytes) for broadcasts etc.
 
     # --- runs -------------------------------------------------------------
@@ -83,6 +84,7 @@ class Session:
             self.client.finish()
             self.running = False
             self.size_checked = False
+        self.declared = 0
 
     def data_op(self):
         """Called before every data operation: the declarations end there."""
@@ -130,7 +132,21 @@ class Session:
             self._scratch = (self.allocate(grown), grown)
         return self._scratch[0]
 
+    def declare_tensor(self, name, shape, dtype):
+        self.client.declare_tensor(name, shape, dtype)
+        self.declared += 1
+
     def all_reduce_async(self, address, elements):
+        if not self.running and not self.declared:
+            count = self.client.job()["parameter_count"]
+            if count:
+                raise _error(
+                    "FAILED_PRECONDITION",
+                    "starling: this all-reduce would begin a run with no "
+                    "tensors, but the job fixes the parameter count at %d "
+                    "(starling-coordinator --parameter_count): create the "
+                    "DistributedOptimizer (which declares the model) before "
+                    "broadcasts and all-reduces" % count)
         self.data_op()
         return self.client.all_reduce_async(address, elements)
 
@@ -143,6 +159,7 @@ class Session:
             self.client.finish()
             self.running = False
             self.size_checked = False
+            self.declared = 0
 
     def close(self):
         self.client.close()

@@ -115,6 +115,15 @@ class SyncTest(Base):
                 # Same update, float32 on both sides, other summation order.
                 self.assertLessEqual(diff, 1e-6, name)
 
+    def test_fixed_parameter_count(self):
+        # small_model(): 10 x 16 + 16 + 16 x 3 + 3 = 227 parameters.
+        for flags in ([], ["--optimizer", "momentum", "--learning_rate",
+                           "0.1"]):
+            lines = run("fixed_parameter_count",
+                        flags + ["--parameter_count", "227"])
+            self.assert_same_params(lines)
+            self.assertEqual(len(values(lines, "BROADCAST_FIRST_ERROR")), 4)
+
     def test_buffers_and_parameters_without_gradient(self):
         self.assert_same_params(run("buffers_and_unused"))
 

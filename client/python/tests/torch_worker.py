@@ -117,6 +117,29 @@ def case_daemon_matches_worker(args):
     return model
 
 
+def case_fixed_parameter_count(args):
+    """The job fixes --parameter_count: a broadcast cannot open the first
+    run (it would hold no tensors) and says so; created first, the
+    optimizer declares the model and everything works as usual."""
+    model = small_model(seed=st.rank())
+    try:
+        st.broadcast_parameters(model.state_dict(), root_rank=0)
+    except st.StarlingError as e:
+        print("BROADCAST_FIRST_ERROR", e)
+        assert e.code == "FAILED_PRECONDITION", e.code
+        assert "--parameter_count" in str(e), str(e)
+    else:
+        raise AssertionError("a broadcast opened a run with no tensors")
+    optimizer = st.DistributedOptimizer(job_optimizer(model, 0.9),
+                                        named_parameters=model.named_parameters())
+    st.broadcast_parameters(model.state_dict(), root_rank=0)
+    train_shards(model, optimizer)
+    diff = max_diff(model, reference(0, 0.9))
+    print("MAXDIFF %.3g placement %s" % (diff, optimizer.placement))
+    assert diff <= 2e-6, "differs from single-process PyTorch by %g" % diff
+    return model
+
+
 class BranchyNet(torch.nn.Module):
     """BatchNorm (buffers) and a branch used only on even steps."""
 
@@ -304,6 +327,7 @@ CASES = {
     "half": case_half,
     "matches_single_process": case_matches_single_process,
     "daemon_matches_worker": case_daemon_matches_worker,
+    "fixed_parameter_count": case_fixed_parameter_count,
     "buffers_and_unused": case_buffers_and_unused,
     "model_differs": case_model_differs,
     "fashion": case_fashion,

@@ -225,14 +225,17 @@ class _DistributedBase:
         # Every worker must hand over the same parameters: checked first
         # through the all-reduce, so that a model that differs fails on
         # every worker, naming the parameter (the daemons' declaration check
-        # would stop only the workers that declared last).
-        functions.check_same_entries(
-            session, [(s.name, s.param) for s in self._slots], 0,
-            "DistributedOptimizer")
+        # would stop only the workers that declared last). Before any run,
+        # that takes a run of its own, with no tensors: not possible when
+        # the job fixes the parameter count; the daemons' checks remain.
+        if session.running or not self._job["parameter_count"]:
+            functions.check_same_entries(
+                session, [(s.name, s.param) for s in self._slots], 0,
+                "DistributedOptimizer")
         session.begin_declarations()
         for slot in self._slots:
-            session.client.declare_tensor(slot.name, list(slot.param.shape),
-                                          dtype_name(slot.param.dtype))
+            session.declare_tensor(slot.name, list(slot.param.shape),
+                                   dtype_name(slot.param.dtype))
 
     def _place(self):
         """Buckets (last parameter first, as backward produces them) and the
