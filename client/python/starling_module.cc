@@ -142,7 +142,6 @@ class PyClient {
       client = Client::Connect(options);
     }
     client_ = Check(std::move(client));
-    timeout_ = options.timeout;
   }
 
   Client& client() {
@@ -219,7 +218,6 @@ class PyClient {
 
  private:
   std::unique_ptr<Client> client_;
-  absl::Duration timeout_;
 };
 
 void DefineModule(py::module_& m) {

@@ -80,10 +80,7 @@ class Session:
     # --- runs -------------------------------------------------------------
     def begin_declarations(self):
         """Closes the run under way, if any, so that declarations may follow."""
-        if self.running:
-            self.client.finish()
-            self.running = False
-            self.size_checked = False
+        self.finish()
         self.declared = 0
 
     def data_op(self):

@@ -83,6 +83,16 @@ def job_optimizer(model, momentum, lr=LR):
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
 
 
+def train_and_compare(model, optimizer, momentum):
+    """Sharded training, then the difference from single-process PyTorch
+    (float32 sums in another order: a few ulps per step)."""
+    train_shards(model, optimizer)
+    diff = max_diff(model, reference(0, momentum))
+    print("MAXDIFF %.3g placement %s" % (diff, optimizer.placement))
+    assert diff <= 2e-6, "differs from single-process PyTorch by %g" % diff
+    return model
+
+
 # --- cases --------------------------------------------------------------------
 def case_matches_single_process(args):
     """Workers start from different initialisations; broadcast_parameters
@@ -97,12 +107,7 @@ def case_matches_single_process(args):
     st.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = st.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters())
-    train_shards(model, optimizer)
-    diff = max_diff(model, reference(0, momentum))
-    print("MAXDIFF %.3g placement %s" % (diff, optimizer.placement))
-    # float32 sums in another order: a few ulps per step.
-    assert diff <= 2e-6, "differs from single-process PyTorch by %g" % diff
-    return model
+    return train_and_compare(model, optimizer, momentum)
 
 
 def case_daemon_matches_worker(args):
@@ -110,11 +115,7 @@ def case_daemon_matches_worker(args):
     model = small_model(seed=0)
     optimizer = st.DistributedOptimizer(job_optimizer(model, 0.0),
                                         named_parameters=model.named_parameters())
-    train_shards(model, optimizer)
-    diff = max_diff(model, reference(0, 0.0))
-    print("MAXDIFF %.3g placement %s" % (diff, optimizer.placement))
-    assert diff <= 2e-6, "differs from single-process PyTorch by %g" % diff
-    return model
+    return train_and_compare(model, optimizer, 0.0)
 
 
 def case_fixed_parameter_count(args):
@@ -133,11 +134,7 @@ def case_fixed_parameter_count(args):
     optimizer = st.DistributedOptimizer(job_optimizer(model, 0.9),
                                         named_parameters=model.named_parameters())
     st.broadcast_parameters(model.state_dict(), root_rank=0)
-    train_shards(model, optimizer)
-    diff = max_diff(model, reference(0, 0.9))
-    print("MAXDIFF %.3g placement %s" % (diff, optimizer.placement))
-    assert diff <= 2e-6, "differs from single-process PyTorch by %g" % diff
-    return model
+    return train_and_compare(model, optimizer, 0.9)
 
 
 class BranchyNet(torch.nn.Module):

@@ -182,9 +182,6 @@ class _DistributedBase:
         job = self._job
         want = job["optimizer"]
         lr = job["learning_rate"]
-        group_values = [(g.get("lr"), g.get("momentum", 0.0),
-                         g.get("weight_decay", 0.0), g.get("nesterov", False),
-                         g.get("dampening", 0.0)) for g in self.param_groups]
         base = type(self).__mro__[2]
         problems = []
         if want in ("sgd", "momentum"):
@@ -192,11 +189,13 @@ class _DistributedBase:
                 problems.append("it is %s, not torch.optim.SGD" %
                                 base.__name__)
             wanted_momentum = 0.0 if want == "sgd" else 0.9
-            for g_lr, momentum, decay, nesterov, dampening in group_values:
+            for g in self.param_groups:
+                momentum = g.get("momentum", 0.0)
                 if momentum != wanted_momentum:
                     problems.append("momentum %g, the daemons' %s uses %g" %
                                     (momentum, want, wanted_momentum))
-                if decay or nesterov or dampening:
+                if (g.get("weight_decay") or g.get("nesterov") or
+                        g.get("dampening")):
                     problems.append("weight_decay/nesterov/dampening are "
                                     "not applied by the daemons")
         elif want == "adam":
@@ -207,7 +206,8 @@ class _DistributedBase:
                 if tuple(g.get("betas", ())) != (0.9, 0.999):
                     problems.append("betas %s, the daemons use (0.9, 0.999)" %
                                     (g.get("betas"),))
-        for g_lr, *_ in group_values:
+        for g in self.param_groups:
+            g_lr = g.get("lr")
             if g_lr is None or abs(g_lr - lr) > 1e-6 * max(1.0, abs(lr)):
                 problems.append("lr %s, the daemons use %g (starling-run "
                                 "--learning_rate)" % (g_lr, lr))
