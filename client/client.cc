@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,10 @@ struct Client::Pending {
   // ReportStepTimes not sent yet.
   double compute_seconds ABSL_GUARDED_BY(mu) = 0;
   double step_seconds ABSL_GUARDED_BY(mu) = 0;
+  // ReportProgress not sent yet.
+  int64_t samples ABSL_GUARDED_BY(mu) = 0;
+  std::optional<double> loss ABSL_GUARDED_BY(mu);
+  std::optional<double> accuracy ABSL_GUARDED_BY(mu);
 };
 
 Future::Future() : Future(nullptr) {}
@@ -404,6 +409,12 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
       push->set_compute_seconds(std::exchange(p.compute_seconds, 0.0));
       push->set_step_seconds(std::exchange(p.step_seconds, 0.0));
     }
+    push->set_samples(std::exchange(p.samples, 0));
+    if (p.loss.has_value())
+      push->set_loss(*std::exchange(p.loss, std::nullopt));
+    if (p.accuracy.has_value()) {
+      push->set_accuracy(*std::exchange(p.accuracy, std::nullopt));
+    }
     std::shared_ptr<internal::FutureState> sent = connection_->Send(
         std::move(request),
         buckets > 1 ? absl::StrCat(what, " bucket ", b) : what);
@@ -438,6 +449,14 @@ void Client::ReportStepTimes(absl::Duration compute, absl::Duration step) {
   absl::MutexLock lock(&pending_->mu);
   pending_->compute_seconds += absl::ToDoubleSeconds(compute);
   pending_->step_seconds += absl::ToDoubleSeconds(step);
+}
+
+void Client::ReportProgress(int64_t samples, std::optional<double> loss,
+                            std::optional<double> accuracy) {
+  absl::MutexLock lock(&pending_->mu);
+  pending_->samples += samples;
+  if (loss.has_value()) pending_->loss = loss;
+  if (accuracy.has_value()) pending_->accuracy = accuracy;
 }
 
 Future Client::PullParametersAsync(int64_t version,

@@ -92,6 +92,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -329,6 +330,17 @@ class Client {
   // (starling_node_worker_compute_seconds_total,
   // starling_node_worker_step_seconds_total, starling_node_compute_ratio).
   void ReportStepTimes(absl::Duration compute, absl::Duration step);
+
+  // What training achieved: `samples` examples trained since the last
+  // report, and the worker's latest loss and accuracy (a fraction, 0..1),
+  // each if known. Sent with the next push; the daemon exports the sum of
+  // samples and the mean over its workers of their last loss and accuracy
+  // (starling_node_worker_samples_total, starling_node_worker_loss,
+  // starling_node_worker_accuracy), which the training dashboard charts.
+  // A negative sample count or an accuracy outside 0..1 is refused by the
+  // daemon with InvalidArgument on that push.
+  void ReportProgress(int64_t samples, std::optional<double> loss,
+                      std::optional<double> accuracy = std::nullopt);
 
   // Writes the parameters after `version` updates into `parameters`.
   absl::Status PullParameters(int64_t version,

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -358,6 +359,17 @@ void DefineModule(py::module_& m) {
                                        absl::Seconds(step_s));
           },
           py::arg("compute_s"), py::arg("step_s"))
+      .def(
+          "report_progress",
+          [](PyClient& c, int64_t samples, std::optional<double> loss,
+             std::optional<double> accuracy) {
+            c.client().ReportProgress(samples, loss, accuracy);
+          },
+          py::arg("samples"), py::arg("loss") = py::none(),
+          py::arg("accuracy") = py::none(),
+          "Samples trained since the last report and the latest loss and "
+          "accuracy (0..1), sent with the next push for the daemon's "
+          "metrics.")
       .def("barrier",
            [](PyClient& c) {
              c.Blocking([](Client& client) { return client.Barrier(); });

@@ -1,22 +1,207 @@
 #include "server/base/command_line.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "server/base/logging.h"
 
+// Read by ParseProgramCommandLine straight from argv (before Abseil parses
+// the command line); defined so that Abseil accepts it and --help lists it.
+ABSL_FLAG(std::string, config, "",
+          "file of flags set before the command line's, so that a flag given "
+          "on the command line wins: one --flag=value or `flag = value` per "
+          "line, # starts a comment line; may be repeated");
+
 namespace starling {
+namespace {
+
+constexpr char kThisFile[] = "server/base/command_line.cc";
+
+absl::Status LineError(absl::string_view file, int line,
+                       absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ":", line, ": ", message));
+}
+
+bool IsFlagName(absl::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_') return false;
+  }
+  return true;
+}
+
+// Abseil's own flags (--flagfile, --help, --undefok, ...) are not settings a
+// config file may hold.
+bool IsAbseilFlag(const absl::CommandLineFlag& flag) {
+  return absl::StrContains(flag.Filename(), "absl/");
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) {
+    const int error = errno;
+    const std::string message =
+        absl::StrCat(path, ": cannot read config file: ", std::strerror(error));
+    switch (error) {
+      case ENOENT:
+        return absl::NotFoundError(message);
+      case EACCES:
+        return absl::PermissionDeniedError(message);
+      default:
+        return absl::InvalidArgumentError(message);
+    }
+  }
+  std::string text;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) {
+    text.append(buffer, n);
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": error while reading config file"));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(
+    absl::string_view text, absl::string_view file) {
+  std::vector<ConfigSetting> settings;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    absl::string_view rest = absl::StripAsciiWhitespace(line);
+    if (rest.empty() || rest.front() == '#') continue;
+    const absl::string_view original = rest;
+    if (absl::StartsWith(rest, "--")) {
+      rest.remove_prefix(2);
+    } else if (absl::StartsWith(rest, "-")) {
+      rest.remove_prefix(1);
+    }
+    const size_t end = rest.find_first_of("= \t");
+    ConfigSetting setting;
+    setting.line = line_number;
+    setting.name = std::string(rest.substr(0, end));
+    if (!IsFlagName(setting.name)) {
+      return LineError(file, line_number,
+                       absl::StrCat("expected --flag=value or flag = value, "
+                                    "got '",
+                                    original, "'"));
+    }
+    rest =
+        end == absl::string_view::npos ? absl::string_view() : rest.substr(end);
+    rest = absl::StripLeadingAsciiWhitespace(rest);
+    if (!rest.empty() && rest.front() == '=') {
+      rest.remove_prefix(1);
+      rest = absl::StripAsciiWhitespace(rest);
+      setting.has_value = true;
+    } else {
+      setting.has_value = !rest.empty();  // "--name value"
+    }
+    if (rest.size() >= 2 && (rest.front() == '"' || rest.front() == '\'') &&
+        rest.back() == rest.front()) {
+      rest = rest.substr(1, rest.size() - 2);
+    }
+    setting.value = std::string(rest);
+    settings.push_back(std::move(setting));
+  }
+  return settings;
+}
+
+absl::Status ApplyConfigFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::vector<ConfigSetting>> settings =
+      ParseConfigText(*text, path);
+  if (!settings.ok()) return settings.status();
+  for (const ConfigSetting& setting : *settings) {
+    if (setting.name == "config") {
+      return LineError(path, setting.line,
+                       "--config cannot be used inside a config file");
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(setting.name);
+    std::string value = setting.value;
+    if (!setting.has_value) {
+      if (flag != nullptr && flag->IsOfType<bool>()) {
+        value = "true";
+      } else if (flag == nullptr && absl::StartsWith(setting.name, "no")) {
+        absl::CommandLineFlag* negated =
+            absl::FindCommandLineFlag(setting.name.substr(2));
+        if (negated != nullptr && negated->IsOfType<bool>()) {
+          flag = negated;
+          value = "false";
+        }
+      } else if (flag != nullptr) {
+        return LineError(path, setting.line,
+                         absl::StrCat("--", setting.name, " needs a value"));
+      }
+    }
+    if (flag == nullptr || flag->IsRetired() || IsAbseilFlag(*flag)) {
+      return LineError(
+          path, setting.line,
+          absl::StrCat("unknown flag '", setting.name, "' (try --help)"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return LineError(
+          path, setting.line,
+          absl::StrCat("--", flag->Name(), "=", value, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ConfigFilesFromArgs(int argc,
+                                                             char** argv) {
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::StartsWith(arg, "-")) continue;
+    arg.remove_prefix(absl::StartsWith(arg, "--") ? 2 : 1);
+    std::string file;
+    if (arg == "config") {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError("--config needs a file name");
+      }
+      file = argv[++i];
+    } else if (absl::StartsWith(arg, "config=")) {
+      file = std::string(arg.substr(7));
+    } else {
+      continue;
+    }
+    if (file.empty()) {
+      return absl::InvalidArgumentError("--config needs a file name");
+    }
+    files.push_back(std::move(file));
+  }
+  return files;
+}
 
 std::vector<char*> ParseProgramCommandLine(const ProgramInfo& info, int argc,
                                            char** argv) {
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags =
       [file = info.main_file](absl::string_view flag_file) {
-        return absl::StrContains(flag_file, file);
+        return absl::StrContains(flag_file, file) ||
+               absl::StrContains(flag_file, kThisFile);
       };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   usage_config.version_string = [name = info.name, version = info.version] {
@@ -24,6 +209,16 @@ std::vector<char*> ParseProgramCommandLine(const ProgramInfo& info, int argc,
   };
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(info.usage);
+
+  // Config files first, so that the command line parsed after them wins.
+  absl::StatusOr<std::vector<std::string>> files =
+      ConfigFilesFromArgs(argc, argv);
+  if (!files.ok())
+    std::exit(FailProgram(info.name, 2, files.status().message()));
+  for (const std::string& file : *files) {
+    absl::Status status = ApplyConfigFile(file);
+    if (!status.ok()) std::exit(FailProgram(info.name, 2, status.message()));
+  }
   return absl::ParseCommandLine(argc, argv);
 }
 

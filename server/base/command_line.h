@@ -1,7 +1,8 @@
 // What every Starling binary's main() does first: --help that lists only the
 // binary's own flags (not Abseil's or gRPC's), --version, the usage text,
-// flag parsing, one-line errors, and --log_level. Flags themselves stay in
-// each main.cc (STYLE.md §4). Call from main() only; not thread-safe.
+// --config files, flag parsing, one-line errors, and --log_level. Flags
+// themselves stay in each main.cc (STYLE.md §4). Call from main() only; not
+// thread-safe.
 #ifndef STARLING_SERVER_BASE_COMMAND_LINE_H_
 #define STARLING_SERVER_BASE_COMMAND_LINE_H_
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace starling {
@@ -24,8 +26,47 @@ struct ProgramInfo {
 // Configures --help, --helpshort and --version from `info`, sets the usage
 // message and parses the command line. Returns the positional arguments,
 // argv[0] first.
+//
+// Every binary also takes --config=FILE (repeatable): the flags in FILE (see
+// ParseConfigText) are set first, in the order the files are named, then the
+// command line is parsed, so that a flag given on the command line wins
+// whatever its position. A missing file, an unknown flag or a bad value
+// prints "<program>: FILE:LINE: ..." on stderr and exits with status 2.
 std::vector<char*> ParseProgramCommandLine(const ProgramInfo& info, int argc,
                                            char** argv);
+
+// One setting of a config file: flag `name` (without dashes) set to `value`.
+struct ConfigSetting {
+  std::string name;
+  std::string value;
+  bool has_value = true;  // false for a lone `--name` (a boolean's true)
+  int line = 0;           // 1-based line number in the file
+};
+
+// Parses the text of a config file; `file` only names it in errors. One
+// setting per line, in either form:
+//   --name=value        (or -name=value, or --name value)
+//   name = value
+// A boolean flag may be given alone (`--insecure`: true) or negated
+// (`--noinsecure`: false). A value may be quoted ("..." or '...'), which
+// allows an empty or space-padded value. Blank lines and lines whose first
+// non-blank character is '#' are ignored; '#' elsewhere belongs to the value.
+// InvalidArgument ("FILE:LINE: ...") for a line that is no setting.
+absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(
+    absl::string_view text, absl::string_view file);
+
+// Reads `path` and sets each of its flags (absl::FindCommandLineFlag).
+// NotFound/PermissionDenied/... (errno's) if the file cannot be read;
+// InvalidArgument "FILE:LINE: ..." for an unknown flag (or one of Abseil's
+// own, or a nested --config) or a value the flag does not accept. Flags set
+// before the failing line stay set.
+absl::Status ApplyConfigFile(const std::string& path);
+
+// The FILEs of every --config=FILE / --config FILE (one or two dashes) in
+// argv[1..argc), in order, up to a "--" argument. InvalidArgument if
+// --config has no (or an empty) value.
+absl::StatusOr<std::vector<std::string>> ConfigFilesFromArgs(int argc,
+                                                             char** argv);
 
 // Prints "<program>: <message>" on stderr; returns `code` (the exit status).
 int FailProgram(absl::string_view program, int code, absl::string_view message);

@@ -190,13 +190,20 @@ absl::Status Communicator::RunOp(uint64_t seq, OpKind kind,
                    rank(), options_.selector.doubling_max_bytes);
   if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);
 
+  CollectiveObserver* const observer = options_.observer;
   OpContext ctx(transport_, desc, timeout, data,
                 absl::MakeSpan(scratch_).first(scratch_bytes),
                 options_.chunk_bytes, options_.selector.doubling_max_bytes,
-                &completions_, call.cancel);
+                &completions_, call.cancel, observer);
+  if (observer != nullptr) observer->OpStarted(desc, data.size(), ctx.start());
   absl::Status status = ctx.Start();
   if (status.ok() && fn != nullptr) status = fn(&ctx);
-  return ctx.Finish(std::move(status));
+  status = ctx.Finish(std::move(status));
+  if (observer != nullptr) {
+    observer->OpEnded(desc, data.size(), status, absl::Now() - ctx.start(),
+                      ctx.arrival());
+  }
+  return status;
 }
 
 }  // namespace collective

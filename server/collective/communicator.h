@@ -63,6 +63,7 @@
 #include "absl/types/span.h"
 #include "server/collective/cancellation.h"
 #include "server/collective/chunk_planner.h"
+#include "server/collective/collective_observer.h"
 #include "server/collective/data_type.h"
 #include "server/collective/op_descriptor.h"
 #include "server/collective/selector.h"
@@ -90,6 +91,10 @@ struct CommunicatorOptions {
   // FailedPrecondition once this one has retired `seq` (tests that build a
   // Communicator per check over one transport group leave it off).
   bool retire_stale_regions = false;
+  // Told about every op as it starts, as peers arrive and as it ends
+  // (collective_observer.h); borrowed, must outlive the Communicator. Null:
+  // nobody is told.
+  CollectiveObserver* observer = nullptr;
 };
 
 struct CallOptions {

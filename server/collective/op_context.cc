@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/collective/reduce_kernels.h"
@@ -32,7 +33,7 @@ OpContext::OpContext(
     absl::Span<std::byte> scratch, size_t chunk_bytes,
     size_t doubling_max_bytes,
     std::vector<std::unique_ptr<transport::Completion>>* completions,
-    const Cancellation* cancel)
+    const Cancellation* cancel, CollectiveObserver* observer)
     : transport_(transport),
       desc_(desc),
       rank_(transport->rank()),
@@ -46,7 +47,13 @@ OpContext::OpContext(
       doubling_max_bytes_(doubling_max_bytes),
       completions_(completions),
       cancel_(cancel),
-      wrote_to_(size_, false) {}
+      observer_(observer),
+      start_(absl::Now()),
+      wrote_to_(size_, false),
+      descriptors_(size_),
+      arrived_at_(size_, absl::InfiniteFuture()) {
+  arrived_at_[rank_] = start_;
+}
 
 absl::Time OpContext::WaitSlice() const {
   if (cancel_ == nullptr) return deadline_;
@@ -93,7 +100,59 @@ absl::Status OpContext::Start() {
                                              absl::MakeConstSpan(wire));
     if (!s.ok()) return PeerError(peer, s, "sending the op descriptor");
   }
+  // Descriptors already waiting: those peers were here before this rank.
+  return PollDescriptors(start_);
+}
+
+absl::StatusOr<bool> OpContext::TakeDescriptor(int peer, absl::Time when) {
+  if (!descriptors_[peer].empty()) return true;
+  absl::StatusOr<std::vector<std::byte>> wire = transport_->RecvControl(
+      peer, OpControlTag(desc_.seq), absl::InfinitePast());
+  if (absl::IsDeadlineExceeded(wire.status())) return false;
+  if (!wire.ok()) return wire.status();
+  if (wire->empty()) wire->resize(1);  // Decode rejects it; keeps "taken"
+  descriptors_[peer] = *std::move(wire);
+  arrived_at_[peer] = when;
+  if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, when);
+  return true;
+}
+
+absl::Status OpContext::PollDescriptors(absl::Time when) {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    absl::StatusOr<bool> taken = TakeDescriptor(peer, when);
+    if (!taken.ok()) return PeerError(peer, taken.status(), "no op descriptor");
+  }
   return absl::OkStatus();
+}
+
+std::string OpContext::MissingRanksText() const {
+  std::vector<int> missing;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && descriptors_[peer].empty()) missing.push_back(peer);
+  }
+  if (missing.empty()) return "";
+  return absl::StrCat(missing.size() == 1 ? "; rank " : "; ranks ",
+                      absl::StrJoin(missing, ", "),
+                      missing.size() == 1 ? " has" : " have",
+                      " not arrived at this op");
+}
+
+ArrivalSummary OpContext::arrival() const {
+  ArrivalSummary summary;
+  if (size_ < 2) return summary;
+  absl::Time last = start_;
+  int last_rank = rank_;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (arrived_at_[peer] == absl::InfiniteFuture()) return summary;
+    if (arrived_at_[peer] > last) {
+      last = arrived_at_[peer];
+      last_rank = peer;
+    }
+  }
+  summary.last_rank = last_rank;
+  summary.skew = last - start_;
+  return summary;
 }
 
 absl::Status OpContext::CheckPeers() {
@@ -102,15 +161,40 @@ absl::Status OpContext::CheckPeers() {
   const std::string saved_phase = phase_;
   const int saved_step = step_, saved_steps = steps_;
   SetStep("handshake", 0, 0);
+  // Waits for each missing descriptor in rank order, in short slices: after
+  // each slice the other peers' are taken if they came meanwhile, so that
+  // their arrival times (and the observer's view of who is missing) stay
+  // current while one slow rank holds the op.
   for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
-    if (peer == rank_) continue;
-    absl::StatusOr<std::vector<std::byte>> wire;
-    // Waits in slices so that a cancellation is seen within one.
+    if (peer == rank_ || !descriptors_[peer].empty()) continue;
     while (true) {
-      wire =
-          transport_->RecvControl(peer, OpControlTag(desc_.seq), WaitSlice());
-      if (!absl::IsDeadlineExceeded(wire.status()) ||
-          absl::Now() >= deadline_) {
+      const absl::Time slice =
+          std::min(WaitSlice(), absl::Now() + kArrivalPollInterval);
+      absl::StatusOr<std::vector<std::byte>> wire =
+          transport_->RecvControl(peer, OpControlTag(desc_.seq), slice);
+      const absl::Time now = absl::Now();
+      if (wire.ok()) {
+        if (wire->empty()) wire->resize(1);  // Decode rejects it below
+        descriptors_[peer] = *std::move(wire);
+        arrived_at_[peer] = now;
+        if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, now);
+        break;
+      }
+      if (!absl::IsDeadlineExceeded(wire.status())) {
+        peers_status_ = PeerError(peer, wire.status(), "no op descriptor");
+        break;
+      }
+      if (absl::Status polled = PollDescriptors(now); !polled.ok()) {
+        peers_status_ = polled;
+        break;
+      }
+      if (!descriptors_[peer].empty()) break;  // it came just now
+      if (now >= deadline_) {
+        const absl::Status timeout =
+            PeerError(peer, wire.status(), "no op descriptor");
+        peers_status_ =
+            absl::Status(timeout.code(),
+                         absl::StrCat(timeout.message(), MissingRanksText()));
         break;
       }
       if (absl::Status c = CancelledStatus(); !c.ok()) {
@@ -118,12 +202,11 @@ absl::Status OpContext::CheckPeers() {
         break;
       }
     }
-    if (!peers_status_.ok()) break;
-    if (!wire.ok()) {
-      peers_status_ = PeerError(peer, wire.status(), "no op descriptor");
-      break;
-    }
-    absl::StatusOr<OpDescriptor> theirs = OpDescriptor::Decode(*wire);
+  }
+  for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
+    if (peer == rank_) continue;
+    absl::StatusOr<OpDescriptor> theirs =
+        OpDescriptor::Decode(descriptors_[peer]);
     if (!theirs.ok()) {
       peers_status_ = absl::InvalidArgumentError(
           absl::StrCat(Where(), ": ", transport_->PeerName(peer), " sent ",

@@ -19,9 +19,12 @@
 // Start() registers the regions and sends this op's descriptor to every
 // peer; the first wait (or Finish()) checks every peer's descriptor, so a
 // mismatched call fails everywhere with InvalidArgument, concurrently with
-// the first step's data. Every wait runs against the op deadline; a peer
-// silent past it is named in a DeadlineExceeded error and aborted
-// (Transport::AbortPeer) so that no posted write still references the
+// the first step's data. While it waits for descriptors it notes when each
+// peer's arrives (told to the CollectiveObserver, if any, as it happens),
+// so that a stuck op can say which ranks it has not heard from, and the
+// op's ArrivalSummary says which rank came last. Every wait runs against the op
+// deadline; a peer silent past it is named in a DeadlineExceeded error and
+// aborted (Transport::AbortPeer) so that no posted write still references the
 // caller's buffer when the op returns. Finish() waits for this op's writes,
 // deregisters and returns the op's final status.
 //
@@ -41,6 +44,7 @@
 #include "absl/types/span.h"
 #include "server/collective/cancellation.h"
 #include "server/collective/chunk_planner.h"
+#include "server/collective/collective_observer.h"
 #include "server/collective/op_descriptor.h"
 #include "server/transport/completion.h"
 #include "server/transport/transport.h"
@@ -79,7 +83,8 @@ class OpContext {
             absl::Span<std::byte> scratch, size_t chunk_bytes,
             size_t doubling_max_bytes,
             std::vector<std::unique_ptr<transport::Completion>>* completions,
-            const Cancellation* cancel = nullptr);
+            const Cancellation* cancel = nullptr,
+            CollectiveObserver* observer = nullptr);
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
@@ -152,9 +157,28 @@ class OpContext {
   // "allreduce op 12 (butterfly, reduce-scatter step 2 of 3)".
   std::string Where() const;
 
+  // When this op started here (the constructor).
+  absl::Time start() const { return start_; }
+  // Which rank arrived last and how long this rank waited for it (see
+  // collective_observer.h); last_rank -1 until every peer has arrived.
+  ArrivalSummary arrival() const;
+
+  // How often a wait for one peer's descriptor looks whether the others'
+  // have come meanwhile (their arrival times are exact to within this).
+  static constexpr absl::Duration kArrivalPollInterval = absl::Milliseconds(5);
+
  private:
   absl::Status PeerError(int peer, const absl::Status& status,
                          absl::string_view waiting_for);
+  // Takes `peer`'s descriptor if it is here already (no wait); notes its
+  // arrival at `when`. Returns false if it is not here; an error if the
+  // peer is lost.
+  absl::StatusOr<bool> TakeDescriptor(int peer, absl::Time when);
+  // TakeDescriptor() for every peer still missing.
+  absl::Status PollDescriptors(absl::Time when);
+  // ", ranks 2, 3 have not arrived": the peers whose descriptors are
+  // missing, for timeout messages.
+  std::string MissingRanksText() const;
   // The next deadline a wait uses: the op deadline, or, when the op can be
   // cancelled, at most kCancellationPollInterval from now.
   absl::Time WaitSlice() const;
@@ -173,13 +197,19 @@ class OpContext {
   const ChunkPlanner planner_;
   const size_t doubling_max_bytes_;
   std::vector<std::unique_ptr<transport::Completion>>* const completions_;
-  const Cancellation* const cancel_;  // may be null
+  const Cancellation* const cancel_;    // may be null
+  CollectiveObserver* const observer_;  // may be null
+  const absl::Time start_;
 
   std::vector<bool> wrote_to_;  // peers this op posted writes to
   bool data_registered_ = false;
   bool scratch_registered_ = false;
   bool peers_checked_ = false;
   absl::Status peers_status_;
+  // Per rank: the descriptor received (empty: not yet) and when it was
+  // seen (InfiniteFuture: not yet; this rank's own entry is start_).
+  std::vector<std::vector<std::byte>> descriptors_;
+  std::vector<absl::Time> arrived_at_;
   std::string phase_ = "start";
   int step_ = 0;
   int steps_ = 0;

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -28,10 +29,12 @@
 #include "server/base/command_line.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
+#include "server/base/systemd_notify.h"
 #include "server/base/version.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/coordinator_service.h"
+#include "server/metrics/build_info.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/metrics/metrics_registry.h"
 
@@ -215,15 +218,23 @@ int Main(int argc, char** argv) {
 
   RealClock clock;
   metrics::MetricsRegistry registry;
+  status = metrics::RegisterBuildInfo(&registry, kProgram, kStarlingVersion);
+  if (!status.ok()) return Fail(1, status.message());
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(options, &clock, &registry);
   if (!coordinator.ok()) return Fail(2, coordinator.status().message());
 
+  // /readyz: ready once the gRPC service accepts joins.
+  std::atomic<bool> serving{false};
   std::unique_ptr<metrics::MetricsHttpServer> metrics_server;
   if (metrics_port > 0) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started =
         metrics::MetricsHttpServer::Start(
-            {.host = listen->host, .port = metrics_port}, &registry);
+            {.host = listen->host, .port = metrics_port}, &registry,
+            [&serving]() -> absl::Status {
+              if (serving.load()) return absl::OkStatus();
+              return absl::UnavailableError("the gRPC service is not serving");
+            });
     if (!started.ok()) {
       return Fail(
           1, absl::StrCat(started.status().message(), " (--metrics_port)"));
@@ -246,6 +257,7 @@ int Main(int argc, char** argv) {
     return Fail(1,
                 absl::StrCat("cannot serve gRPC on ", address, " (--listen)"));
   }
+  serving.store(true);
 
   STARLING_LOG(INFO) << kProgram << " " << kStarlingVersion << ": job '"
                      << options.job_id << "' on " << address << ", waiting for "
@@ -259,6 +271,13 @@ int Main(int argc, char** argv) {
                        << "/metrics";
   }
 
+  // Systemd readiness (Type=notify units); a no-op outside systemd, and a
+  // failed notification is logged only.
+  status = NotifyReady(absl::StrCat("job ", options.job_id, " on ", address,
+                                    ", waiting for ", options.expected_nodes,
+                                    " nodes"));
+  if (!status.ok()) STARLING_LOG(WARNING) << status.message();
+
   absl::Notification stop_detector;
   std::thread detector(RunFailureDetector, coordinator->get(),
                        options.heartbeat_timeout, &stop_detector);
@@ -267,6 +286,9 @@ int Main(int argc, char** argv) {
   sigwait(&signals, &signal_number);
   STARLING_LOG(INFO) << "received signal " << signal_number
                      << ", shutting down";
+  serving.store(false);
+  status = NotifyStopping();
+  if (!status.ok()) STARLING_LOG(WARNING) << status.message();
   (*coordinator)->Shutdown();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   stop_detector.Notify();

@@ -1,13 +1,17 @@
 // starlingctl: command-line view of a running Starling job.
 //
 //   starlingctl status --coordinator=host:port [--job_id=NAME] [--timeout=5s]
+//   starlingctl inflight --coordinator=host:port [--job_id=NAME] [--timeout=5s]
 //
-// prints the group as a table (job_status_table.h). Exit status: 0 on
-// success, 1 when the coordinator cannot be reached or refuses (one line on
-// stderr naming the address and the deadline), 2 for bad usage.
+// `status` prints the group as a table (job_status_table.h); `inflight` asks
+// every node daemon's admin service (addresses from the coordinator) for
+// its collectives in flight and prints who is missing (inflight_table.h). Exit
+// status: 0 on success, 1 when the coordinator cannot be reached or refuses
+// (one line on stderr naming the address and the deadline), 2 for bad usage.
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -17,9 +21,11 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "proto/node_admin.grpc.pb.h"
 #include "server/base/command_line.h"
 #include "server/base/grpc_status.h"
 #include "server/base/version.h"
+#include "server/coordinator/inflight_table.h"
 #include "server/coordinator/job_status_table.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
@@ -39,7 +45,8 @@ int Fail(int code, absl::string_view message) {
   return FailProgram(kProgram, code, message);
 }
 
-int Status() {
+// The coordinator's JobStatus, or the exit status after a one-line error.
+absl::StatusOr<proto::JobStatus> FetchJobStatus(int* exit_code) {
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   auto stub = proto::Coordinator::NewStub(
@@ -52,16 +59,78 @@ int Status() {
   const absl::Status status =
       FromGrpcStatus(stub->GetJobStatus(&context, request, &response));
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    return Fail(
+    *exit_code = Fail(
         1, absl::StrCat("cannot reach the coordinator at ", address, " within ",
                         absl::FormatDuration(timeout), ": ", status.message()));
+    return status;
   }
   if (!status.ok()) {
-    return Fail(
+    *exit_code = Fail(
         1, absl::StrCat("coordinator at ", address,
                         " refused the status request: ", status.ToString()));
+    return status;
   }
-  std::fputs(FormatJobStatusTable(response).c_str(), stdout);
+  return response;
+}
+
+int Status() {
+  int exit_code = 0;
+  absl::StatusOr<proto::JobStatus> job = FetchJobStatus(&exit_code);
+  if (!job.ok()) return exit_code;
+  std::fputs(FormatJobStatusTable(*job).c_str(), stdout);
+  return 0;
+}
+
+int InFlight() {
+  int exit_code = 0;
+  absl::StatusOr<proto::JobStatus> job = FetchJobStatus(&exit_code);
+  if (!job.ok()) return exit_code;
+  const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  std::vector<NodeCollectives> nodes;
+  for (const proto::NodeStatus& node : job->nodes()) {
+    if (node.peer().rank() < 0) continue;  // still joining: no rank yet
+    NodeCollectives n;
+    n.rank = node.peer().rank();
+    n.hostname = node.peer().hostname();
+    n.admin_address = node.peer().admin_address();
+    n.reply = absl::UnavailableError("not asked");
+    nodes.push_back(std::move(n));
+  }
+  if (nodes.empty()) {
+    std::printf(
+        "job %s: the group has not formed yet (starlingctl status "
+        "shows who joined)\n",
+        job->job_id().c_str());
+    return 0;
+  }
+  // Every daemon is asked at once, so that one that hangs costs the
+  // timeout once, not once per node.
+  std::vector<std::thread> askers;
+  for (NodeCollectives& n : nodes) {
+    askers.emplace_back([&n, timeout] {
+      if (n.admin_address.empty()) {
+        n.reply = absl::FailedPreconditionError(
+            "the daemon runs without an admin service (--admin_port=0)");
+        return;
+      }
+      auto stub = proto::NodeAdmin::NewStub(grpc::CreateChannel(
+          n.admin_address, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      proto::CollectivesReply reply;
+      const absl::Status status = FromGrpcStatus(stub->GetCollectives(
+          &context, proto::GetCollectivesRequest(), &reply));
+      if (status.ok()) {
+        n.reply = std::move(reply);
+      } else {
+        n.reply = absl::Status(
+            status.code(), absl::StrCat(status.message(), " (within ",
+                                        absl::FormatDuration(timeout), ")"));
+      }
+    });
+  }
+  for (std::thread& t : askers) t.join();
+  std::fputs(FormatInFlightTable(*job, nodes).c_str(), stdout);
   return 0;
 }
 
@@ -75,20 +144,28 @@ int Main(int argc, char** argv) {
        "and optimizer state sizes, heartbeat age, last error); each node's "
        "run and workers (a MISSING worker with its grace left); the job's "
        "epoch, iteration and degraded flag; the runs (the current one and "
-       "the recent ones with their outcome and error); the last error."},
+       "the recent ones with their outcome and error); the last error.\n\n"
+       "  starlingctl inflight --coordinator=host:port [--job_id=NAME] "
+       "[--timeout=5s]\n\n"
+       "inflight: asks every node daemon's admin service for the collectives "
+       "it runs now: per rank the op (sequence number and fingerprint: op, "
+       "dtype, length, algorithm), for how long, and which ranks it has not "
+       "heard from; then who is missing: each rank the others wait for and "
+       "what it does instead."},
       argc, argv);
   if (args.size() < 2) {
     return Fail(2,
-                "missing command; usage: starlingctl status "
+                "missing command; usage: starlingctl status|inflight "
                 "--coordinator=host:port (try --help)");
   }
   const std::string command = args[1];
-  if (command != "status" || args.size() > 2) {
+  if ((command != "status" && command != "inflight") || args.size() > 2) {
     return Fail(2, absl::StrCat("unknown command '", command,
                                 args.size() > 2 ? " ...'" : "'",
-                                "; the only command is 'status' (try --help)"));
+                                "; the commands are 'status' and 'inflight' "
+                                "(try --help)"));
   }
-  return Status();
+  return command == "status" ? Status() : InFlight();
 }
 
 }  // namespace

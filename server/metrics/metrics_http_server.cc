@@ -13,7 +13,8 @@ namespace starling {
 namespace metrics {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const MetricsHttpServerOptions& options, const MetricsRegistry* registry) {
+    const MetricsHttpServerOptions& options, const MetricsRegistry* registry,
+    ReadinessCheck readiness) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("metrics port ", options.port, " is outside 0..65535"));
@@ -31,8 +32,25 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
                 response.set_content(EncodeTextFormat(registry->Collect()),
                                      kTextFormatContentType);
               });
+  server->Get("/healthz",
+              [](const httplib::Request&, httplib::Response& response) {
+                response.set_content("ok\n", "text/plain");
+              });
+  server->Get(
+      "/readyz", [readiness = std::move(readiness)](
+                     const httplib::Request&, httplib::Response& response) {
+        const absl::Status ready = readiness ? readiness() : absl::OkStatus();
+        if (ready.ok()) {
+          response.set_content("ready\n", "text/plain");
+          return;
+        }
+        response.status = 503;
+        response.set_content(absl::StrCat("not ready: ", ready.message(), "\n"),
+                             "text/plain");
+      });
   server->Get("/", [](const httplib::Request&, httplib::Response& response) {
-    response.set_content("Starling metrics: see /metrics\n", "text/plain");
+    response.set_content("Starling: /metrics (Prometheus), /healthz, /readyz\n",
+                         "text/plain");
   });
   int port = options.port;
   bool bound;

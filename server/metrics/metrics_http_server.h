@@ -1,5 +1,11 @@
 // MetricsHttpServer: serves a MetricsRegistry in the Prometheus text format
-// at GET /metrics over HTTP (cpp-httplib), on its own port.
+// at GET /metrics over HTTP (cpp-httplib), on its own port, beside the two
+// probes service managers and load balancers ask:
+//   GET /healthz  200 "ok": the process is up and serving (liveness);
+//   GET /readyz   200 "ready" once options.readiness says OK, else 503
+//                 "not ready: <why>" (the ReadinessCheck: a node daemon
+//                 that has not joined its group yet, a coordinator still
+//                 starting).
 //
 //   STARLING_ASSIGN_OR_RETURN(
 //       std::unique_ptr<metrics::MetricsHttpServer> server,
@@ -13,6 +19,7 @@
 #ifndef STARLING_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 #define STARLING_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +44,10 @@ struct MetricsHttpServerOptions {
   int port = 0;
 };
 
+// Asked by every GET /readyz (on the server's threads: thread-safe, quick,
+// non-blocking): OK when ready, else why not. Null: always ready.
+using ReadinessCheck = std::function<absl::Status()>;
+
 class MetricsHttpServer {
  public:
   // Binds and starts serving. `registry` is borrowed and must outlive the
@@ -44,7 +55,8 @@ class MetricsHttpServer {
   // Unavailable when the address cannot be bound (port in use, address not
   // local), naming host and port.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const MetricsHttpServerOptions& options, const MetricsRegistry* registry);
+      const MetricsHttpServerOptions& options, const MetricsRegistry* registry,
+      ReadinessCheck readiness = nullptr);
 
   // Stops serving (see Stop()).
   ~MetricsHttpServer();

@@ -62,6 +62,45 @@ TEST_F(MetricsHttpServerTest, ServesTheRegistryAtSlashMetrics) {
   EXPECT_EQ(result->status, 404);
 }
 
+TEST_F(MetricsHttpServerTest, HealthzAndReadyzAnswerTheProbes) {
+  absl::Mutex mu;
+  absl::Status ready = absl::UnavailableError("joining the coordinator");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsHttpServer> server,
+                       MetricsHttpServer::Start(
+                           {.host = "127.0.0.1", .port = 0}, &registry_, [&] {
+                             absl::MutexLock lock(&mu);
+                             return ready;
+                           }));
+  auto client = LocalClient(server->port());
+  httplib::Result result = client->Get("/healthz");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200);
+  EXPECT_EQ(result->body, "ok\n");
+
+  result = client->Get("/readyz");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 503);
+  EXPECT_EQ(result->body, "not ready: joining the coordinator\n");
+
+  {
+    absl::MutexLock lock(&mu);
+    ready = absl::OkStatus();
+  }
+  result = client->Get("/readyz");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200);
+  EXPECT_EQ(result->body, "ready\n");
+}
+
+TEST_F(MetricsHttpServerTest, ReadyWithoutAReadinessCheck) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<MetricsHttpServer> server,
+      MetricsHttpServer::Start({.host = "127.0.0.1", .port = 0}, &registry_));
+  httplib::Result result = LocalClient(server->port())->Get("/readyz");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200);
+}
+
 TEST_F(MetricsHttpServerTest, PortInUseIsAClearError) {
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<MetricsHttpServer> first,

@@ -108,7 +108,18 @@ absl::StatusOr<HistogramFamily*> MetricsRegistry::AddHistogram(
   return entry.histogram.get();
 }
 
+void MetricsRegistry::AddCollectHook(std::function<void()> hook) {
+  absl::MutexLock lock(&hooks_mu_);
+  hooks_.push_back(std::move(hook));
+}
+
 std::vector<FamilySnapshot> MetricsRegistry::Collect() const {
+  {
+    // Held across the hooks so that two scrapes run them one at a time;
+    // hooks only set metrics, which take their own locks.
+    absl::MutexLock lock(&hooks_mu_);
+    for (const std::function<void()>& hook : hooks_) hook();
+  }
   std::vector<FamilySnapshot> out;
   absl::MutexLock lock(&mu_);
   out.reserve(families_.size());

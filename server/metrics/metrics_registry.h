@@ -15,6 +15,7 @@
 #ifndef STARLING_SERVER_METRICS_METRICS_REGISTRY_H_
 #define STARLING_SERVER_METRICS_METRICS_REGISTRY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -55,7 +56,15 @@ class MetricsRegistry {
       std::vector<double> upper_bounds,
       std::vector<std::string> label_names = {});
 
-  // A copy of every family and series, families ordered by name.
+  // Adds a hook that Collect() runs first, every time, to bring values
+  // only their owner can compute up to date (the age of a running
+  // operation, sums kept elsewhere). Hooks run on the collecting thread,
+  // without the registry's lock held, in the order added; they must not
+  // block. `hook` must stay callable as long as the registry collects.
+  void AddCollectHook(std::function<void()> hook);
+
+  // A copy of every family and series, families ordered by name (after the
+  // collect hooks ran).
   std::vector<FamilySnapshot> Collect() const;
 
  private:
@@ -76,6 +85,9 @@ class MetricsRegistry {
   std::map<std::string, Entry> families_ ABSL_GUARDED_BY(mu_);
   // Every sample name in use: family names plus histogram suffixes.
   std::set<std::string> sample_names_ ABSL_GUARDED_BY(mu_);
+
+  mutable absl::Mutex hooks_mu_;
+  std::vector<std::function<void()>> hooks_ ABSL_GUARDED_BY(hooks_mu_);
 };
 
 }  // namespace metrics

@@ -1,11 +1,13 @@
 #include "server/metrics/metrics_registry.h"
 
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/base/status_matchers.h"
+#include "server/metrics/build_info.h"
 
 namespace starling {
 namespace metrics {
@@ -124,6 +126,36 @@ TEST(MetricsRegistry, ConcurrentUpdatesAreNotLost) {
   EXPECT_EQ(counter->WithLabels({"shared"})->value(), kThreads * kPerThread);
   EXPECT_EQ(histogram->Get()->Snapshot().count,
             static_cast<uint64_t>(kThreads * kPerThread));
+}
+
+TEST(MetricsRegistry, CollectHooksRunBeforeEveryCollect) {
+  MetricsRegistry registry;
+  ASSERT_OK_AND_ASSIGN(GaugeFamily * age,
+                       registry.AddGauge("starling_test_age_seconds", "Age."));
+  int runs = 0;
+  registry.AddCollectHook([&] { age->Get()->Set(++runs * 1.5); });
+  for (int scrape = 1; scrape <= 2; ++scrape) {
+    const std::vector<FamilySnapshot> families = registry.Collect();
+    ASSERT_EQ(families.size(), 1u);
+    ASSERT_EQ(families[0].series.size(), 1u);
+    EXPECT_EQ(families[0].series[0].value, scrape * 1.5);
+  }
+}
+
+TEST(MetricsRegistry, BuildInfoIsOneSeriesWithProgramAndVersion) {
+  MetricsRegistry registry;
+  ASSERT_OK(RegisterBuildInfo(&registry, "starling-node", "1.2.3"));
+  const std::vector<FamilySnapshot> families = registry.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  EXPECT_EQ(families[0].name, "starling_build_info");
+  EXPECT_EQ(families[0].label_names,
+            (std::vector<std::string>{"program", "version"}));
+  ASSERT_EQ(families[0].series.size(), 1u);
+  EXPECT_EQ(families[0].series[0].label_values,
+            (std::vector<std::string>{"starling-node", "1.2.3"}));
+  EXPECT_EQ(families[0].series[0].value, 1);
+  EXPECT_EQ(RegisterBuildInfo(&registry, "starling-node", "1.2.3").code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 }  // namespace

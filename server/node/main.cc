@@ -2,6 +2,7 @@
 // processes"). See --help and node_daemon.h (which lists its threads).
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -10,12 +11,15 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/base/command_line.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
+#include "server/base/systemd_notify.h"
 #include "server/base/version.h"
+#include "server/metrics/build_info.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/metrics/metrics_registry.h"
 #include "server/node/node_admin_service.h"
@@ -56,6 +60,10 @@ ABSL_FLAG(std::string, cluster_secret_file, "",
 ABSL_FLAG(bool, insecure, false,
           "without --cluster_secret_file, accept unauthenticated peers from "
           "any address (a trusted network only)");
+ABSL_FLAG(double, link_gbits, 0,
+          "this node's network link rate in Gbit/s, exported as "
+          "starling_node_link_rate_bytes_per_second so that dashboards show "
+          "bus bandwidth against it; 0: not stated");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "bound on joining: reaching the coordinator, the group forming, "
           "connecting to the peers");
@@ -119,6 +127,11 @@ int Main(int argc, char** argv) {
   options.join_timeout = absl::GetFlag(FLAGS_timeout);
   options.worker_grace = absl::GetFlag(FLAGS_worker_grace);
   options.insecure = absl::GetFlag(FLAGS_insecure);
+  options.link_gbits = absl::GetFlag(FLAGS_link_gbits);
+  if (!(options.link_gbits >= 0) || !std::isfinite(options.link_gbits)) {
+    return Fail(2, absl::StrCat("--link_gbits=", options.link_gbits,
+                                " must be a rate >= 0 (Gbit/s)"));
+  }
   if (options.worker_grace < absl::ZeroDuration()) {
     return Fail(2, "--worker_grace must not be negative");
   }
@@ -163,11 +176,27 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   metrics::MetricsRegistry registry;
+  status = metrics::RegisterBuildInfo(&registry, kProgram, kStarlingVersion);
+  if (!status.ok()) return Fail(1, status.message());
+  // /readyz: ready once the daemon has joined its group and serves workers.
+  absl::Mutex ready_mu;
+  std::string not_ready =
+      absl::StrCat("joining job ", options.job_id, " at the coordinator ",
+                   options.coordinator);
+  const auto set_not_ready = [&](std::string why) {
+    absl::MutexLock lock(&ready_mu);
+    not_ready = std::move(why);
+  };
   std::unique_ptr<metrics::MetricsHttpServer> metrics_server;
   if (metrics_port > 0) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started =
         metrics::MetricsHttpServer::Start(
-            {.host = options.data_host, .port = metrics_port}, &registry);
+            {.host = options.data_host, .port = metrics_port}, &registry,
+            [&]() -> absl::Status {
+              absl::MutexLock lock(&ready_mu);
+              if (not_ready.empty()) return absl::OkStatus();
+              return absl::UnavailableError(not_ready);
+            });
     if (!started.ok()) {
       return Fail(
           1, absl::StrCat(started.status().message(), " (--metrics_port)"));
@@ -195,19 +224,32 @@ int Main(int argc, char** argv) {
     }
   }
 
+  // Systemd readiness (Type=notify units): the status while joining, READY=1
+  // once joined, STOPPING=1 on a signal; no-ops outside systemd. A failed
+  // notification is logged only: the daemon serves either way.
+  status = NotifyStatus(absl::StrCat("joining job ", options.job_id, " at ",
+                                     options.coordinator));
+  if (!status.ok()) STARLING_LOG(WARNING) << status.message();
   absl::StatusOr<std::unique_ptr<NodeDaemon>> daemon =
       NodeDaemon::Start(options, &registry);
   if (!daemon.ok()) return Fail(1, daemon.status().message());
   admin.set_daemon(daemon->get());
+  set_not_ready("");
   STARLING_LOG(INFO) << kProgram << " rank " << (*daemon)->rank()
                      << ": workers on " << options.worker_socket
                      << ", data plane " << options.data_host << ":"
                      << options.data_port;
+  status = NotifyReady(
+      absl::StrCat("rank ", (*daemon)->rank(), " of job ", options.job_id));
+  if (!status.ok()) STARLING_LOG(WARNING) << status.message();
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   STARLING_LOG(INFO) << "received signal " << signal_number
                      << ", shutting down";
+  set_not_ready("shutting down");
+  status = NotifyStopping();
+  if (!status.ok()) STARLING_LOG(WARNING) << status.message();
   if (server != nullptr) {
     server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }

@@ -38,5 +38,14 @@ grpc::Status NodeAdminService::GetGroup(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status NodeAdminService::GetCollectives(
+    grpc::ServerContext*, const proto::GetCollectivesRequest*,
+    proto::CollectivesReply* reply) {
+  const NodeDaemon* d = daemon();
+  if (d == nullptr) return Joining();
+  *reply = d->Collectives();
+  return grpc::Status::OK;
+}
+
 }  // namespace node
 }  // namespace starling

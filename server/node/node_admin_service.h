@@ -1,8 +1,9 @@
 // NodeAdminService: the daemon's NodeAdmin gRPC service (proto/
-// node_admin.proto): status, shards, group. Handlers only call NodeDaemon
-// and convert. The service is served before the daemon joins (so that an
-// admin-port clash fails before the group forms): until set_daemon(), calls
-// get UNAVAILABLE "still joining". Thread-safe (gRPC threads).
+// node_admin.proto): status, shards, group, collectives in flight. Handlers
+// only call NodeDaemon and convert. The service is served before the daemon
+// joins (so that an admin-port clash fails before the group forms): until
+// set_daemon(), calls get UNAVAILABLE "still joining". Thread-safe (gRPC
+// threads).
 #ifndef STARLING_SERVER_NODE_NODE_ADMIN_SERVICE_H_
 #define STARLING_SERVER_NODE_NODE_ADMIN_SERVICE_H_
 
@@ -34,6 +35,9 @@ class NodeAdminService final : public proto::NodeAdmin::Service {
   grpc::Status GetGroup(grpc::ServerContext* context,
                         const proto::GetGroupRequest* request,
                         proto::GroupReply* reply) override;
+  grpc::Status GetCollectives(grpc::ServerContext* context,
+                              const proto::GetCollectivesRequest* request,
+                              proto::CollectivesReply* reply) override;
 
  private:
   // acquire: pairs with set_daemon().

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,8 +36,13 @@ std::string LocalHostname() {
 
 }  // namespace
 
-NodeDaemon::NodeDaemon(NodeOptions options, NodeMetrics metrics)
-    : options_(std::move(options)), metrics_(metrics) {}
+NodeDaemon::NodeDaemon(NodeOptions options, NodeMetrics metrics,
+                       std::shared_ptr<CollectiveMonitor> collectives,
+                       metrics::MetricsRegistry* registry)
+    : options_(std::move(options)),
+      metrics_(metrics),
+      collectives_(std::move(collectives)),
+      registry_(registry) {}
 
 NodeDaemon::~NodeDaemon() { Stop(); }
 
@@ -58,9 +64,17 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
         "local workers must be >= 1, not ", options.local_workers));
   }
   if (options.hostname.empty()) options.hostname = LocalHostname();
+  if (!(options.link_gbits >= 0) || !std::isfinite(options.link_gbits)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the link rate must be >= 0 Gbit/s, not ", options.link_gbits));
+  }
   STARLING_ASSIGN_OR_RETURN(NodeMetrics metrics,
                             NodeMetrics::Register(registry));
-  std::unique_ptr<NodeDaemon> daemon(new NodeDaemon(options, metrics));
+  metrics.link_rate->Set(options.link_gbits * 1e9 / 8);
+  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<CollectiveMonitor> collectives,
+                            CollectiveMonitor::Create(registry));
+  std::unique_ptr<NodeDaemon> daemon(
+      new NodeDaemon(options, metrics, std::move(collectives), registry));
   NodeDaemon* d = daemon.get();
   // The coordinator's address is checked before anything is bound.
   CoordinatorLinkOptions link;
@@ -154,8 +168,12 @@ absl::Status NodeDaemon::OpenDataPlane() {
   tcp.insecure = options_.insecure;
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));
-  transport_ = std::move(tcp_t);
+  STARLING_ASSIGN_OR_RETURN(
+      transport_, MeteredTransport::Create(std::move(tcp_t), registry_));
+  collectives_->SetGroup(rank, size);
+  metrics_.rank->Set(rank);
   collective::CommunicatorOptions comm_options;
+  comm_options.observer = collectives_.get();
   // This daemon's communicator is the only one on its transport: writes
   // that arrive for an op that failed here, or for ops a new run skipped,
   // are dropped and counted instead of held.
@@ -281,6 +299,9 @@ void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
   metrics_.run_id->Set(run.state() == proto::RunStatus::STATE_RUNNING
                            ? static_cast<double>(run.run_id())
                            : 0);
+  metrics_.registered_memory_bytes->Set(
+      static_cast<double>(transport_->registered_bytes() +
+                          pool_bytes_.load(std::memory_order_relaxed)));
   const uint64_t dropped = transport_->stale_writes_dropped();
   if (dropped > stale_writes_reported_) {
     metrics_.stale_writes_dropped->Increment(
@@ -331,6 +352,9 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
   }
   STARLING_RETURN_IF_ERROR(sync_->Attach(worker, &reply));
   metrics_.attached_workers->Set(sync_->attached_workers());
+  if (worker.pool != nullptr) {
+    pool_bytes_.fetch_add(worker.pool->size_bytes(), std::memory_order_relaxed);
+  }
   reply.set_rank(join_.rank());
   reply.set_group_size(join_.group_size());
   reply.set_local_workers(options_.local_workers);
@@ -357,6 +381,23 @@ void NodeDaemon::Detach(const WorkerHandle& worker) {
                      << ") detached";
   sync_->Detach(worker);
   metrics_.attached_workers->Set(sync_->attached_workers());
+  if (worker.pool != nullptr) {
+    pool_bytes_.fetch_sub(worker.pool->size_bytes(), std::memory_order_relaxed);
+  }
+  // A worker that left a running run unfinished holds its slot as missing.
+  for (const proto::WorkerStatus& w : sync_->workers()) {
+    if (w.index() == worker.index &&
+        w.state() == proto::WorkerStatus::STATE_MISSING) {
+      metrics_.worker_failures->Increment();
+      STARLING_LOG(WARNING)
+          << "worker '" << worker.name << "' (index " << worker.index
+          << ") left the running run without finishing";
+    }
+  }
+}
+
+proto::CollectivesReply NodeDaemon::Collectives() const {
+  return collectives_->Snapshot(absl::Now());
 }
 
 void NodeDaemon::Handle(const WorkerHandle& worker,

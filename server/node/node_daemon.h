@@ -32,6 +32,7 @@
 #ifndef STARLING_SERVER_NODE_NODE_DAEMON_H_
 #define STARLING_SERVER_NODE_NODE_DAEMON_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -48,7 +49,9 @@
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/node/collective_monitor.h"
 #include "server/node/coordinator_link.h"
+#include "server/node/metered_transport.h"
 #include "server/node/node_metrics.h"
 #include "server/node/node_options.h"
 #include "server/node/ps_engine.h"
@@ -91,6 +94,8 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   proto::NodeStatusReply Status() const;
   proto::ListShardsReply Shards() const;
   proto::GroupReply Group() const;
+  // The collectives in flight and the last ones that ended.
+  proto::CollectivesReply Collectives() const;
 
   // WorkerRequestHandler (worker reader threads).
   absl::StatusOr<proto::HelloReply> Attach(
@@ -107,7 +112,9 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   void EndRun(const proto::RunStatus& run) override;
 
  private:
-  NodeDaemon(NodeOptions options, NodeMetrics metrics);
+  NodeDaemon(NodeOptions options, NodeMetrics metrics,
+             std::shared_ptr<CollectiveMonitor> collectives,
+             metrics::MetricsRegistry* registry);
   absl::Status Listen();
   absl::Status Join();
   absl::Status OpenDataPlane();
@@ -132,13 +139,17 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
 
   const NodeOptions options_;
   NodeMetrics metrics_;
+  const std::shared_ptr<CollectiveMonitor> collectives_;
+  metrics::MetricsRegistry* const registry_;  // borrowed
+  // Bytes of the attached workers' pools (the daemon maps them).
+  std::atomic<uint64_t> pool_bytes_{0};
   std::unique_ptr<CoordinatorLink> link_;
   proto::JoinResponse join_;  // set by Start(), then immutable
   int data_listen_fd_ = -1;   // bound before joining; the transport takes it
   // transport_->stale_writes_dropped() already added to the metric.
   // Confined to the coordinator link's thread (FillHeartbeat).
   uint64_t stale_writes_reported_ = 0;
-  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<MeteredTransport> transport_;
   std::unique_ptr<collective::Communicator> comm_;
   std::unique_ptr<SyncEngine> sync_;
   std::unique_ptr<PsEngine> ps_;

@@ -1,5 +1,8 @@
 #include "server/node/node_metrics.h"
 
+#include <cmath>
+#include <memory>
+
 #include "server/base/status_macros.h"
 
 namespace starling {
@@ -122,7 +125,82 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
   m.local_reduce_copied_bytes = c->WithLabels({"local_reduce"});
   m.allreduce_staging_copied_bytes = c->WithLabels({"allreduce_staging"});
   m.pull_copied_bytes = c->WithLabels({"pull"});
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_rank",
+                            "This daemon's rank in its group (-1 before it "
+                            "joined)"));
+  m.rank = g->Get();
+  m.rank->Set(-1);
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge(
+             "starling_node_link_rate_bytes_per_second",
+             "The network link rate the operator configured for this node "
+             "(--link_gbits), to hold bus bandwidth against; 0: not set"));
+  m.link_rate = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge(
+             "starling_node_registered_memory_bytes",
+             "Memory registered with the data-plane transport now plus the "
+             "local workers' shared-memory pools the daemon maps"));
+  m.registered_memory_bytes = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_worker_failures_total",
+             "Local workers that left a running run without finishing it "
+             "(crashed, killed, disconnected)"));
+  m.worker_failures = c->Get();
+  metrics::Counter* samples;
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_worker_samples_total",
+                              "Training samples the local workers reported "
+                              "(Client::ReportProgress)"));
+  samples = c->Get();
+  metrics::Gauge* loss;
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_worker_loss",
+                            "Mean over the local workers of the last training "
+                            "loss each reported (NaN before any report)"));
+  loss = g->Get();
+  metrics::Gauge* accuracy;
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_worker_accuracy",
+                            "Mean over the local workers of the last accuracy "
+                            "(0..1) each reported (NaN before any report)"));
+  accuracy = g->Get();
+  // NaN until a worker reports one: a dashboard draws no point rather
+  // than a loss or accuracy of 0 nobody measured.
+  loss->Set(std::nan(""));
+  accuracy->Set(std::nan(""));
+  m.progress = std::make_shared<WorkerProgress>(samples, loss, accuracy);
   return m;
+}
+
+}  // namespace node
+}  // namespace starling
+
+namespace starling {
+namespace node {
+
+void WorkerProgress::Record(int worker_index,
+                            const proto::PushGradientsRequest& push) {
+  if (push.samples() > 0) {
+    samples_->Increment(static_cast<double>(push.samples()));
+  }
+  if (!push.has_loss() && !push.has_accuracy()) return;
+  absl::MutexLock lock(&mu_);
+  const auto mean = [](const std::map<int, double>& values) {
+    double sum = 0;
+    for (const auto& [index, value] : values) sum += value;
+    return sum / static_cast<double>(values.size());
+  };
+  if (push.has_loss()) {
+    last_loss_[worker_index] = push.loss();
+    loss_->Set(mean(last_loss_));
+  }
+  if (push.has_accuracy()) {
+    last_accuracy_[worker_index] = push.accuracy();
+    accuracy_->Set(mean(last_accuracy_));
+  }
 }
 
 }  // namespace node

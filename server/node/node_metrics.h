@@ -4,7 +4,13 @@
 #ifndef STARLING_SERVER_NODE_NODE_METRICS_H_
 #define STARLING_SERVER_NODE_NODE_METRICS_H_
 
+#include <map>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/worker.pb.h"
 #include "server/metrics/counter.h"
 #include "server/metrics/gauge.h"
 #include "server/metrics/histogram.h"
@@ -13,6 +19,28 @@
 
 namespace starling {
 namespace node {
+
+// What the local workers report of their training (Client::ReportProgress,
+// carried by their pushes): the samples are summed; the loss and accuracy
+// gauges show the mean over the workers of each one's last report.
+// Thread-safe.
+class WorkerProgress {
+ public:
+  WorkerProgress(metrics::Counter* samples, metrics::Gauge* loss,
+                 metrics::Gauge* accuracy)
+      : samples_(samples), loss_(loss), accuracy_(accuracy) {}
+
+  // One push from the local worker `worker_index`.
+  void Record(int worker_index, const proto::PushGradientsRequest& push);
+
+ private:
+  metrics::Counter* const samples_;
+  metrics::Gauge* const loss_;
+  metrics::Gauge* const accuracy_;
+  absl::Mutex mu_;
+  std::map<int, double> last_loss_ ABSL_GUARDED_BY(mu_);
+  std::map<int, double> last_accuracy_ ABSL_GUARDED_BY(mu_);
+};
 
 struct NodeMetrics {
   // AlreadyExists if `registry` holds them already.
@@ -59,6 +87,17 @@ struct NodeMetrics {
   metrics::Counter* local_reduce_copied_bytes = nullptr;
   metrics::Counter* allreduce_staging_copied_bytes = nullptr;
   metrics::Counter* pull_copied_bytes = nullptr;
+  // This daemon's rank (-1 until it joined) and the link rate the operator
+  // configured (--link_gbits, in bytes per second; 0: not configured).
+  metrics::Gauge* rank = nullptr;
+  metrics::Gauge* link_rate = nullptr;
+  // Bytes registered with the data-plane transport now plus the local
+  // workers' shared-memory pools mapped by the daemon; set every heartbeat.
+  metrics::Gauge* registered_memory_bytes = nullptr;
+  // Local workers that left a running run without finishing it.
+  metrics::Counter* worker_failures = nullptr;
+  // Samples, loss and accuracy the local workers report.
+  std::shared_ptr<WorkerProgress> progress;
 };
 
 }  // namespace node

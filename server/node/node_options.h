@@ -39,6 +39,10 @@ struct NodeOptions {
   // peers are accepted, unless `insecure`.
   std::string cluster_secret;
   bool insecure = false;
+  // The network link rate the operator states for this node, in Gbit/s
+  // (exported as starling_node_link_rate_bytes_per_second for dashboards to
+  // hold bus bandwidth against); 0: not stated.
+  double link_gbits = 0;
 };
 
 }  // namespace node

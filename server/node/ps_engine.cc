@@ -556,6 +556,7 @@ void PsEngine::Push(const WorkerHandle& worker,
       run.ok() ? Move(worker, **run, kPush, request.push_gradients().slices())
                : run.status();
   const proto::PushGradientsRequest& push = request.push_gradients();
+  if (run.ok()) metrics_->progress->Record(worker.index, push);
   if (run.ok() && push.step_seconds() > 0) {
     // The worker's ReportStepTimes, as the sync engine records them.
     metrics_->worker_compute_seconds->Increment(push.compute_seconds());

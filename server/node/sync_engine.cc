@@ -465,6 +465,7 @@ absl::Status SyncEngine::Commit(std::vector<Round>& rounds,
 void SyncEngine::RecordStepTimes(const std::vector<Round>& rounds, Run& run) {
   for (const Round& round : rounds) {
     const proto::PushGradientsRequest& push = round.request.push_gradients();
+    metrics_->progress->Record(round.worker.index, push);
     if (push.step_seconds() > 0) {
       metrics_->worker_compute_seconds->Increment(push.compute_seconds());
       metrics_->worker_step_seconds->Increment(push.step_seconds());

@@ -135,6 +135,17 @@ absl::Status CheckWorkerRequest(const proto::WorkerRequest& request) {
             push.compute_seconds(), " s and step ", push.step_seconds(),
             " s: both must be finite and >= 0"));
       }
+      if (push.samples() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("push for step ", push.step(), " reports ",
+                         push.samples(), " samples: must be >= 0"));
+      }
+      if (push.has_accuracy() &&
+          !(push.accuracy() >= 0 && push.accuracy() <= 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("push for step ", push.step(), " reports accuracy ",
+                         push.accuracy(), ": must be a fraction in 0..1"));
+      }
       return CheckSlices(push.slices());
     }
     case proto::WorkerRequest::kPullParameters:

@@ -1,5 +1,6 @@
 #include "server/node/worker_request_check.h"
 
+#include <cmath>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -74,6 +75,30 @@ TEST(WorkerRequestCheck, RefusesNegativeSteps) {
   absl::Status status = CheckWorkerRequest(request);
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(status.message(), HasSubstr("-3"));
+}
+
+TEST(WorkerRequestCheck, ChecksReportedProgress) {
+  proto::WorkerRequest request;
+  request.set_id(1);
+  proto::PushGradientsRequest* push = request.mutable_push_gradients();
+  push->set_step(4);
+  push->set_samples(64);
+  push->set_loss(std::nan(""));  // a diverged run is reported, not refused
+  push->set_accuracy(1.0);
+  EXPECT_THAT(CheckWorkerRequest(request), IsOk());
+
+  push->set_samples(-1);
+  absl::Status status = CheckWorkerRequest(request);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(status.message(),
+              HasSubstr("step 4 reports -1 samples: must be >= 0"));
+
+  push->set_samples(64);
+  push->set_accuracy(87.5);  // a percentage, not a fraction
+  status = CheckWorkerRequest(request);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(status.message(),
+              HasSubstr("accuracy 87.5: must be a fraction in 0..1"));
 }
 
 TEST(WorkerRequestCheck, ChecksScheduleRequests) {

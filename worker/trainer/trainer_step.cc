@@ -67,6 +67,8 @@ absl::Status Trainer::ForwardBackward(
   progress_loss_ += *loss;
   ++progress_batches_;
   progress_samples_ += batch;
+  // For the daemon's metrics (the training dashboard): sent with the push.
+  client_->ReportProgress(batch, static_cast<double>(*loss));
   TRAINER_CHECK_OK(absl::StrCat("backward of step ", t),
                    model_->Backward(y_.data(), ready));
   return absl::OkStatus();
@@ -235,6 +237,12 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
   TRAINER_CHECK_OK(absl::StrCat("all-reducing epoch ", epoch + 1, "'s counts"),
                    client_->AllReduce(sums_buffer_));
   const absl::Span<const float> s = sums_buffer_;
+  if (s[kTestCount] > 0) {
+    // The job's test accuracy, exported by the daemon with the next push.
+    client_->ReportProgress(0, std::nullopt,
+                            static_cast<double>(s[kTestCorrect]) /
+                                static_cast<double>(s[kTestCount]));
+  }
   int64_t staleness_max = 0;
   for (size_t i = kSums; i < s.size(); ++i) {
     staleness_max = std::max(staleness_max, static_cast<int64_t>(s[i]));

@@ -312,6 +312,22 @@ def barrier():
     session().barrier()
 
 
+def report(samples=0, loss=None, accuracy=None):
+    """Tells the daemon what training achieved, for its Prometheus metrics
+    and the training dashboard: `samples` trained since the last report,
+    and the latest `loss` and `accuracy` (a fraction, 0..1), each if known.
+    Sent with the next gradient push (DistributedOptimizer.step())."""
+    if samples < 0:
+        raise ValueError("starling.report: samples must be >= 0, not %r" %
+                         (samples,))
+    if accuracy is not None and not 0.0 <= float(accuracy) <= 1.0:
+        raise ValueError("starling.report: accuracy is a fraction in 0..1, "
+                         "not %r" % (accuracy,))
+    session().client.report_progress(
+        int(samples), None if loss is None else float(loss),
+        None if accuracy is None else float(accuracy))
+
+
 _previous_excepthook = None
 
 

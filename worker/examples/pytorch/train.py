@@ -127,6 +127,8 @@ for epoch in range(args.epochs):
         optimizer.step()  # waits for the averaged gradients (or new parameters)
         t2 = time.perf_counter()
         loss_sum += loss.item()
+        # For the daemons' metrics (training dashboard); sent with the next push.
+        st.report(samples=len(idx), loss=loss.item())
         if epoch > 0 or args.epochs == 1:  # the first epoch is the warm-up
             timings.append((t2 - t0, t1 - t0, t2 - t1))
     seconds = time.perf_counter() - start
@@ -139,6 +141,7 @@ for epoch in range(args.epochs):
     with torch.no_grad():
         correct = (model(test_x[part]).argmax(1) == test_y[part]).sum().item()
     totals = st.allreduce(torch.tensor([loss_sum / steps, correct]), average=False)
+    st.report(accuracy=float(totals[1]) / len(test_x))
     if st.rank() == 0:
         print("%5d %10.4f %8.2f%% %8.2f %10.1f" % (
             epoch + 1, totals[0] / st.size(), 100.0 * totals[1] / len(test_x),

@@ -32,7 +32,7 @@ del torch  # only checked here; each module imports it
 
 from starling import (StarlingError, barrier, init, is_initialized, job,
                       local_rank, local_size, node_count, node_rank, rank,
-                      shutdown, size)
+                      report, shutdown, size)
 from starling.torch.functions import (allreduce, allreduce_, broadcast_,
                                       broadcast_object,
                                       broadcast_optimizer_state,
@@ -42,6 +42,7 @@ from starling.torch.optimizer import DistributedOptimizer
 __all__ = [
     "StarlingError", "init", "is_initialized", "shutdown", "rank", "size",
     "local_rank", "local_size", "node_rank", "node_count", "job", "barrier",
+    "report",
     "allreduce", "allreduce_", "broadcast_", "broadcast_object",
     "broadcast_parameters", "broadcast_optimizer_state",
     "DistributedOptimizer"
