@@ -15,11 +15,15 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   # Abseil 20220623, RDMA verbs, HTTP endpoints.
   libabsl-dev libibverbs-dev libcpp-httplib-dev
+  # sd_notify(3) for the systemd units; systemd-analyze for their check.
+  libsystemd-dev systemd
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   # Format check; network namespaces for multi-host tests.
   clang-format iproute2 procps
   prometheus  # promtool: `promtool check metrics` in the metrics tests
+  # Node.js (npm): the dashboards' JSON Schema check (dashboards/tools).
+  nodejs
   # Training: OpenBLAS (cblas_sgemm), zlib (gzip IDX files), Fashion-MNIST.
   libopenblas-dev zlib1g-dev dataset-fashion-mnist
   # The linear SVM's reference: LIBLINEAR 2.3.0 (liblinear-train/-predict).
