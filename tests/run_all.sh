@@ -69,6 +69,14 @@ else
   extra_failed=$((extra_failed + 1))
 fi
 
+step "dashboards: Grafana JSON schema (from @grafana/schema), PromQL parse, metric names (dashboards/tools/validate.sh)"
+if dashboards/tools/validate.sh; then
+  extra_passed=$((extra_passed + 1))
+else
+  echo "FAILED: dashboards/tools/validate.sh"
+  extra_failed=$((extra_failed + 1))
+fi
+
 step "bazel test //..."
 bazel test "${BAZEL_FLAGS[@]}" --keep_going //...
 bazel_rc=$?
