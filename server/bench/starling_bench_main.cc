@@ -16,16 +16,16 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/base/command_line.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/base/version.h"
 #include "server/bench/bench_runner.h"
 #include "server/transport/peer_address.h"
 
@@ -193,12 +193,16 @@ int RunLocal(const BenchConfig& config, int n) {
 }  // namespace starling
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Measures Starling's collectives, one rank per process.\n"
-      "  starling-bench --local 4 --sizes 1e3,1e6 --check\n"
-      "  starling-bench --rank R --peers H0,H1,... [--port P] ...");
   starling::bench::NormalizeFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  // --help lists this file's flags (Abseil's default filter matches none:
+  // the file is not named after the binary).
+  starling::ParseProgramCommandLine(
+      {"starling-bench", "server/bench/starling_bench_main.cc",
+       starling::kStarlingVersion,
+       "Measures Starling's collectives, one rank per process.\n"
+       "  starling-bench --local 4 --sizes 1e3,1e6 --check\n"
+       "  starling-bench --rank R --peers H0,H1,... [--port P] ..."},
+      argc, argv);
   starling::LogSeverity level;
   if (absl::Status s =
           starling::ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &level);

@@ -106,12 +106,12 @@ absl::Status OpContext::Start() {
 
 absl::StatusOr<bool> OpContext::TakeDescriptor(int peer, absl::Time when) {
   if (!descriptors_[peer].empty()) return true;
-  absl::StatusOr<std::vector<std::byte>> wire = transport_->RecvControl(
-      peer, OpControlTag(desc_.seq), absl::InfinitePast());
-  if (absl::IsDeadlineExceeded(wire.status())) return false;
+  absl::StatusOr<std::optional<std::vector<std::byte>>> wire =
+      transport_->TryRecvControl(peer, OpControlTag(desc_.seq));
   if (!wire.ok()) return wire.status();
-  if (wire->empty()) wire->resize(1);  // Decode rejects it; keeps "taken"
-  descriptors_[peer] = *std::move(wire);
+  if (!wire->has_value()) return false;
+  if ((*wire)->empty()) (*wire)->resize(1);  // Decode rejects it; "taken"
+  descriptors_[peer] = **std::move(wire);
   arrived_at_[peer] = when;
   if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, when);
   return true;

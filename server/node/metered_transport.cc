@@ -106,5 +106,15 @@ absl::StatusOr<std::vector<std::byte>> MeteredTransport::RecvControl(
   return message;
 }
 
+absl::StatusOr<std::optional<std::vector<std::byte>>>
+MeteredTransport::TryRecvControl(int peer, uint32_t tag) {
+  absl::StatusOr<std::optional<std::vector<std::byte>>> message =
+      inner_->TryRecvControl(peer, tag);
+  if (message.ok() && message->has_value()) {
+    CountReceived(peer, (*message)->size());
+  }
+  return message;
+}
+
 }  // namespace node
 }  // namespace starling

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,8 @@ class MeteredTransport : public transport::Transport {
                            absl::Span<const std::byte> message) override;
   absl::StatusOr<std::vector<std::byte>> RecvControl(
       int peer, uint32_t tag, absl::Time deadline) override;
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
+      int peer, uint32_t tag) override;
   size_t max_control_bytes() const override {
     return inner_->max_control_bytes();
   }

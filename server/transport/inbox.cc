@@ -527,6 +527,27 @@ absl::StatusOr<WriteNotice> Inbox::WaitForWrite(const WriteMatch& match,
   }
 }
 
+absl::StatusOr<std::optional<std::vector<std::byte>>> Inbox::TryRecvControl(
+    int peer, uint32_t tag) {
+  if (peer < 0 || peer >= options_.size || peer == options_.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot receive a control message from rank ", peer, ": rank ",
+        options_.rank, " in a group of ", options_.size));
+  }
+  const uint64_t key = ControlKey(peer, tag);
+  absl::MutexLock lock(&mu_);
+  auto it = control_.find(key);
+  if (it != control_.end() && !it->second.empty()) {
+    std::vector<std::byte> message = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) control_.erase(it);
+    return std::optional<std::vector<std::byte>>(std::move(message));
+  }
+  absl::Status error = WaitError(peer);
+  if (!error.ok()) return error;
+  return std::nullopt;
+}
+
 absl::StatusOr<std::vector<std::byte>> Inbox::RecvControl(int peer,
                                                           uint32_t tag,
                                                           absl::Time deadline) {

@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -82,6 +83,9 @@ class Inbox {
                                            absl::Time deadline);
   absl::StatusOr<std::vector<std::byte>> RecvControl(int peer, uint32_t tag,
                                                      absl::Time deadline);
+  // RecvControl() without waiting: nullopt when no message is queued.
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
+      int peer, uint32_t tag);
   absl::Status PeerStatus(int peer) const;
 
   // Makes `why` the peer's sticky status unless it has one; wakes waiters.

@@ -110,6 +110,11 @@ absl::StatusOr<std::vector<std::byte>> InboxTransport::RecvControl(
   return inbox_.RecvControl(peer, tag, deadline);
 }
 
+absl::StatusOr<std::optional<std::vector<std::byte>>>
+InboxTransport::TryRecvControl(int peer, uint32_t tag) {
+  return inbox_.TryRecvControl(peer, tag);
+}
+
 absl::Status InboxTransport::PeerStatus(int peer) const {
   return inbox_.PeerStatus(peer);
 }

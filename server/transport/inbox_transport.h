@@ -53,6 +53,8 @@ class InboxTransport : public Transport {
                            absl::Span<const std::byte> message) final;
   absl::StatusOr<std::vector<std::byte>> RecvControl(int peer, uint32_t tag,
                                                      absl::Time deadline) final;
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
+      int peer, uint32_t tag) override;
   size_t max_control_bytes() const final { return max_control_bytes_; }
   absl::Status PeerStatus(int peer) const final;
   // Ignores a bad peer; an Ok `why` becomes Aborted "aborted".

@@ -129,6 +129,20 @@ class Transport {
   virtual absl::StatusOr<std::vector<std::byte>> RecvControl(
       int peer, uint32_t tag, absl::Time deadline) = 0;
 
+  // Takes the next control message from `peer` with `tag` if one is here
+  // already; nullopt if none. Never waits. A lost peer returns its sticky
+  // status. The default asks RecvControl() with a deadline in the past;
+  // transports override it with a plain look at their queue (the
+  // collectives poll with it on every op).
+  virtual absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
+      int peer, uint32_t tag) {
+    absl::StatusOr<std::vector<std::byte>> message =
+        RecvControl(peer, tag, absl::InfinitePast());
+    if (absl::IsDeadlineExceeded(message.status())) return std::nullopt;
+    if (!message.ok()) return message.status();
+    return std::optional<std::vector<std::byte>>(*std::move(message));
+  }
+
   // Largest control message accepted by SendControl().
   virtual size_t max_control_bytes() const = 0;
 

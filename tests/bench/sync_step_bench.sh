@@ -186,7 +186,7 @@ print()
 print('| daemon (rank) | step median ms | pull median ms | push median ms | gradient median ms | daemon step mean ms | steps | copied MB/step: local reduce | pull | all-reduce staging | total |')
 print('|---|---|---|---|---|---|---|---|---|---|---|')
 for row in rows:
-    print('| node%d (%s) | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %.1f | %.1f | %.1f | %.1f |' % row)
+    print('| node%d (%s) | %.2f | %.2f | %.2f | %.2f | %.3f | %d | %.1f | %.1f | %.1f | %.1f |' % row)
 print()
 print('medians: per worker over the timed steps; the row shows the larger of its workers. copied: bytes read + written by the daemon (starling_node_copied_bytes_total), 1 MB = 1e6 bytes')
 t0, b0, o0 = map(int, open(f'{work}/cpu.timed').read().split())

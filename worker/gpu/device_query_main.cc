@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "server/base/command_line.h"
+#include "server/base/version.h"
 #include "worker/gpu/gpu_device.h"
 
 ABSL_FLAG(bool, require, false,
@@ -16,10 +16,12 @@ ABSL_FLAG(int, saxpy_elements, 1 << 24,
           "elements of the y = a*x + y self-test run on each device");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Lists CUDA devices and runs a saxpy self-test on each.\n"
-      "Usage: starling-device-query [--require] [--saxpy_elements=N]");
-  absl::ParseCommandLine(argc, argv);
+  starling::ParseProgramCommandLine(
+      {"starling-device-query", "worker/gpu/device_query_main.cc",
+       starling::kStarlingVersion,
+       "Lists CUDA devices and runs a saxpy self-test on each.\n"
+       "Usage: starling-device-query [--require] [--saxpy_elements=N]"},
+      argc, argv);
   const bool require = absl::GetFlag(FLAGS_require);
   auto devices = starling::gpu::ListGpuDevices();
   if (!devices.ok()) {

@@ -79,6 +79,10 @@ class FaultyTransport : public Transport {
       int peer, uint32_t tag, absl::Time deadline) override {
     return base_->RecvControl(peer, tag, deadline);
   }
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
+      int peer, uint32_t tag) override {
+    return base_->TryRecvControl(peer, tag);
+  }
   size_t max_control_bytes() const override {
     return base_->max_control_bytes();
   }

@@ -247,6 +247,21 @@ absl::StatusOr<std::vector<std::byte>> LoopbackTransport::RecvControl(
   return message;
 }
 
+absl::StatusOr<std::optional<std::vector<std::byte>>>
+LoopbackTransport::TryRecvControl(int peer, uint32_t tag) {
+  STARLING_RETURN_IF_ERROR(CheckPeer(peer));
+  absl::MutexLock lock(&mu_);
+  auto it = control_.find(std::pair<int, uint32_t>(peer, tag));
+  if (it != control_.end() && !it->second.empty()) {
+    std::vector<std::byte> message = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) control_.erase(it);
+    return std::optional<std::vector<std::byte>>(std::move(message));
+  }
+  if (!peer_status_[peer].ok()) return peer_status_[peer];
+  return std::nullopt;
+}
+
 size_t LoopbackTransport::max_control_bytes() const {
   return fabric_->options().max_control_bytes;
 }

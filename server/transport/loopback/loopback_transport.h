@@ -22,6 +22,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,8 @@ class LoopbackTransport : public Transport {
                            absl::Span<const std::byte> message) override;
   absl::StatusOr<std::vector<std::byte>> RecvControl(
       int peer, uint32_t tag, absl::Time deadline) override;
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
+      int peer, uint32_t tag) override;
   size_t max_control_bytes() const override;
   absl::Status PeerStatus(int peer) const override;
   void AbortPeer(int peer, const absl::Status& why) override;

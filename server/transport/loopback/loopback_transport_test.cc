@@ -82,6 +82,21 @@ TEST(LoopbackTransport, ControlMessagesArriveInOrderPerTag) {
   EXPECT_EQ(c, Bytes({2}));
 }
 
+TEST(LoopbackTransport, TryRecvControlNeverWaits) {
+  LoopbackFabric fabric(3);
+  ASSERT_OK_AND_ASSIGN(auto none, fabric.endpoint(1)->TryRecvControl(0, 5));
+  EXPECT_FALSE(none.has_value());
+  ASSERT_OK(fabric.endpoint(0)->SendControl(1, 5, Bytes({7})));
+  ASSERT_OK_AND_ASSIGN(auto got, fabric.endpoint(1)->TryRecvControl(0, 5));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, Bytes({7}));
+  ASSERT_OK_AND_ASSIGN(none, fabric.endpoint(1)->TryRecvControl(0, 5));
+  EXPECT_FALSE(none.has_value());  // taken once
+  fabric.KillRankForTesting(2);
+  EXPECT_THAT(fabric.endpoint(1)->TryRecvControl(2, 5).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+}
+
 TEST(LoopbackTransport, OversizedControlMessageIsInvalidArgument) {
   LoopbackFabric::Options options;
   options.max_control_bytes = 2;

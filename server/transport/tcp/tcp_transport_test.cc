@@ -3,6 +3,7 @@
 #include "server/transport/tcp/tcp_transport.h"
 
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -123,6 +124,24 @@ TEST(TcpTransport, PeerThatReceivedEverythingAndLeftDoesNotFailTheWriter) {
         group[0]->RecvControl(1, 0, Soon()),
         StatusIs(absl::StatusCode::kUnavailable, HasSubstr("said goodbye")));
   }
+}
+
+TEST(TcpTransport, TryRecvControlTakesWhatIsHereWithoutWaiting) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+  ASSERT_OK_AND_ASSIGN(auto none, group[1]->TryRecvControl(0, 9));
+  EXPECT_FALSE(none.has_value());
+  const std::vector<std::byte> message = MakePattern(0, 32);
+  ASSERT_OK(group[0]->SendControl(1, 9, message));
+  // Polls (bounded) until the event loop has queued it.
+  std::optional<std::vector<std::byte>> got;
+  const absl::Time deadline = Soon();
+  while (!got.has_value() && absl::Now() < deadline) {
+    ASSERT_OK_AND_ASSIGN(got, group[1]->TryRecvControl(0, 9));
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, message);
+  ASSERT_OK_AND_ASSIGN(none, group[1]->TryRecvControl(0, 9));
+  EXPECT_FALSE(none.has_value());
 }
 
 TEST(TcpTransport, ZeroOneAndUnalignedWrites) {
