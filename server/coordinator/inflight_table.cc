@@ -30,6 +30,47 @@ std::string OpName(const proto::CollectiveOp& op) {
   return absl::StrCat(op.op(), " op ", op.seq(), " (", op.fingerprint(), ")");
 }
 
+// "worker 1 'train.py' (pid 42)".
+std::string WorkerName(const proto::WorkerStatus& w) {
+  return absl::StrCat("worker ", w.index(), " '", w.name(), "' (pid ", w.pid(),
+                      ")");
+}
+
+// Why a daemon outside the collective has not entered it: the local
+// workers it still waits for, in a few words ("" if it waits for none).
+std::string LocalWait(const proto::LocalRounds& local) {
+  std::vector<std::string> sent, silent;
+  for (const proto::LocalWorkerRound& w : local.workers()) {
+    if (w.worker().state() == proto::WorkerStatus::STATE_FINISHED) continue;
+    if (w.queued() > 0) {
+      sent.push_back(absl::StrCat(WorkerName(w.worker()), " sent ",
+                                  w.oldest_queued(), " ",
+                                  Seconds(w.oldest_queued_seconds()), " ago"));
+      continue;
+    }
+    std::string state;
+    if (w.worker().state() == proto::WorkerStatus::STATE_MISSING) {
+      state = absl::StrCat(
+          ", MISSING for ", Seconds(w.worker().missing_seconds()),
+          ", grace left ", Seconds(w.worker().grace_left_seconds()));
+    }
+    silent.push_back(absl::StrCat(WorkerName(w.worker()), state));
+  }
+  if (silent.empty()) return "";
+  std::string out =
+      absl::StrCat("; it waits for its local ", absl::StrJoin(silent, ", "),
+                   ", which sent nothing");
+  if (local.last_round_ended_seconds() >= 0) {
+    absl::StrAppend(&out, " since its last round (", local.last_round(),
+                    ") ended ", Seconds(local.last_round_ended_seconds()),
+                    " ago");
+  }
+  if (!sent.empty()) {
+    absl::StrAppend(&out, " (", absl::StrJoin(sent, "; "), ")");
+  }
+  return out;
+}
+
 // What one node does, in a few words, for the "who is missing" lines.
 std::string Doing(const NodeCollectives& node) {
   if (!node.reply.ok()) {
@@ -41,15 +82,18 @@ std::string Doing(const NodeCollectives& node) {
     return absl::StrCat("is in ", OpName(r.in_flight(0)), " for ",
                         Seconds(r.in_flight(0).seconds()));
   }
+  std::string out = "is in no collective";
   if (r.recent_size() > 0) {
     const proto::CollectiveOp& last = r.recent(0);
     const double ago =
         (r.now_unix_micros() - last.start_unix_micros()) / 1e6 - last.seconds();
-    return absl::StrCat("is in no collective; its last was op ", last.seq(),
-                        ", ended ", Seconds(std::max(0.0, ago)), " ago",
-                        last.error().empty() ? "" : " with an error");
+    absl::StrAppend(&out, "; its last was op ", last.seq(), ", ended ",
+                    Seconds(std::max(0.0, ago)), " ago",
+                    last.error().empty() ? "" : " with an error");
+  } else {
+    absl::StrAppend(&out, " (none run yet)");
   }
-  return "has run no collective yet";
+  return absl::StrCat(out, LocalWait(r.local()));
 }
 
 }  // namespace

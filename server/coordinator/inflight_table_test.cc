@@ -61,6 +61,21 @@ TEST(InFlightTable, NamesTheRankEveryoneWaitsForAndWhatItDoes) {
   last.set_start_unix_micros(kNow - 12'400'000);
   last.set_last_rank(2);
   *idle.add_recent() = last;
+  proto::LocalWorkerRound* hung = idle.mutable_local()->add_workers();
+  hung->mutable_worker()->set_index(0);
+  hung->mutable_worker()->set_name("train.py");
+  hung->mutable_worker()->set_pid(4242);
+  hung->mutable_worker()->set_state(proto::WorkerStatus::STATE_ATTACHED);
+  proto::LocalWorkerRound* ready = idle.mutable_local()->add_workers();
+  ready->mutable_worker()->set_index(1);
+  ready->mutable_worker()->set_name("train.py");
+  ready->mutable_worker()->set_pid(4243);
+  ready->mutable_worker()->set_state(proto::WorkerStatus::STATE_ATTACHED);
+  ready->set_queued(1);
+  ready->set_oldest_queued("step 58");
+  ready->set_oldest_queued_seconds(12.2);
+  idle.mutable_local()->set_last_round("step 57");
+  idle.mutable_local()->set_last_round_ended_seconds(12.4);
   nodes.insert(nodes.begin() + 2, Node(2, idle));
 
   const std::string text = FormatInFlightTable(Job(), nodes);
@@ -74,6 +89,13 @@ TEST(InFlightTable, NamesTheRankEveryoneWaitsForAndWhatItDoes) {
                               "rank 2 (ranks 0, 1, 3 in it for up to 12.3 s)"));
   EXPECT_THAT(text, HasSubstr("rank 2 (node2) is in no collective; its last "
                               "was op 1233, ended 12.4 s ago"));
+  // And why: its local worker 0 sent nothing since the last round, while
+  // worker 1 waits with step 58.
+  EXPECT_THAT(text,
+              HasSubstr("it waits for its local worker 0 'train.py' (pid "
+                        "4242), which sent nothing since its last round (step "
+                        "57) ended 12.4 s ago (worker 1 'train.py' (pid 4243) "
+                        "sent step 58 12.2 s ago)"));
 }
 
 TEST(InFlightTable, AnUnreachableDaemonIsShownWithItsAddress) {

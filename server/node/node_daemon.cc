@@ -397,7 +397,10 @@ void NodeDaemon::Detach(const WorkerHandle& worker) {
 }
 
 proto::CollectivesReply NodeDaemon::Collectives() const {
-  return collectives_->Snapshot(absl::Now());
+  const absl::Time now = absl::Now();
+  proto::CollectivesReply reply = collectives_->Snapshot(now);
+  *reply.mutable_local() = sync_->LocalRounds(now);
+  return reply;
 }
 
 void NodeDaemon::Handle(const WorkerHandle& worker,

@@ -251,12 +251,20 @@ void SyncEngine::AbortRun(uint64_t run_id, const absl::Status& why) {
 }
 
 void SyncEngine::Loop() {
+  // The round run last, recorded under the lock taken for the next one.
+  std::string last_round;
+  absl::Time last_round_end = absl::InfinitePast();
   while (true) {
     std::vector<Round> rounds;
     std::shared_ptr<Run> run;
     Deferred deferred;
     {
       absl::MutexLock lock(&mu_);
+      if (!last_round.empty()) {
+        last_round_ = std::move(last_round);
+        last_round.clear();
+        last_round_end_ = last_round_end;
+      }
       while (!stop_) {
         const absl::Time wake = CheckGraceLocked(&deferred);
         if (slots_.RoundReady()) break;
@@ -278,6 +286,8 @@ void SyncEngine::Loop() {
     proto::WorkerResponse reply;
     bool applied = false;
     absl::Status status = Execute(rounds, run, &reply, &applied);
+    last_round = Describe(rounds[0].request);
+    last_round_end = absl::Now();
     const bool is_push =
         rounds[0].request.kind_case() == proto::WorkerRequest::kPushGradients;
     if (!status.ok() && run != nullptr) {
@@ -695,6 +705,28 @@ std::vector<proto::RunStatus> SyncEngine::recent_runs() const {
 std::vector<proto::WorkerStatus> SyncEngine::workers() const {
   absl::MutexLock lock(&mu_);
   return slots_.Status(absl::Now());
+}
+
+proto::LocalRounds SyncEngine::LocalRounds(absl::Time now) const {
+  proto::LocalRounds out;
+  absl::MutexLock lock(&mu_);
+  for (proto::WorkerStatus& w : slots_.Status(now)) {
+    const WorkerSlots::Slot& slot = slots_.at(w.index());
+    proto::LocalWorkerRound* r = out.add_workers();
+    r->set_queued(static_cast<int>(slot.queue.size()));
+    if (!slot.queue.empty()) {
+      r->set_oldest_queued_seconds(
+          absl::ToDoubleSeconds(now - slot.queue.front().submitted));
+      r->set_oldest_queued(Describe(slot.queue.front().request));
+    }
+    *r->mutable_worker() = std::move(w);
+  }
+  out.set_last_round(last_round_);
+  out.set_last_round_ended_seconds(
+      last_round_end_ == absl::InfinitePast()
+          ? -1
+          : absl::ToDoubleSeconds(now - last_round_end_));
+  return out;
 }
 
 }  // namespace node

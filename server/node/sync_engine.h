@@ -74,6 +74,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/common.pb.h"
+#include "proto/node_admin.pb.h"
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/node/declared_tensors.h"
@@ -182,6 +183,10 @@ class SyncEngine {
   std::vector<proto::RunStatus> recent_runs() const;
   std::vector<proto::WorkerStatus> workers() const;
   int attached_workers() const;
+  // What each local worker has queued for the next round, and the last
+  // round run (for "who is missing": a daemon outside the group's
+  // collective waits for one of these).
+  proto::LocalRounds LocalRounds(absl::Time now) const;
 
  private:
   // Replies and notices gathered under the lock, sent after it.
@@ -245,6 +250,9 @@ class SyncEngine {
   int readers_ ABSL_GUARDED_BY(mu_) = 0;
   // Ended runs, newest last (at most options_.history).
   RunHistory history_ ABSL_GUARDED_BY(mu_);
+  // The last round the step thread ran and when it ended.
+  std::string last_round_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_round_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Step thread only: the bucket the running step expects next.
   int next_bucket_ = 0;
 };

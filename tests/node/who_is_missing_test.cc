@@ -85,6 +85,13 @@ TEST(WhoIsMissing, StarlingctlNamesTheRankAStuckCollectiveWaitsFor) {
   EXPECT_THAT(shown.output, HasSubstr("float32"));
   EXPECT_THAT(shown.output, HasSubstr("waiting for rank 2"));
   EXPECT_THAT(shown.output, HasSubstr("rank 2 (node2) is in no collective"));
+  // ... because its one local worker (stopped) sent nothing.
+  EXPECT_THAT(shown.output,
+              HasSubstr(absl::StrCat("it waits for its local worker 0 ")));
+  EXPECT_THAT(shown.output,
+              HasSubstr(absl::StrCat("(pid ", workers[kStuck],
+                                     "), which sent nothing since its last "
+                                     "round")));
   for (int rank : {0, 1}) {
     EXPECT_EQ(
         Metric(cluster.metrics_port(rank), "starling_collective_in_flight"), 1)
