@@ -80,14 +80,26 @@ absl::StatusOr<std::shared_ptr<CollectiveMonitor>> CollectiveMonitor::Create(
   return m;
 }
 
+namespace {
+
+// Size buckets: upper bounds 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB, none.
+constexpr const char* kSizeBuckets[] = {"0-4KiB",  "4-64KiB",   "64KiB-1MiB",
+                                        "1-16MiB", "16-256MiB", "256MiB+"};
+
+int SizeBucketIndex(uint64_t bytes) {
+  uint64_t bound = 4 * 1024;
+  int index = 0;
+  while (index < 5 && bytes > bound) {
+    bound *= 16;
+    ++index;
+  }
+  return index;
+}
+
+}  // namespace
+
 const char* CollectiveMonitor::SizeBucket(uint64_t bytes) {
-  constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
-  if (bytes <= 4 * kKiB) return "0-4KiB";
-  if (bytes <= 64 * kKiB) return "4-64KiB";
-  if (bytes <= kMiB) return "64KiB-1MiB";
-  if (bytes <= 16 * kMiB) return "1-16MiB";
-  if (bytes <= 256 * kMiB) return "16-256MiB";
-  return "256MiB+";
+  return kSizeBuckets[SizeBucketIndex(bytes)];
 }
 
 double CollectiveMonitor::BusFactor(OpKind kind, int size) {
@@ -111,6 +123,11 @@ void CollectiveMonitor::SetGroup(int rank, int size) {
   absl::MutexLock lock(&mu_);
   rank_ = rank;
   size_ = size;
+  last_arrival_by_rank_.clear();
+  for (int r = 0; r < size; ++r) {
+    last_arrival_by_rank_.push_back(
+        last_arrivals_->WithLabels({absl::StrCat(r)}));
+  }
 }
 
 void CollectiveMonitor::OpStarted(const collective::OpDescriptor& desc,
@@ -135,16 +152,16 @@ void CollectiveMonitor::PeerArrived(uint64_t seq, int peer, absl::Time) {
 
 CollectiveMonitor::Series* CollectiveMonitor::SeriesFor(
     const collective::OpDescriptor& desc, uint64_t bytes) {
-  const std::string op(collective::OpKindName(desc.kind));
-  const std::string algorithm =
-      desc.algorithm == collective::Algorithm::kAuto
-          ? std::string("none")
-          : std::string(collective::AlgorithmName(desc.algorithm));
-  const std::string bucket = SizeBucket(bytes);
-  const std::string key = absl::StrCat(op, "/", algorithm, "/", bucket);
-  auto [it, added] = series_.try_emplace(key);
+  const int bucket = SizeBucketIndex(bytes);
+  auto [it, added] = series_.try_emplace(
+      {static_cast<int>(desc.kind), static_cast<int>(desc.algorithm), bucket});
   if (added) {
-    const std::vector<std::string> values = {op, algorithm, bucket};
+    const std::vector<std::string> values = {
+        std::string(collective::OpKindName(desc.kind)),
+        desc.algorithm == collective::Algorithm::kAuto
+            ? std::string("none")
+            : std::string(collective::AlgorithmName(desc.algorithm)),
+        kSizeBuckets[bucket]};
     it->second.duration = duration_->WithLabels(values);
     it->second.bytes = bytes_->WithLabels(values);
     it->second.bus_bytes = bus_bytes_->WithLabels(values);
@@ -179,9 +196,9 @@ void CollectiveMonitor::OpEnded(const collective::OpDescriptor& desc,
     failures_->WithLabels({std::string(collective::OpKindName(desc.kind))})
         ->Increment();
   }
-  if (arrival.last_rank >= 0) {
+  if (arrival.last_rank >= 0 && arrival.last_rank < size_) {
     arrival_skew_->Observe(absl::ToDoubleSeconds(arrival.skew));
-    last_arrivals_->WithLabels({absl::StrCat(arrival.last_rank)})->Increment();
+    last_arrival_by_rank_[arrival.last_rank]->Increment();
   }
   recent_.push_front(std::move(op));
   if (recent_.size() > kRecentOps) recent_.pop_back();

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -113,7 +114,10 @@ class CollectiveMonitor : public collective::CollectiveObserver {
   int size_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Op> in_flight_ops_ ABSL_GUARDED_BY(mu_);
   std::deque<Op> recent_ ABSL_GUARDED_BY(mu_);  // newest first
-  std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);
+  // By (op kind, algorithm, size bucket index), created on first use.
+  std::map<std::tuple<int, int, int>, Series> series_ ABSL_GUARDED_BY(mu_);
+  // starling_collective_last_arrivals_total by rank (SetGroup).
+  std::vector<metrics::Counter*> last_arrival_by_rank_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace node

@@ -251,8 +251,10 @@ void SyncEngine::AbortRun(uint64_t run_id, const absl::Status& why) {
 }
 
 void SyncEngine::Loop() {
-  // The round run last, recorded under the lock taken for the next one.
-  std::string last_round;
+  // The round run last (its first request, moved out once answered),
+  // recorded under the lock taken for the next one; described only when
+  // asked (LocalRounds).
+  proto::WorkerRequest last_round;
   absl::Time last_round_end = absl::InfinitePast();
   while (true) {
     std::vector<Round> rounds;
@@ -260,10 +262,10 @@ void SyncEngine::Loop() {
     Deferred deferred;
     {
       absl::MutexLock lock(&mu_);
-      if (!last_round.empty()) {
-        last_round_ = std::move(last_round);
-        last_round.clear();
+      if (last_round_end != absl::InfinitePast()) {
+        last_round_.Swap(&last_round);
         last_round_end_ = last_round_end;
+        last_round_end = absl::InfinitePast();
       }
       while (!stop_) {
         const absl::Time wake = CheckGraceLocked(&deferred);
@@ -286,8 +288,7 @@ void SyncEngine::Loop() {
     proto::WorkerResponse reply;
     bool applied = false;
     absl::Status status = Execute(rounds, run, &reply, &applied);
-    last_round = Describe(rounds[0].request);
-    last_round_end = absl::Now();
+    const absl::Time ended = absl::Now();
     const bool is_push =
         rounds[0].request.kind_case() == proto::WorkerRequest::kPushGradients;
     if (!status.ok() && run != nullptr) {
@@ -318,6 +319,8 @@ void SyncEngine::Loop() {
     if (is_push && (applied || !status.ok()) && on_step_ != nullptr) {
       on_step_(rounds[0].request.push_gradients().step(), status);
     }
+    last_round = std::move(rounds[0].request);
+    last_round_end = ended;
   }
 }
 
@@ -721,11 +724,13 @@ proto::LocalRounds SyncEngine::LocalRounds(absl::Time now) const {
     }
     *r->mutable_worker() = std::move(w);
   }
-  out.set_last_round(last_round_);
-  out.set_last_round_ended_seconds(
-      last_round_end_ == absl::InfinitePast()
-          ? -1
-          : absl::ToDoubleSeconds(now - last_round_end_));
+  if (last_round_end_ == absl::InfinitePast()) {
+    out.set_last_round_ended_seconds(-1);
+  } else {
+    out.set_last_round(Describe(last_round_));
+    out.set_last_round_ended_seconds(
+        absl::ToDoubleSeconds(now - last_round_end_));
+  }
   return out;
 }
 

@@ -250,8 +250,9 @@ class SyncEngine {
   int readers_ ABSL_GUARDED_BY(mu_) = 0;
   // Ended runs, newest last (at most options_.history).
   RunHistory history_ ABSL_GUARDED_BY(mu_);
-  // The last round the step thread ran and when it ended.
-  std::string last_round_ ABSL_GUARDED_BY(mu_);
+  // The last round the step thread ran (its first request) and when it
+  // ended (InfinitePast: none yet).
+  proto::WorkerRequest last_round_ ABSL_GUARDED_BY(mu_);
   absl::Time last_round_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Step thread only: the bucket the running step expects next.
   int next_bucket_ = 0;

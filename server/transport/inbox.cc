@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "server/base/logging.h"
+#include "server/base/status_macros.h"
 
 namespace starling {
 namespace transport {
@@ -527,16 +528,18 @@ absl::StatusOr<WriteNotice> Inbox::WaitForWrite(const WriteMatch& match,
   }
 }
 
-absl::StatusOr<std::optional<std::vector<std::byte>>> Inbox::TryRecvControl(
-    int peer, uint32_t tag) {
+absl::Status Inbox::CheckControlPeer(int peer) const {
   if (peer < 0 || peer >= options_.size || peer == options_.rank) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot receive a control message from rank ", peer, ": rank ",
         options_.rank, " in a group of ", options_.size));
   }
-  const uint64_t key = ControlKey(peer, tag);
-  absl::MutexLock lock(&mu_);
-  auto it = control_.find(key);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::vector<std::byte>>> Inbox::TakeControlLocked(
+    int peer, uint32_t tag) {
+  auto it = control_.find(ControlKey(peer, tag));
   if (it != control_.end() && !it->second.empty()) {
     std::vector<std::byte> message = std::move(it->second.front());
     it->second.pop_front();
@@ -548,28 +551,25 @@ absl::StatusOr<std::optional<std::vector<std::byte>>> Inbox::TryRecvControl(
   return std::nullopt;
 }
 
+absl::StatusOr<std::optional<std::vector<std::byte>>> Inbox::TryRecvControl(
+    int peer, uint32_t tag) {
+  STARLING_RETURN_IF_ERROR(CheckControlPeer(peer));
+  absl::MutexLock lock(&mu_);
+  return TakeControlLocked(peer, tag);
+}
+
 absl::StatusOr<std::vector<std::byte>> Inbox::RecvControl(int peer,
                                                           uint32_t tag,
                                                           absl::Time deadline) {
-  if (peer < 0 || peer >= options_.size || peer == options_.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot receive a control message from rank ", peer, ": rank ",
-        options_.rank, " in a group of ", options_.size));
-  }
+  STARLING_RETURN_IF_ERROR(CheckControlPeer(peer));
   const absl::Time start = absl::Now();
-  const uint64_t key = ControlKey(peer, tag);
   bool timed_out = false;
   absl::MutexLock lock(&mu_);
   while (true) {
-    auto it = control_.find(key);
-    if (it != control_.end() && !it->second.empty()) {
-      std::vector<std::byte> message = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) control_.erase(it);
-      return message;
-    }
-    absl::Status error = WaitError(peer);
-    if (!error.ok()) return error;
+    absl::StatusOr<std::optional<std::vector<std::byte>>> message =
+        TakeControlLocked(peer, tag);
+    if (!message.ok()) return message.status();
+    if (message->has_value()) return **std::move(message);
     if (timed_out) {
       return absl::DeadlineExceededError(absl::StrCat(
           "no control message with tag ", tag, " from ", options_.name(peer),

@@ -157,6 +157,12 @@ class Inbox {
   absl::Status RangeError(int peer, const Region& region, uint64_t offset,
                           uint64_t length) const;
   absl::Status WaitError(int peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // InvalidArgument unless `peer` is another rank of the group.
+  absl::Status CheckControlPeer(int peer) const;
+  // Pops the next control message from `peer` with `tag`; nullopt if none
+  // is queued; the peer's error (or shutdown) if it is lost.
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TakeControlLocked(
+      int peer, uint32_t tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes waiters and bumps epoch_.
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Spins with no lock held until epoch_ moves past `seen` (true) or `until`

@@ -33,20 +33,6 @@ coordinator::RunResult InFlight(const NodeCluster& cluster) {
       10);
 }
 
-// Polls (with a deadline) until the job's iteration reaches `iteration`.
-bool WaitForIteration(NodeCluster& cluster, uint64_t iteration,
-                      absl::Duration within, proto::JobStatus* status) {
-  const absl::Time deadline = absl::Now() + within;
-  std::string error;
-  while (absl::Now() < deadline) {
-    if (cluster.JobStatus(status, &error) && status->iteration() >= iteration) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
-}
-
 TEST(WhoIsMissing, StarlingctlNamesTheRankAStuckCollectiveWaitsFor) {
   ClusterOptions options;
   options.daemons = 3;
@@ -59,8 +45,11 @@ TEST(WhoIsMissing, StarlingctlNamesTheRankAStuckCollectiveWaitsFor) {
   cluster.StartDaemons();
   std::vector<pid_t> workers = cluster.StartAllWorkers(
       {"--steps=100000", "--step_delay=2ms", "--timeout=90s"});
-  proto::JobStatus status;
-  ASSERT_TRUE(WaitForIteration(cluster, 5, absl::Seconds(20), &status))
+  proto::NodeStatusReply status;
+  ASSERT_TRUE(cluster.WaitForNode(
+      0, absl::Seconds(20),
+      [](const proto::NodeStatusReply& s) { return s.iteration() >= 5; },
+      &status))
       << status.DebugString() << cluster.ServerLogs();
 
   constexpr int kStuck = 2;
@@ -111,8 +100,13 @@ TEST(WhoIsMissing, StarlingctlNamesTheRankAStuckCollectiveWaitsFor) {
   // The worker goes on: the op completes, training continues, and the
   // waiting ranks saw rank 2 arrive last.
   cluster.Kill(workers[kStuck], SIGCONT);
-  ASSERT_TRUE(WaitForIteration(cluster, status.iteration() + 20,
-                               absl::Seconds(30), &status))
+  const uint64_t stopped_at = status.iteration();
+  ASSERT_TRUE(cluster.WaitForNode(
+      0, absl::Seconds(30),
+      [stopped_at](const proto::NodeStatusReply& s) {
+        return s.iteration() >= stopped_at + 20;
+      },
+      &status))
       << cluster.ServerLogs();
   EXPECT_GE(Metric(cluster.metrics_port(0),
                    "starling_collective_last_arrivals_total", {"rank=\"2\""}),

@@ -224,6 +224,19 @@ absl::Status LoopbackTransport::SendControl(
   return fabric_->endpoint(peer)->DeliverControl(rank_, tag, message);
 }
 
+absl::StatusOr<std::optional<std::vector<std::byte>>>
+LoopbackTransport::TakeControlLocked(int peer, uint32_t tag) {
+  auto it = control_.find(std::pair<int, uint32_t>(peer, tag));
+  if (it != control_.end() && !it->second.empty()) {
+    std::vector<std::byte> message = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) control_.erase(it);
+    return std::optional<std::vector<std::byte>>(std::move(message));
+  }
+  if (!peer_status_[peer].ok()) return peer_status_[peer];
+  return std::nullopt;
+}
+
 absl::StatusOr<std::vector<std::byte>> LoopbackTransport::RecvControl(
     int peer, uint32_t tag, absl::Time deadline) {
   STARLING_RETURN_IF_ERROR(CheckPeer(peer));
@@ -239,27 +252,20 @@ absl::StatusOr<std::vector<std::byte>> LoopbackTransport::RecvControl(
         absl::StrCat(Name(rank_), ": no control message with tag ", tag,
                      " from ", Name(peer), " before the deadline"));
   }
-  auto it = control_.find(key);
-  if (it == control_.end() || it->second.empty()) return peer_status_[peer];
-  std::vector<std::byte> message = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty()) control_.erase(it);
-  return message;
+  // `ready` held: a message, or the peer's error.
+  STARLING_ASSIGN_OR_RETURN(std::optional<std::vector<std::byte>> message,
+                            TakeControlLocked(peer, tag));
+  if (!message.has_value()) {
+    return absl::InternalError("loopback control queue emptied under its lock");
+  }
+  return *std::move(message);
 }
 
 absl::StatusOr<std::optional<std::vector<std::byte>>>
 LoopbackTransport::TryRecvControl(int peer, uint32_t tag) {
   STARLING_RETURN_IF_ERROR(CheckPeer(peer));
   absl::MutexLock lock(&mu_);
-  auto it = control_.find(std::pair<int, uint32_t>(peer, tag));
-  if (it != control_.end() && !it->second.empty()) {
-    std::vector<std::byte> message = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) control_.erase(it);
-    return std::optional<std::vector<std::byte>>(std::move(message));
-  }
-  if (!peer_status_[peer].ok()) return peer_status_[peer];
-  return std::nullopt;
+  return TakeControlLocked(peer, tag);
 }
 
 size_t LoopbackTransport::max_control_bytes() const {

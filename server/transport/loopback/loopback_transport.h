@@ -87,6 +87,11 @@ class LoopbackTransport : public Transport {
 
   LoopbackTransport(LoopbackFabric* fabric, int rank, int size);
 
+  // Pops the next control message from `peer` with `tag`; nullopt if none
+  // is queued; the peer's sticky error if it is lost.
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TakeControlLocked(
+      int peer, uint32_t tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Lands a write from `from` (called on the sender's thread).
   absl::Status Deliver(int from, absl::Span<const std::byte> data,
                        RegionId region, uint64_t offset_bytes, uint32_t imm);
