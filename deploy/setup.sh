@@ -32,6 +32,10 @@ PACKAGES=(
   # build it, PyTorch 1.13 (CPU) and NumPy for /usr/bin/python3.
   python3-dev pybind11-dev python3-pybind11 python3-torch python3-numpy
   python3-pyflakes  # the Python files' check in tests/run_all.sh
+  # The deploy suites in tests/run_all.sh: a local Slurm cluster (slurmctld,
+  # slurmd, munged) and the systemd units booted in a systemd-nspawn
+  # container whose root debootstrap builds from Debian's mirror.
+  slurm-wlm munge systemd-container debootstrap
 )
 BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
 

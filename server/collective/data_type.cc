@@ -4,12 +4,12 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "server/base/cpu_features.h"
 
 namespace starling {
 namespace collective {
@@ -118,21 +118,6 @@ uint16_t FloatToBFloat16(float value) {
 namespace {
 
 #if defined(__x86_64__)
-// F16C and AVX in the CPU (CPUID leaf 1, ECX bits 29 and 28) and the YMM
-// registers saved by the OS (OSXSAVE, bit 27, and XCR0 bits 1-2).
-bool HasF16c() {
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
-    constexpr unsigned kNeeded = (1u << 27) | (1u << 28) | (1u << 29);
-    if ((ecx & kNeeded) != kNeeded) return false;
-    unsigned xcr0_low = 0, xcr0_high = 0;
-    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
-    return (xcr0_low & 6u) == 6u;
-  }();
-  return has;
-}
-
 __attribute__((target("avx,f16c"))) size_t HalfToFloatF16c(const uint16_t* from,
                                                            float* to,
                                                            size_t n) {
@@ -163,7 +148,7 @@ __attribute__((target("avx,f16c"))) size_t FloatToHalfF16c(const float* from,
 void HalfToFloatN(const uint16_t* from, float* to, size_t n) {
   size_t i = 0;
 #if defined(__x86_64__)
-  if (HasF16c()) i = HalfToFloatF16c(from, to, n);
+  if (CpuFeaturesInUse().f16c) i = HalfToFloatF16c(from, to, n);
 #endif
   for (; i < n; ++i) to[i] = HalfToFloat(from[i]);
 }
@@ -171,7 +156,7 @@ void HalfToFloatN(const uint16_t* from, float* to, size_t n) {
 void FloatToHalfN(const float* from, uint16_t* to, size_t n) {
   size_t i = 0;
 #if defined(__x86_64__)
-  if (HasF16c()) i = FloatToHalfF16c(from, to, n);
+  if (CpuFeaturesInUse().f16c) i = FloatToHalfF16c(from, to, n);
 #endif
   for (; i < n; ++i) to[i] = FloatToHalf(from[i]);
 }

@@ -7,8 +7,9 @@
 # test started is stopped by pid and nothing the job started is left running.
 #
 # Outside CI: needs root and Debian's slurm-wlm and munge packages
-# (apt-get install slurm-wlm munge). The host's own Slurm/munge setup, if
-# any, is not touched: everything lives in the temporary directory.
+# (apt-get install slurm-wlm munge; deploy/setup.sh installs them). The
+# host's own Slurm/munge setup, if any, is not touched: everything lives in
+# the temporary directory. Exits 77 (skipped) without root.
 #
 #   tests/deploy/slurm_test.sh                 binaries from bazel-bin
 #   tests/deploy/slurm_test.sh --bin-dir DIR   (flat, or a bazel-bin tree)
@@ -30,8 +31,10 @@ T0=$(date +%s.%N)
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 log() { echo "[$(elapsed "$T0") s] $*"; }
 die() { echo "FAIL: $*" >&2; exit 1; }
+# Exit 77: this machine cannot run the suite (tests/run_all.sh: skipped).
+skip() { echo "SKIP: $*" >&2; exit 77; }
 
-[[ $(id -u) -eq 0 ]] || die "needs root (slurmd runs jobs as their user)"
+[[ $(id -u) -eq 0 ]] || skip "needs root (slurmd runs jobs as their user)"
 for tool in slurmctld slurmd sbatch scontrol sinfo munged; do
   command -v "$tool" >/dev/null || die "no $tool (apt-get install slurm-wlm munge)"
 done

@@ -6,8 +6,10 @@
 # starling; `kill -9` of each main process must bring a restart (new MainPID,
 # active again); then both stop cleanly and the container is torn down.
 #
-# Outside CI: needs root, systemd-nspawn (systemd-container), debootstrap and
-# a Debian mirror (the one in /etc/apt/sources.list*) for the first run.
+# Needs root, systemd-nspawn (systemd-container), debootstrap and a Debian
+# mirror (the one in /etc/apt/sources.list*) for the first run; deploy/setup.sh
+# installs the tools. Exits 77 (skipped) without root, overlayfs or
+# namespaces.
 #
 #   tests/deploy/systemd_nspawn_test.sh                 binaries from bazel-bin
 #   tests/deploy/systemd_nspawn_test.sh --bin-dir DIR
@@ -37,11 +39,20 @@ T0=$(date +%s.%N)
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 log() { echo "[$(elapsed "$T0") s] $*"; }
 die() { echo "FAIL: $*" >&2; exit 1; }
+# Exit 77: this machine cannot run the suite (tests/run_all.sh: skipped).
+skip() { echo "SKIP: $*" >&2; exit 77; }
 
-[[ $(id -u) -eq 0 ]] || die "needs root (systemd-nspawn, mounts)"
+[[ $(id -u) -eq 0 ]] || skip "needs root (systemd-nspawn, mounts)"
 for tool in systemd-nspawn debootstrap nsenter; do
   command -v "$tool" >/dev/null || die "no $tool (apt-get install systemd-container debootstrap util-linux)"
 done
+# What systemd-nspawn needs of the kernel: overlayfs for the per-run root,
+# and mount, PID, UTS and IPC namespaces (absent in an unprivileged
+# container, for one).
+grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null ||
+  skip "the kernel has no overlay filesystem"
+unshare --mount --pid --uts --ipc --fork true 2>/dev/null ||
+  skip "cannot create mount/PID/UTS/IPC namespaces here (an unprivileged container?)"
 
 BINARIES=(
   "starling-coordinator:server/coordinator/starling-coordinator"
