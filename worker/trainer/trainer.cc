@@ -109,8 +109,9 @@ absl::Status Trainer::Setup() {
   }
 
   for (const train::TensorInfo& t : *tensors_) {
-    TRAINER_CHECK_OK(absl::StrCat("declaring tensor ", t.name),
-                     client_->DeclareTensor(t.name, t.shape, options_.dtype));
+    STARLING_RETURN_IF_ERROR(
+        Failed(absl::StrCat("declaring tensor ", t.name),
+               client_->DeclareTensor(t.name, t.shape, options_.dtype)));
   }
   return absl::OkStatus();
 }
@@ -120,16 +121,16 @@ absl::Status Trainer::Pull(int64_t version, const std::string& why) {
   for (size_t i = 0; i < tensors_->size(); ++i) {
     tensors.push_back(AsTensor((*tensors_)[i].name, params_[i]));
   }
-  TRAINER_CHECK_OK(
+  STARLING_RETURN_IF_ERROR(Failed(
       absl::StrCat("pulling parameters version ", version, " (", why, ")"),
-      client_->PullParameters(version, tensors));
+      client_->PullParameters(version, tensors)));
   absl::Span<float> host(host_params_);
   for (size_t i = 0; i < tensors_->size(); ++i) {
     const train::TensorInfo& t = (*tensors_)[i];
     FromPool(options_.dtype, params_[i], host.subspan(t.offset, t.elements));
   }
-  TRAINER_CHECK_OK("setting the model's parameters",
-                   model_->SetParameters(host_params_));
+  STARLING_RETURN_IF_ERROR(Failed("setting the model's parameters",
+                                  model_->SetParameters(host_params_)));
   return absl::OkStatus();
 }
 
@@ -164,8 +165,8 @@ absl::Status Trainer::Begin() {
              (*init_set)[i]);
       tensors.push_back(AsTensor(t.name, (*init_set)[i]));
     }
-    TRAINER_CHECK_OK("setting the initial parameters",
-                     client_->SetInitialParameters(tensors));
+    STARLING_RETURN_IF_ERROR(Failed("setting the initial parameters",
+                                    client_->SetInitialParameters(tensors)));
   }
   // The first pull ends the declarations; first_step() is final then.
   STARLING_RETURN_IF_ERROR(Pull(client_->first_step(), "the first step"));
@@ -284,8 +285,8 @@ absl::Status Trainer::Begin() {
     // The table's CSV copy, from the same worker (the others' rows are the
     // same but for their own epoch times).
     if (!options_.epochs_table_path.empty()) {
-      TRAINER_CHECK_OK("opening --epochs_table",
-                       csv_.Open(options_.epochs_table_path));
+      STARLING_RETURN_IF_ERROR(Failed("opening --epochs_table",
+                                      csv_.Open(options_.epochs_table_path)));
     }
   }
   std::fflush(stdout);
@@ -328,7 +329,8 @@ const std::vector<int64_t>& Trainer::Order(int64_t epoch) {
 
 absl::Status Trainer::WaitSlot(int slot) {
   for (const Future& f : pushes_[slot]) {
-    TRAINER_CHECK_OK("pushing gradients", f.Wait(options_.timeout));
+    STARLING_RETURN_IF_ERROR(
+        Failed("pushing gradients", f.Wait(options_.timeout)));
   }
   pushes_[slot].clear();
   return absl::OkStatus();
@@ -390,7 +392,7 @@ absl::Status Trainer::Run() {
       total_step_, static_cast<long long>(steps_done_));  // NOLINT
   std::fflush(stdout);
   STARLING_RETURN_IF_ERROR(WriteOut());
-  TRAINER_CHECK_OK("finishing the run", client_->Finish());
+  STARLING_RETURN_IF_ERROR(Failed("finishing the run", client_->Finish()));
   return absl::OkStatus();
 }
 

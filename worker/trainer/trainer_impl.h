@@ -33,18 +33,13 @@ using client::DataType;
 using client::Future;
 using client::Tensor;
 
-// "<what>: <CODE>: <message>" (what main prints after "starling-worker: ").
+// "<what>: <CODE>: <message>" (what main prints after "starling-worker: "),
+// or OK for an OK `status`: STARLING_RETURN_IF_ERROR(Failed(what, expr)).
 inline absl::Status Failed(absl::string_view what, const absl::Status& status) {
+  if (status.ok()) return status;
   return absl::Status(status.code(),
                       absl::StrCat(what, ": ", status.ToString()));
 }
-
-// Returns Failed(what, status) when `expr` fails.
-#define TRAINER_CHECK_OK(what, expr)                                 \
-  do {                                                               \
-    ::absl::Status trainer_status_ = (expr);                         \
-    if (!trainer_status_.ok()) return Failed(what, trainer_status_); \
-  } while (false)
 
 class Trainer {
  public:

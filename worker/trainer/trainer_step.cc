@@ -55,8 +55,8 @@ absl::Status Trainer::ForwardBackward(
   }
   const int batch = static_cast<int>(samples.size());
   train_.Gather(samples, x_.data(), y_.data());
-  TRAINER_CHECK_OK(absl::StrCat("forward of step ", t),
-                   model_->Forward(x_.data(), batch));
+  STARLING_RETURN_IF_ERROR(Failed(absl::StrCat("forward of step ", t),
+                                  model_->Forward(x_.data(), batch)));
   absl::StatusOr<float> loss = model_->Loss(y_.data());
   if (!loss.ok()) {
     return Failed(absl::StrCat("loss of step ", t), loss.status());
@@ -69,8 +69,8 @@ absl::Status Trainer::ForwardBackward(
   progress_samples_ += batch;
   // For the daemon's metrics (the training dashboard): sent with the push.
   client_->ReportProgress(batch, static_cast<double>(*loss));
-  TRAINER_CHECK_OK(absl::StrCat("backward of step ", t),
-                   model_->Backward(y_.data(), ready));
+  STARLING_RETURN_IF_ERROR(Failed(absl::StrCat("backward of step ", t),
+                                  model_->Backward(y_.data(), ready)));
   return absl::OkStatus();
 }
 
@@ -141,10 +141,11 @@ absl::Status Trainer::ElasticStep(const client::ScheduledIteration& it,
   const absl::Duration compute = absl::Now() - step_start;
   STARLING_RETURN_IF_ERROR(
       elastic_->MaybeExchange(t, absl::MakeSpan(host_params_)));
-  TRAINER_CHECK_OK("setting the model's parameters",
-                   model_->SetParameters(host_params_));
+  STARLING_RETURN_IF_ERROR(Failed("setting the model's parameters",
+                                  model_->SetParameters(host_params_)));
   if (t == options_.exit_after_step) {
-    TRAINER_CHECK_OK("the last elastic exchange", elastic_->Flush());
+    STARLING_RETURN_IF_ERROR(
+        Failed("the last elastic exchange", elastic_->Flush()));
     KillMyself(t);
   }
   StepDone(compute, absl::Now() - step_start);
@@ -202,7 +203,8 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
     for (int s = 0; s < SlotCount(); ++s) {
       STARLING_RETURN_IF_ERROR(WaitSlot(s));
     }
-    TRAINER_CHECK_OK("the barrier after the last step", client_->Barrier());
+    STARLING_RETURN_IF_ERROR(
+        Failed("the barrier after the last step", client_->Barrier()));
     // async_sgd: a pull for total + staleness includes every update.
     STARLING_RETURN_IF_ERROR(
         Pull(total_steps_ + staleness_, "the final parameters"));
@@ -223,8 +225,8 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
   }
   if (elastic_ != nullptr) {
     // Back to this worker's own parameters.
-    TRAINER_CHECK_OK("setting the model's parameters",
-                     model_->SetParameters(host_params_));
+    STARLING_RETURN_IF_ERROR(Failed("setting the model's parameters",
+                                    model_->SetParameters(host_params_)));
   }
   sums_[kTestLoss] = eval->loss_sum;
   sums_[kTestCorrect] = static_cast<double>(eval->correct);
@@ -234,8 +236,9 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
     sums_buffer_[i] = static_cast<float>(sums_[i]);
   }
   sums_buffer_[kSums + WorkerNumber()] = static_cast<float>(staleness_max_);
-  TRAINER_CHECK_OK(absl::StrCat("all-reducing epoch ", epoch + 1, "'s counts"),
-                   client_->AllReduce(sums_buffer_));
+  STARLING_RETURN_IF_ERROR(
+      Failed(absl::StrCat("all-reducing epoch ", epoch + 1, "'s counts"),
+             client_->AllReduce(sums_buffer_)));
   const absl::Span<const float> s = sums_buffer_;
   if (s[kTestCount] > 0) {
     // The job's test accuracy, exported by the daemon with the next push.
@@ -254,7 +257,7 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
     std::printf("%s\n", EpochTableRow(row).c_str());
     std::fflush(stdout);
   }
-  TRAINER_CHECK_OK("writing --epochs_table", csv_.Append(row));
+  STARLING_RETURN_IF_ERROR(Failed("writing --epochs_table", csv_.Append(row)));
   last_row_ = row;
   have_row_ = true;
   for (double& v : sums_) v = 0;
@@ -266,13 +269,15 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
 absl::Status Trainer::EvaluateCenter(bool last) {
   if (last) {
     // Every exchange applied: the centre is the same for every worker.
-    TRAINER_CHECK_OK("waiting for the last elastic exchange",
-                     elastic_->RefreshCenter());
-    TRAINER_CHECK_OK("the barrier after the last step", client_->Barrier());
+    STARLING_RETURN_IF_ERROR(Failed("waiting for the last elastic exchange",
+                                    elastic_->RefreshCenter()));
+    STARLING_RETURN_IF_ERROR(
+        Failed("the barrier after the last step", client_->Barrier()));
   }
-  TRAINER_CHECK_OK("pulling the centre", elastic_->RefreshCenter());
-  TRAINER_CHECK_OK("setting the centre for evaluation",
-                   model_->SetParameters(elastic_->center()));
+  STARLING_RETURN_IF_ERROR(
+      Failed("pulling the centre", elastic_->RefreshCenter()));
+  STARLING_RETURN_IF_ERROR(Failed("setting the centre for evaluation",
+                                  model_->SetParameters(elastic_->center())));
   return absl::OkStatus();
 }
 
