@@ -345,7 +345,9 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
   }
   const int buckets = std::max(1, connection_->buckets());
   Pending& p = *pending_;
-  absl::MutexLock lock(&p.mu);
+  // Released before the sent buckets are linked to their futures: a reply
+  // that came already completes them inline, with the user's callbacks.
+  absl::ReleasableMutexLock lock(&p.mu);
   if (p.step != -1 && p.step != step) {
     std::vector<std::string> missing;
     for (size_t b = p.next_bucket; b < p.remaining.size(); ++b) {
@@ -394,7 +396,11 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
       touched[b] = true;
     }
   }
-  // Send every bucket that is complete and whose predecessors were sent.
+  // Send every bucket that is complete and whose predecessors were sent
+  // (in order: under the lock); link each to its future after it.
+  std::vector<std::pair<std::shared_ptr<internal::FutureState>,
+                        std::shared_ptr<internal::FutureState>>>
+      sent_buckets;
   while (p.next_bucket < buckets && p.remaining[p.next_bucket] <= 0) {
     const int b = p.next_bucket++;
     proto::WorkerRequest request;
@@ -418,14 +424,17 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
     std::shared_ptr<internal::FutureState> sent = connection_->Send(
         std::move(request),
         buckets > 1 ? absl::StrCat(what, " bucket ", b) : what);
-    std::shared_ptr<internal::FutureState> done = p.done[b];
-    sent->Then([done](const absl::Status& s) { done->Complete(s); });
+    sent_buckets.emplace_back(std::move(sent), p.done[b]);
   }
   std::vector<std::shared_ptr<internal::FutureState>> waits;
   for (int b = 0; b < buckets; ++b) {
     if (touched[b]) waits.push_back(p.done[b]);
   }
   if (p.next_bucket >= buckets) p.step = -1;
+  lock.Release();
+  for (auto& [sent, done] : sent_buckets) {
+    sent->Then([done = done](const absl::Status& s) { done->Complete(s); });
+  }
   return AllOf(what, waits);
 }
 
