@@ -18,12 +18,11 @@
 #include "proto/tensor_table.h"
 #include "server/base/framed_socket.h"
 #include "server/base/status_macros.h"
+#include "server/base/version.h"
 
 namespace starling {
 namespace client {
 namespace {
-
-constexpr char kVersion[] = "0.1.0";
 
 // Connects to `path`, retrying while the daemon is not listening yet.
 absl::StatusOr<int> ConnectUnix(const std::string& path, absl::Time deadline) {
@@ -90,7 +89,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   hello.mutable_hello()->set_worker_name(options.worker_name);
   hello.mutable_hello()->set_worker_index(options.worker_index);
   hello.mutable_hello()->set_pool_bytes(options.pool_bytes);
-  hello.mutable_hello()->set_version(kVersion);
+  hello.mutable_hello()->set_version(kStarlingVersion);
   const std::string where =
       absl::StrCat(options.worker_name, " at ", options.socket_path);
   absl::Status status =

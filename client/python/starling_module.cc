@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "server/base/version.h"
+#include "server/base/worker_socket.h"
 
 namespace py = pybind11;
 
@@ -107,22 +108,28 @@ struct PoolBuffer {
   size_t bytes = 0;
 };
 
-// The Future of an asynchronous op; wait() raises StarlingError.
+// The Future of an asynchronous op; wait() raises StarlingError. It waits
+// as long as its client's blocking operations may (the client's timeout)
+// unless told otherwise.
 class PyFuture {
  public:
-  explicit PyFuture(Future future) : future_(std::move(future)) {}
+  PyFuture(Future future, absl::Duration default_timeout)
+      : future_(std::move(future)), default_timeout_(default_timeout) {}
   bool Poll() const { return future_.Poll(); }
-  void Wait(double timeout_s) const {
+  void Wait(std::optional<double> timeout_s) const {
+    const absl::Duration timeout =
+        timeout_s.has_value() ? Seconds(*timeout_s) : default_timeout_;
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = future_.Wait(Seconds(timeout_s));
+      status = future_.Wait(timeout);
     }
     Check(status);
   }
 
  private:
   Future future_;
+  absl::Duration default_timeout_;
 };
 
 class PyClient {
@@ -134,6 +141,7 @@ class PyClient {
     options.socket_path = socket_path;
     options.worker_index = worker_index;
     options.timeout = Seconds(timeout_s);
+    timeout_ = options.timeout;
     options.pool_bytes = pool_bytes;
     options.bucket_bytes = bucket_bytes;
     options.worker_name = worker_name;
@@ -214,11 +222,12 @@ class PyClient {
   PyFuture Async(Op op) {
     Client& c = client();
     py::gil_scoped_release release;
-    return PyFuture(op(c));
+    return PyFuture(op(c), timeout_);
   }
 
  private:
   std::unique_ptr<Client> client_;
+  absl::Duration timeout_;  // ClientOptions::timeout
 };
 
 void DefineModule(py::module_& m) {
@@ -226,6 +235,7 @@ void DefineModule(py::module_& m) {
       "Starling's C++ client (client/client.h) for Python; use the starling "
       "package, not this module.";
   m.attr("__version__") = std::string(starling::kStarlingVersion);
+  m.attr("DEFAULT_SOCKET") = std::string(starling::kDefaultWorkerSocket);
   g_error = PyErr_NewExceptionWithDoc(
       "starling._starling.StarlingError",
       "An error from Starling's client or daemons: the message says what "
@@ -248,8 +258,9 @@ void DefineModule(py::module_& m) {
 
   py::class_<PyFuture>(m, "Future")
       .def("poll", &PyFuture::Poll, "True once the op finished.")
-      .def("wait", &PyFuture::Wait, py::arg("timeout_s") = -1.0,
-           "Waits for the op (timeout_s < 0: as long as it takes); raises "
+      .def("wait", &PyFuture::Wait, py::arg("timeout_s") = py::none(),
+           "Waits for the op at most timeout_s seconds (None: the client's "
+           "timeout, as a blocking op; < 0: as long as it takes); raises "
            "StarlingError if it failed or did not finish in time.");
 
   py::class_<PyClient>(m, "Client")

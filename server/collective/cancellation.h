@@ -1,6 +1,6 @@
 // Cancellation: a one-shot signal that ends a running collective op early
 // with a caller-given status, e.g. when another rank reported that the
-// training run this op belongs to failed (server/node/sync_engine.h). The
+// training run this op belongs to failed (server/node/sync/sync_engine.h). The
 // op notices within kCancellationPollInterval of Cancel() at the latest,
 // fails with the status (annotated with the op), and leaves the transport
 // usable: unlike Transport::AbortPeer, nothing becomes sticky.

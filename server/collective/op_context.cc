@@ -9,6 +9,7 @@
 #include "server/base/status_macros.h"
 #include "server/collective/reduce_kernels.h"
 #include "server/collective/shard_layout.h"
+#include "server/transport/await_writes.h"
 
 namespace starling {
 namespace collective {
@@ -323,17 +324,12 @@ absl::Status OpContext::AverageIfNeeded(absl::Span<std::byte> data) const {
 absl::Status OpContext::AwaitWritesTo(int peer) {
   if (!wrote_to_[peer]) return absl::OkStatus();
   std::unique_ptr<transport::Completion>& done = (*completions_)[peer];
-  absl::Status written = done->Wait(
-      deadline_, absl::StrCat("writes to ", transport_->PeerName(peer)));
-  if (written.code() == absl::StatusCode::kDeadlineExceeded &&
-      done->pending() > 0) {
-    written = absl::DeadlineExceededError(
-        absl::StrCat(Where(), ": writes to ", transport_->PeerName(peer),
-                     " not finished within ", absl::FormatDuration(timeout_)));
-    transport_->AbortPeer(peer, written);
-    // AbortPeer finished the writes; this returns at once.
-    done->Wait(absl::InfiniteFuture()).IgnoreError();
-  }
+  const absl::Status written = transport::AwaitWritesOrAbortPeer(
+      *transport_, peer, *done, deadline_, [&] {
+        return absl::DeadlineExceededError(absl::StrCat(
+            Where(), ": writes to ", transport_->PeerName(peer),
+            " not finished within ", absl::FormatDuration(timeout_)));
+      });
   if (!written.ok()) {
     // A Completion keeps its first error forever: start afresh.
     done = std::make_unique<transport::Completion>();

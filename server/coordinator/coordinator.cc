@@ -13,27 +13,20 @@
 #include "server/base/logging.h"
 #include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
+#include "server/coordinator/coordinator_common.h"
 #include "server/coordinator/shard_map.h"
 
 namespace starling {
 namespace coordinator {
 namespace {
 
-// Most local workers one node may declare; more is a garbled request.
-constexpr int kMaxLocalWorkers = 4096;
+using internal::kCancelPollInterval;
+using internal::kMaxLocalWorkers;
+using internal::LocalWorkers;
+using internal::Seconds;
+
 // JoinResponse.group_key: 256 random bits.
 constexpr size_t kGroupKeyBytes = 32;
-// How often a Join with a cancellation check looks at it.
-constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
-
-// "6s", "5.001s", "250ms": exact to the millisecond.
-std::string Seconds(absl::Duration d) {
-  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
-}
-
-int LocalWorkers(const proto::JoinRequest& request) {
-  return std::max(1, request.capabilities().local_workers());
-}
 
 }  // namespace
 

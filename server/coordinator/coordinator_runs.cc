@@ -11,24 +11,16 @@
 #include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_common.h"
 
 namespace starling {
 namespace coordinator {
 namespace {
 
-// Most local workers one node may declare; more is a garbled request.
-constexpr int kMaxLocalWorkers = 4096;
-// How often a BeginRun with a cancellation check looks at it.
-constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
-
-// "6s", "5.001s", "250ms": exact to the millisecond.
-std::string Seconds(absl::Duration d) {
-  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
-}
-
-int LocalWorkers(const proto::JoinRequest& request) {
-  return std::max(1, request.capabilities().local_workers());
-}
+using internal::kCancelPollInterval;
+using internal::kMaxLocalWorkers;
+using internal::LocalWorkers;
+using internal::Seconds;
 
 // "rank 2" / "ranks 2, 3".
 std::string Ranks(const std::vector<int>& ranks) {

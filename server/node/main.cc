@@ -19,6 +19,7 @@
 #include "server/base/logging.h"
 #include "server/base/systemd_notify.h"
 #include "server/base/version.h"
+#include "server/base/worker_socket.h"
 #include "server/metrics/build_info.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/metrics/metrics_registry.h"
@@ -40,7 +41,7 @@ ABSL_FLAG(int, data_port, 29500, "data-plane TCP port");
 ABSL_FLAG(int, admin_port, 29600,
           "port of the NodeAdmin gRPC service (status, shards, group); 0 "
           "turns it off");
-ABSL_FLAG(std::string, worker_socket, "/tmp/starling-node.sock",
+ABSL_FLAG(std::string, worker_socket, starling::kDefaultWorkerSocket,
           "unix socket local workers connect to");
 ABSL_FLAG(int, local_workers, 1,
           "workers that attach to this daemon (each collective waits for "

@@ -126,7 +126,7 @@ absl::Status NodeDaemon::Listen() {
         "cannot listen on the data port ", options_.data_host, ":",
         options_.data_port, " (--data_port): ", fd.status().message()));
   }
-  data_listen_fd_ = fd->release();
+  data_listen_fd_ = *std::move(fd);
   return absl::OkStatus();
 }
 
@@ -161,8 +161,7 @@ absl::Status NodeDaemon::OpenDataPlane() {
     tcp.peers.push_back(parsed[0]);
   }
   tcp.connect_timeout = std::max(options_.join_timeout, absl::Seconds(5));
-  tcp.listen_fd = data_listen_fd_;
-  data_listen_fd_ = -1;  // the transport owns it now
+  tcp.listen_fd = data_listen_fd_.release();  // the transport owns it now
   tcp.cluster_secret = options_.cluster_secret;
   tcp.group_key = join_.group_key();
   tcp.insecure = options_.insecure;
@@ -234,10 +233,7 @@ void NodeDaemon::Stop() {
   if (sync_ != nullptr) sync_->Stop();
   if (ps_ != nullptr) ps_->Stop();
   if (worker_server_ != nullptr) worker_server_->Stop();
-  if (data_listen_fd_ >= 0) {
-    ::close(data_listen_fd_);
-    data_listen_fd_ = -1;
-  }
+  data_listen_fd_ = transport::tcp::ScopedFd();  // if the group never formed
 }
 
 absl::StatusOr<RunRendezvous::Begun> NodeDaemon::BeginRun(

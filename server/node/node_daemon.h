@@ -49,15 +49,16 @@
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/metrics/metrics_registry.h"
-#include "server/node/collective_monitor.h"
-#include "server/node/coordinator_link.h"
-#include "server/node/metered_transport.h"
-#include "server/node/node_metrics.h"
+#include "server/node/link/coordinator_link.h"
 #include "server/node/node_options.h"
-#include "server/node/ps_engine.h"
-#include "server/node/sync_engine.h"
-#include "server/node/worker_server.h"
-#include "server/node/worker_session.h"
+#include "server/node/ps/ps_engine.h"
+#include "server/node/sync/sync_engine.h"
+#include "server/node/telemetry/collective_monitor.h"
+#include "server/node/telemetry/metered_transport.h"
+#include "server/node/telemetry/node_metrics.h"
+#include "server/node/worker/worker_server.h"
+#include "server/node/worker/worker_session.h"
+#include "server/transport/tcp/socket_util.h"
 #include "server/transport/transport.h"
 
 namespace starling {
@@ -145,7 +146,8 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   std::atomic<uint64_t> pool_bytes_{0};
   std::unique_ptr<CoordinatorLink> link_;
   proto::JoinResponse join_;  // set by Start(), then immutable
-  int data_listen_fd_ = -1;   // bound before joining; the transport takes it
+  // Bound before joining; the transport takes it (OpenDataPlane).
+  transport::tcp::ScopedFd data_listen_fd_;
   // transport_->stale_writes_dropped() already added to the metric.
   // Confined to the coordinator link's thread (FillHeartbeat).
   uint64_t stale_writes_reported_ = 0;

@@ -19,7 +19,7 @@
 
 #include "proto/common.pb.h"
 #include "proto/worker.pb.h"
-#include "server/node/worker_request_check.h"
+#include "server/node/worker/worker_request_check.h"
 #include "server/transport/auth.h"
 #include "server/transport/frame.h"
 #include "server/transport/handshake.h"

@@ -1,6 +1,6 @@
 // libFuzzer harness for the node daemon's parser of what a worker sends:
-// ParseWorkerRequest() (server/node/worker_request_check.h), fed the bytes
-// a worker writes to its unix socket.
+// ParseWorkerRequest() (server/node/worker/worker_request_check.h), fed the
+// bytes a worker writes to its unix socket.
 //
 // Input: byte 0 chooses the form: bit 0 set, the rest is one request
 // payload as it is; clear, the rest is the socket's byte stream, cut into
@@ -33,7 +33,7 @@
 #include "proto/common.pb.h"
 #include "proto/tensor_table.h"
 #include "proto/worker.pb.h"
-#include "server/node/worker_request_check.h"
+#include "server/node/worker/worker_request_check.h"
 
 namespace starling {
 namespace fuzz {

@@ -27,8 +27,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/base/framed_socket.h"
-#include "server/node/worker_server.h"
-#include "server/node/worker_session.h"
+#include "server/node/worker/worker_server.h"
+#include "server/node/worker/worker_session.h"
 
 namespace starling {
 namespace {

@@ -38,9 +38,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "server/base/worker_socket.h"
 #include "worker/examples/quadratic.h"
 
-ABSL_FLAG(std::string, worker_socket, "/tmp/starling-node.sock",
+ABSL_FLAG(std::string, worker_socket, starling::kDefaultWorkerSocket,
           "the local starling-node's --worker_socket");
 ABSL_FLAG(int, worker_index, 0, "this worker's index on its daemon");
 ABSL_FLAG(int, steps, 50, "SGD steps");

@@ -22,13 +22,14 @@
 #include "absl/time/time.h"
 #include "server/base/command_line.h"
 #include "server/base/version.h"
+#include "server/base/worker_socket.h"
 #include "worker/svm/cocoa.h"
 #include "worker/svm/dcd.h"
 #include "worker/svm/svm_data.h"
 #include "worker/svm/svm_run.h"
 #include "worker/train/idx.h"
 
-ABSL_FLAG(std::string, socket, "/tmp/starling-node.sock",
+ABSL_FLAG(std::string, socket, starling::kDefaultWorkerSocket,
           "the local starling-node's --worker_socket (ignored with --local)");
 ABSL_FLAG(int, worker_index, 0,
           "this worker's index on its daemon, 0 .. --local_workers - 1");

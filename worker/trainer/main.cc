@@ -22,11 +22,12 @@
 #include "client/client.h"
 #include "server/base/command_line.h"
 #include "server/base/version.h"
+#include "server/base/worker_socket.h"
 #include "worker/train/idx.h"
 #include "worker/train/model.h"
 #include "worker/trainer/trainer.h"
 
-ABSL_FLAG(std::string, socket, "/tmp/starling-node.sock",
+ABSL_FLAG(std::string, socket, starling::kDefaultWorkerSocket,
           "the local starling-node's --worker_socket");
 ABSL_FLAG(int, worker_index, 0,
           "this worker's index on its daemon, 0 .. --local_workers - 1");

@@ -35,7 +35,7 @@ StarlingError = _starling.StarlingError
 __version__ = _starling.__version__
 
 # The daemon's default worker socket (starling-node --worker_socket).
-DEFAULT_SOCKET = "/tmp/starling-node.sock"
+DEFAULT_SOCKET = _starling.DEFAULT_SOCKET
 
 _session = None
 

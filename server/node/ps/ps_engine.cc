@@ -1,0 +1,595 @@
+#include "server/node/ps/ps_engine.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "proto/tensor_table.h"
+#include "server/base/logging.h"
+#include "server/base/status_macros.h"
+#include "server/collective/data_type.h"
+#include "server/collective/shard_layout.h"
+#include "server/node/ps/ps_wire.h"
+#include "server/node/run/float_bytes.h"
+#include "server/shard/optimizer/easgd.h"
+#include "server/transport/await_writes.h"
+
+namespace starling {
+namespace node {
+PsEngine::PsEngine(PsEngineOptions options, transport::Transport* transport,
+                   const SyncEngine* runs, NodeMetrics* metrics)
+    : options_(std::move(options)),
+      transport_(transport),
+      runs_(runs),
+      metrics_(metrics) {}
+
+PsEngine::~PsEngine() { Stop(); }
+
+void PsEngine::Start() {
+  for (int peer = 0; peer < transport_->size(); ++peer) {
+    if (peer == transport_->rank()) continue;
+    servers_.emplace_back([this, peer] { Serve(peer); });
+  }
+}
+
+void PsEngine::Stop() {
+  stop_.store(true, std::memory_order_relaxed);
+  for (std::thread& t : servers_) t.join();
+  servers_.clear();
+}
+
+bool PsEngine::stopping() const {
+  return stop_.load(std::memory_order_relaxed);
+}
+
+absl::Status PsEngine::Stopped() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat(options_.self, " is stopping"));
+}
+
+int64_t PsEngine::updates() const {
+  std::shared_ptr<Run> run = runs_->current_run();
+  if (run == nullptr) return 0;
+  absl::MutexLock lock(&run->ps_mu);
+  return run->ps_updates;
+}
+
+absl::Status PsEngine::ApplyLocal(Run& run, absl::Span<const float> grads) {
+  if (options_.hogwild) {
+    STARLING_RETURN_IF_ERROR(
+        shard::AddRelaxed(run.store->shard_parameters(), grads));
+    absl::MutexLock lock(&run.ps_mu);  // the count only
+    ++run.ps_updates;
+    return absl::OkStatus();
+  }
+  absl::MutexLock lock(&run.ps_mu);
+  STARLING_RETURN_IF_ERROR(run.optimizer->Apply(run.store->shard_parameters(),
+                                                grads, run.ps_updates + 1));
+  ++run.ps_updates;
+  return absl::OkStatus();
+}
+
+void PsEngine::CopyLocal(Run& run, absl::Span<float> out) {
+  if (options_.hogwild) {
+    shard::CopyRelaxed(run.store->shard_parameters(), out);
+    return;
+  }
+  absl::MutexLock lock(&run.ps_mu);
+  const absl::Span<const float> shard = run.store->shard_parameters();
+  std::memcpy(out.data(), shard.data(), shard.size() * sizeof(float));
+}
+
+absl::StatusOr<transport::WriteNotice> PsEngine::AwaitWrite(
+    const transport::WriteMatch& match, absl::Time deadline) {
+  while (true) {
+    if (stopping()) return Stopped();
+    absl::StatusOr<transport::WriteNotice> notice = transport_->WaitForWrite(
+        match, std::min(deadline, absl::Now() + kWaitSlice));
+    if (!absl::IsDeadlineExceeded(notice.status()) || absl::Now() >= deadline) {
+      return notice;
+    }
+  }
+}
+
+absl::Status PsEngine::AwaitWrites(int peer, transport::Completion& done,
+                                   absl::Time deadline) {
+  return transport::AwaitWritesOrAbortPeer(
+      *transport_, peer, done, deadline, [&] {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "parameter-server writes to ", transport_->PeerName(peer),
+            " not finished within ", absl::FormatDuration(options_.timeout)));
+      });
+}
+
+absl::Status PsEngine::SendReply(int peer, uint32_t reply_tag,
+                                 uint64_t request_id, uint32_t stage,
+                                 const absl::Status& status,
+                                 absl::Span<const float> values) {
+  const size_t values_bytes = values.size() * sizeof(float);
+  const size_t room =
+      transport_->max_control_bytes() - kReplyHeaderBytes - values_bytes;
+  const size_t message_bytes = std::min(status.message().size(), room);
+  ReplyHeader header;
+  header.code = static_cast<uint32_t>(status.code());
+  header.message_bytes = static_cast<uint32_t>(message_bytes);
+  header.request_id = request_id;
+  header.stage = stage;
+  std::vector<std::byte> reply(kReplyHeaderBytes + message_bytes +
+                               values_bytes);
+  std::memcpy(reply.data(), &header, kReplyHeaderBytes);
+  std::memcpy(reply.data() + kReplyHeaderBytes, status.message().data(),
+              message_bytes);
+  if (values_bytes > 0) {
+    std::memcpy(reply.data() + kReplyHeaderBytes + message_bytes, values.data(),
+                values_bytes);
+  }
+  return transport_->SendControl(peer, reply_tag, reply);
+}
+
+// Owner side.
+
+void PsEngine::Serve(int peer) {
+  // This peer's pushes land here, one at a time; its pulls are staged here.
+  std::vector<float> buffer;
+  while (!stopping()) {
+    absl::StatusOr<std::vector<std::byte>> got =
+        transport_->RecvControl(peer, kPsRequestTag, absl::Now() + kWaitSlice);
+    if (absl::IsDeadlineExceeded(got.status())) continue;
+    if (!got.ok()) {
+      STARLING_LOG(DEBUG) << "parameter-server thread for "
+                          << transport_->PeerName(peer)
+                          << " ends: " << got.status();
+      return;
+    }
+    PsRequest request;
+    absl::Status status = DecodeRequest(*got, &request);
+    const absl::Span<const std::byte> body =
+        absl::MakeConstSpan(*got).subspan(std::min(got->size(), kRequestBytes));
+    const bool push_region = request.kind == kPush && request.region != 0;
+    const bool own_push_region =
+        push_region && PushRegionWriter(request.region) == peer;
+    absl::Span<const float> values;  // an inline pull's answer
+    if (status.ok()) {
+      absl::StatusOr<std::shared_ptr<Run>> run = AwaitRun(request.run_id);
+      if (!run.ok()) {
+        status = run.status();
+      } else if (push_region && !own_push_region) {
+        status = absl::DataLossError(absl::StrCat(
+            "push into region ", absl::StrFormat("0x%x", request.region),
+            ", which is not one of ", transport_->PeerName(peer)));
+      } else if (request.kind == kPush) {
+        status = ServePush(peer, request, body, **run, buffer);
+      } else if (request.kind == kPull && body.empty()) {
+        status = ServePull(peer, request, **run, buffer, &values);
+      } else if (request.kind == kUpdates && body.empty()) {
+        // The count as two floats' worth of bytes (the reply's values).
+        buffer.assign(sizeof(int64_t) / sizeof(float), 0.0f);
+        const int64_t count = LocalUpdates(**run);
+        std::memcpy(buffer.data(), &count, sizeof(count));
+        values = buffer;
+      } else {
+        status = absl::DataLossError(
+            absl::StrCat("parameter-server request of kind ", request.kind,
+                         " with ", body.size(), " bytes of values"));
+      }
+    }
+    // Whatever happened, this push's id is done: a write to it still coming
+    // (or a requester's "gave up") is dropped, never held.
+    if (own_push_region) {
+      transport_->RetireRegions(request.region, request.region + 1);
+    }
+    if (request.reply_tag == 0) continue;  // nowhere to answer
+    absl::Status sent =
+        SendReply(peer, request.reply_tag, request.request_id, kDone, status,
+                  status.ok() ? values : absl::Span<const float>());
+    if (!sent.ok()) {
+      STARLING_LOG(WARNING) << "parameter-server reply to "
+                            << transport_->PeerName(peer) << ": " << sent;
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Run>> PsEngine::AwaitRun(uint64_t run_id) {
+  std::shared_ptr<Run> run = runs_->current_run();
+  // The requester's daemon may have begun the run an instant before this
+  // one (the coordinator answers every rank at once): wait a little for it
+  // here, bounded. SyncEngine offers no wake-up for a new run, hence the
+  // short poll.
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  while ((run == nullptr || run->id < run_id) && absl::Now() < deadline &&
+         !stopping()) {
+    absl::SleepFor(absl::Milliseconds(2));
+    run = runs_->current_run();
+  }
+  if (run == nullptr || run->id != run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", run_id, " is not running on ", options_.self,
+                     run == nullptr ? std::string(" (no run is)")
+                                    : absl::StrCat(" (run ", run->id, " is)")));
+  }
+  return run;
+}
+
+// The receive buffer is registered under the requester's id only between
+// "ready" and the gradient's landing; the id is retired before the buffer
+// is read, so nothing else lands in it while the optimizer reads it.
+absl::Status PsEngine::ServePush(int peer, const PsRequest& request,
+                                 absl::Span<const std::byte> gradient, Run& run,
+                                 std::vector<float>& buffer) {
+  const size_t shard_bytes = run.store->shard_elements() * sizeof(float);
+  const bool inline_part = request.region == 0;
+  if (request.part_bytes != shard_bytes || request.offset_bytes != 0 ||
+      gradient.size() != (inline_part ? shard_bytes : 0)) {
+    return absl::DataLossError(absl::StrCat(
+        "push of ", request.part_bytes, " bytes at offset ",
+        request.offset_bytes, " with ", gradient.size(),
+        " bytes inline; the shard of ", options_.self, " holds ", shard_bytes));
+  }
+  buffer.resize(run.store->shard_elements());
+  if (inline_part) {
+    std::memcpy(buffer.data(), gradient.data(), shard_bytes);
+    return ApplyLocal(run, buffer);
+  }
+  STARLING_RETURN_IF_ERROR(transport_->RegisterRegion(
+      request.region, AsBytes(absl::MakeSpan(buffer))));
+  transport::WriteMatch match;
+  match.region = request.region;
+  match.peer = peer;
+  const absl::Status ready = SendReply(
+      peer, request.reply_tag, request.request_id, kReady, absl::OkStatus());
+  absl::StatusOr<transport::WriteNotice> notice =
+      ready.ok() ? AwaitWrite(match, absl::Now() + options_.timeout)
+                 : absl::StatusOr<transport::WriteNotice>(ready);
+  transport_->RetireRegions(request.region, request.region + 1);
+  // Cannot be NotFound: registered above, and only this thread deregisters.
+  transport_->DeregisterRegion(request.region).IgnoreError();
+  if (!notice.ok()) {
+    return Annotate(
+        notice.status(),
+        absl::StrCat("waiting for the gradient of push ", request.request_id,
+                     " from ", transport_->PeerName(peer)));
+  }
+  if (notice->length_bytes == 0) {
+    return absl::CancelledError(absl::StrCat(
+        transport_->PeerName(peer), " gave up push ", request.request_id));
+  }
+  if (notice->offset_bytes != 0 || notice->length_bytes != shard_bytes ||
+      notice->imm != static_cast<uint32_t>(request.request_id)) {
+    return absl::DataLossError(absl::StrCat(
+        "push ", request.request_id, " from ", transport_->PeerName(peer),
+        " wrote ", notice->length_bytes, " bytes at offset ",
+        notice->offset_bytes, " with immediate ", notice->imm, "; expected ",
+        shard_bytes, " bytes at 0"));
+  }
+  return ApplyLocal(run, buffer);
+}
+
+// The shard is copied out under `ps_mu` (a write's source must not change
+// while it is sent, and no lock is held across the write).
+absl::Status PsEngine::ServePull(int peer, const PsRequest& request, Run& run,
+                                 std::vector<float>& buffer,
+                                 absl::Span<const float>* values) {
+  const size_t shard_bytes = run.store->shard_elements() * sizeof(float);
+  const bool inline_part = request.region == 0;
+  if (request.part_bytes != shard_bytes ||
+      !(inline_part || IsPullRegionId(request.region))) {
+    return absl::DataLossError(
+        absl::StrCat("pull of ", request.part_bytes, " bytes into region ",
+                     absl::StrFormat("0x%x", request.region), "; the shard of ",
+                     options_.self, " holds ", shard_bytes));
+  }
+  if (inline_part &&
+      kReplyHeaderBytes + shard_bytes > transport_->max_control_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inline pull of ", shard_bytes, " bytes; control messages hold ",
+        transport_->max_control_bytes()));
+  }
+  buffer.resize(run.store->shard_elements());
+  CopyLocal(run, absl::MakeSpan(buffer));
+  if (inline_part) {
+    *values = buffer;
+    return absl::OkStatus();
+  }
+  transport::Completion done;
+  transport_->Write(peer, AsBytes(absl::MakeSpan(buffer)), request.region,
+                    request.offset_bytes,
+                    static_cast<uint32_t>(request.request_id), &done);
+  return AwaitWrites(peer, done, absl::Now() + options_.timeout);
+}
+
+// Requester side.
+
+absl::Status PsEngine::AwaitReply(int owner, uint32_t reply_tag,
+                                  uint64_t request_id, uint32_t stage,
+                                  absl::Span<float> values, absl::Time deadline,
+                                  bool* answered) {
+  *answered = false;
+  while (true) {
+    if (stopping()) return Stopped();
+    absl::StatusOr<std::vector<std::byte>> got = transport_->RecvControl(
+        owner, reply_tag, std::min(deadline, absl::Now() + kWaitSlice));
+    if (absl::IsDeadlineExceeded(got.status())) {
+      if (absl::Now() < deadline) continue;
+      return absl::DeadlineExceededError(
+          absl::StrCat("no answer to parameter-server request ", request_id,
+                       " within ", absl::FormatDuration(options_.timeout)));
+    }
+    if (!got.ok()) return got.status();
+    if (got->size() < kReplyHeaderBytes) {
+      return absl::DataLossError(absl::StrCat(
+          "parameter-server reply of ", got->size(), " bytes is too short"));
+    }
+    ReplyHeader header;
+    std::memcpy(&header, got->data(), kReplyHeaderBytes);
+    // A late reply to an earlier call (it timed out) is dropped here.
+    if (header.request_id != request_id) continue;
+    const std::byte* message = got->data() + kReplyHeaderBytes;
+    // Values come with an Ok answer to what the caller waits for.
+    const size_t values_bytes = header.code == 0 && header.stage == stage
+                                    ? values.size() * sizeof(float)
+                                    : 0;
+    if (got->size() !=
+            kReplyHeaderBytes + header.message_bytes + values_bytes ||
+        header.code >
+            static_cast<uint32_t>(absl::StatusCode::kUnauthenticated) ||
+        (header.stage != kReady && header.stage != kDone) ||
+        (header.stage == kReady && header.code != 0)) {
+      return absl::DataLossError(absl::StrCat(
+          "malformed parameter-server reply of ", got->size(), " bytes"));
+    }
+    *answered = true;
+    if (header.code == 0 && header.stage != stage) {
+      return absl::DataLossError(absl::StrCat(
+          "parameter-server reply '", header.stage == kReady ? "ready" : "done",
+          "' to request ", request_id, " out of turn"));
+    }
+    if (values_bytes > 0) {
+      std::memcpy(values.data(), message + header.message_bytes, values_bytes);
+    }
+    return absl::Status(static_cast<absl::StatusCode>(header.code),
+                        std::string(reinterpret_cast<const char*>(message),
+                                    header.message_bytes));
+  }
+}
+
+absl::Status PsEngine::Move(
+    const WorkerHandle& worker, Run& run, uint32_t kind,
+    const google::protobuf::RepeatedPtrField<proto::PoolSlice>& slices) {
+  const TensorLayout& layout = run.layout;
+  // Each slice's entry and the worker's buffer (of the tensor's type: the
+  // parameter-server wire is float32, 16-bit tensors are widened and
+  // narrowed here).
+  struct Buffer {
+    const TensorLayout::Entry* entry;
+    absl::Span<std::byte> bytes;
+  };
+  std::vector<Buffer> buffers;
+  for (const proto::PoolSlice& slice : slices) {
+    STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
+                              layout.Find(slice.tensor()));
+    if (slice.elements() != entry->elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", slice.tensor(), "': ", slice.elements(),
+                       " elements ", kind == kPush ? "pushed, " : "asked, ",
+                       entry->elements, " declared"));
+    }
+    STARLING_ASSIGN_OR_RETURN(
+        absl::Span<std::byte> buffer,
+        worker.pool->Bytes(slice, DataTypeBytes(entry->type)));
+    buffers.push_back(Buffer{entry, buffer});
+  }
+  // Tensors a push leaves out count as zeros.
+  std::vector<float> flat(layout.total_elements, 0.0f);
+  if (kind == kPush) {
+    for (const Buffer& b : buffers) {
+      collective::ToFloat32(b.entry->type, b.bytes.data(),
+                            flat.data() + b.entry->offset, b.entry->elements);
+    }
+  }
+  STARLING_RETURN_IF_ERROR(Exchange(worker, run, kind, absl::MakeSpan(flat)));
+  if (kind == kPull) {
+    for (const Buffer& b : buffers) {
+      collective::FromFloat32(b.entry->type, flat.data() + b.entry->offset,
+                              b.bytes.data(), b.entry->elements);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Sends every remote owner its request first, then applies (or reads) the
+// own shard, then goes through the owners in rank order: a push writes its
+// part as soon as that owner is ready and then collects the "done"s; a pull
+// waits for each owner's reply (and write). The owners work in parallel.
+// Rank order keeps pushes free of deadlock: an owner waiting for a push's
+// gradient waits on a requester that waits on an owner of lower rank, so
+// the lowest such owner's requester always goes on.
+// Every write posted is over before this returns (`flat` is the source or
+// the target).
+absl::Status PsEngine::Exchange(const WorkerHandle& worker, Run& run,
+                                uint32_t kind, absl::Span<float> flat) {
+  if (stopping()) return Stopped();
+  const int rank = transport_->rank();
+  const int size = transport_->size();
+  const collective::ShardLayout shards(flat.size(), size);
+  auto part = [&](int owner) {
+    return flat.subspan(shards.Begin(owner), shards.Size(owner));
+  };
+  const size_t eager_bytes =
+      std::min(options_.eager_bytes, transport_->max_control_bytes() -
+                                         kRequestBytes - kReplyHeaderBytes);
+  std::vector<bool> remote(size, false), inline_part(size, false);
+  bool any_region = false;
+  for (int owner = 0; owner < size; ++owner) {
+    remote[owner] = owner != rank && shards.Size(owner) > 0;
+    inline_part[owner] = shards.Size(owner) * sizeof(float) <= eager_bytes;
+    any_region |= remote[owner] && !inline_part[owner];
+  }
+  PsRequest request;
+  request.kind = kind;
+  request.reply_tag = kPsReplyTagBase + worker.index;
+  request.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  request.run_id = run.id;
+  const uint32_t imm = static_cast<uint32_t>(request.request_id);
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  transport::RegionId region = 0;
+  if (any_region && kind == kPush) {
+    region = PushRegionId(
+        rank, next_push_region_.fetch_add(1, std::memory_order_relaxed));
+  } else if (any_region) {
+    region =
+        PullRegionId(next_pull_region_.fetch_add(1, std::memory_order_relaxed));
+    absl::Status registered = transport_->RegisterRegion(region, AsBytes(flat));
+    if (!registered.ok()) {
+      transport_->RetireRegions(region, region + 1);
+      return Annotate(registered, "registering the pull's receive buffer");
+    }
+  }
+  absl::Status first_error;
+  auto failed = [&](int owner, const absl::Status& status) {
+    if (status.ok() || !first_error.ok()) return;
+    first_error = Annotate(
+        status, absl::StrCat("shard owner ", transport_->PeerName(owner)));
+  };
+
+  std::vector<bool> sent(size, false);
+  for (int owner = 0; owner < size; ++owner) {
+    if (!remote[owner]) continue;
+    request.region = inline_part[owner] ? 0 : region;
+    request.offset_bytes = kind == kPull && !inline_part[owner]
+                               ? shards.Begin(owner) * sizeof(float)
+                               : 0;
+    request.part_bytes = shards.Size(owner) * sizeof(float);
+    const size_t values_bytes =
+        kind == kPush && inline_part[owner] ? request.part_bytes : 0;
+    std::vector<std::byte> message(kRequestBytes + values_bytes);
+    std::memcpy(message.data(), &request, kRequestBytes);
+    if (values_bytes > 0) {
+      std::memcpy(message.data() + kRequestBytes, part(owner).data(),
+                  values_bytes);
+    }
+    absl::Status status =
+        transport_->SendControl(owner, kPsRequestTag, message);
+    failed(owner, status);
+    sent[owner] = status.ok();
+  }
+  if (kind == kPush) {
+    failed(rank, ApplyLocal(run, part(rank)));
+  } else {
+    CopyLocal(run, part(rank));
+  }
+
+  // Writes to each owner, each bounded from when it was posted.
+  std::vector<std::unique_ptr<transport::Completion>> writes(size);
+  std::vector<absl::Time> write_deadlines(size);
+  std::vector<bool> gradient_sent(size, false);
+  for (int owner = 0; owner < size; ++owner) {
+    if (!sent[owner]) continue;
+    const bool by_write = !inline_part[owner];
+    bool answered = false;
+    absl::Status status = AwaitReply(
+        owner, request.reply_tag, request.request_id,
+        kind == kPush && by_write ? kReady : kDone,
+        kind == kPull && !by_write ? part(owner) : absl::Span<float>(),
+        deadline, &answered);
+    if (kind == kPush && by_write && (status.ok() || !answered)) {
+      // Ready: the gradient. No answer: 0 bytes, telling the owner (once it
+      // gets to this request) that nobody waits for it any more.
+      writes[owner] = std::make_unique<transport::Completion>();
+      write_deadlines[owner] = absl::Now() + options_.timeout;
+      const absl::Span<float> gradient =
+          status.ok() ? part(owner) : absl::Span<float>();
+      transport_->Write(owner, AsBytes(gradient), region, 0, imm,
+                        writes[owner].get());
+      gradient_sent[owner] = status.ok();
+    } else if (kind == kPull && by_write && status.ok()) {
+      transport::WriteMatch match;
+      match.region = region;
+      match.peer = owner;
+      absl::StatusOr<transport::WriteNotice> notice =
+          AwaitWrite(match, deadline);
+      status = notice.status();
+      if (notice.ok() &&
+          (notice->offset_bytes != shards.Begin(owner) * sizeof(float) ||
+           notice->length_bytes != shards.Size(owner) * sizeof(float) ||
+           notice->imm != imm)) {
+        status = absl::DataLossError(absl::StrCat(
+            "pull ", request.request_id, ": ", notice->length_bytes,
+            " bytes landed at offset ", notice->offset_bytes,
+            " with immediate ", notice->imm, ", not the owner's part"));
+      }
+    }
+    failed(owner, status);
+  }
+  for (int owner = 0; owner < size; ++owner) {
+    if (!gradient_sent[owner]) continue;
+    bool answered = false;
+    failed(owner, AwaitReply(owner, request.reply_tag, request.request_id,
+                             kDone, absl::Span<float>(), deadline, &answered));
+  }
+  for (int owner = 0; owner < size; ++owner) {
+    if (writes[owner] == nullptr) continue;
+    failed(owner, AwaitWrites(owner, *writes[owner], write_deadlines[owner]));
+  }
+  if (any_region && kind == kPull) {
+    // Retired first, so that an owner's late write is dropped, not held.
+    transport_->RetireRegions(region, region + 1);
+    // Cannot be NotFound: registered above, and only this call deregisters.
+    transport_->DeregisterRegion(region).IgnoreError();
+  }
+  return first_error;
+}
+
+void PsEngine::Push(const WorkerHandle& worker,
+                    const proto::WorkerRequest& request) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
+  absl::Status status =
+      run.ok() ? Move(worker, **run, kPush, request.push_gradients().slices())
+               : run.status();
+  const proto::PushGradientsRequest& push = request.push_gradients();
+  if (run.ok()) metrics_->progress->Record(worker.index, push);
+  if (run.ok() && push.step_seconds() > 0) {
+    // The worker's ReportStepTimes, as the sync engine records them.
+    metrics_->worker_compute_seconds->Increment(push.compute_seconds());
+    metrics_->worker_step_seconds->Increment(push.step_seconds());
+    metrics_->compute_ratio->Set(
+        (*run)->AddStepTimes(push.compute_seconds(), push.step_seconds()));
+  }
+  if (!status.ok()) {
+    status =
+        Annotate(status, absl::StrCat("parameter-server push of step ",
+                                      request.push_gradients().step(), " from ",
+                                      worker.name, " on ", options_.self));
+  }
+  metrics_->pushes->Increment();
+  metrics_->push_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  worker.responder->Reply(request.id(), status);
+}
+
+void PsEngine::Pull(const WorkerHandle& worker,
+                    const proto::WorkerRequest& request) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
+  absl::Status status = run.status();
+  const int64_t version = request.pull_parameters().version();
+  if (status.ok() && options_.round_robin && version > 0) {
+    status = AwaitTurn(worker, **run, version);
+  }
+  if (status.ok()) {
+    status = Move(worker, **run, kPull, request.pull_parameters().slices());
+  }
+  if (!status.ok()) {
+    status = Annotate(status, absl::StrCat("parameter-server pull from ",
+                                           worker.name, " on ", options_.self));
+  }
+  metrics_->pulls->Increment();
+  metrics_->pull_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  worker.responder->Reply(request.id(), status);
+}
+
+}  // namespace node
+}  // namespace starling

@@ -1,0 +1,180 @@
+// PsEngine: parameter-server mode (JobConfig MODE_PARAMETER_SERVER,
+// DESIGN.md "Training modes"). A push is split by the shard map and each
+// part goes to the daemon owning that range, which applies it at once with
+// its optimizer: one update per push, no waiting for other workers (the
+// optimizer's gradient scale is 1 / total workers, set at commit, so one
+// push from every worker moves the shard as far as one synchronous step);
+// a pull reads every owner's current values. Nothing is synchronised
+// across workers: pulls see whatever the shards hold.
+//
+// A part (one owner's range of a push or pull) of up to `eager_bytes`
+// travels inside the control messages (push: in the request, pull: in the
+// reply): small tensors are spared a round trip and two registrations.
+// Larger parts move on the data plane, one-sided writes into registered
+// regions named by ids used once, and have no size limit. The requests,
+// replies, exchanges and region ids: ps_wire_format.md (the code:
+// ps_wire.h). An owner serves each peer on one thread with one receive
+// buffer, and applies pushes under the run's `ps_mu`: concurrent pushes
+// from several workers and peers never share a buffer.
+//
+// The asynchronous EASGD variants run on this engine too (the pushes are
+// elastic differences, the optimizer easgd adds them to the centre):
+//   hogwild: pushes are applied without `ps_mu` (shard::AddRelaxed) and
+//            pulls read without it (shard::CopyRelaxed): concurrent pushes
+//            from several peers and local workers overlap, an element may
+//            lose one of two simultaneous additions, and a pull may see
+//            part of a push.
+//   round_robin: a pull for version v > 0 first waits until every owner
+//            applied v pushes (kind 3 requests ask an owner its count;
+//            the requester polls, so no owner thread ever waits for a
+//            turn): worker g's exchange k pulls version k * workers + g,
+//            so exchanges happen one at a time, in worker order.
+//
+// Deadlines: a push or pull takes at most `timeout` (then the owners that
+// did not answer are named); an owner waits at most `timeout` for a run its
+// peer began an instant earlier and for the gradient after "ready". Writes
+// not finished by then abort their peer (Transport::AbortPeer), so that no
+// buffer is freed under a write.
+//
+// Thread-safe. Threads: one server thread per peer (Start/Stop); Push and
+// Pull run on the workers' reader threads. The shard and optimizer are
+// touched under the run's `ps_mu` (compute only, no I/O under it); the
+// engine holds no lock of its own.
+#ifndef STARLING_SERVER_NODE_PS_PS_ENGINE_H_
+#define STARLING_SERVER_NODE_PS_PS_ENGINE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/worker.pb.h"
+#include "server/node/ps/ps_wire.h"
+#include "server/node/run/run.h"
+#include "server/node/sync/sync_engine.h"
+#include "server/node/telemetry/node_metrics.h"
+#include "server/node/worker/worker_session.h"
+#include "server/transport/completion.h"
+#include "server/transport/transport.h"
+
+namespace starling {
+namespace node {
+
+struct PsEngineOptions {
+  // Bound on one push or pull, and on each wait of the owner's side.
+  absl::Duration timeout = absl::Seconds(30);
+  // Parts up to this many bytes travel inside control messages (at most
+  // the transport's max_control_bytes() less the headers); larger ones as
+  // one-sided writes.
+  size_t eager_bytes = size_t{64} << 10;
+  // "rank 2 (127.0.0.1:29502)": this daemon in messages.
+  std::string self;
+  // MODE_HOGWILD_EASGD and MODE_ROUND_ROBIN_EASGD (the file comment).
+  bool hogwild = false;
+  bool round_robin = false;
+};
+
+class PsEngine {
+ public:
+  // Pointers borrowed; they must outlive the engine. `runs` provides the
+  // running run (layout, shard, optimizer).
+  PsEngine(PsEngineOptions options, transport::Transport* transport,
+           const SyncEngine* runs, NodeMetrics* metrics);
+  ~PsEngine();
+  PsEngine(const PsEngine&) = delete;
+  PsEngine& operator=(const PsEngine&) = delete;
+
+  void Start();
+  // Joins the server threads; pushes and pulls in flight end within a wait
+  // slice (FailedPrecondition), later ones fail at once.
+  void Stop();
+
+  // Both answer the worker themselves.
+  void Push(const WorkerHandle& worker, const proto::WorkerRequest& request);
+  void Pull(const WorkerHandle& worker, const proto::WorkerRequest& request);
+
+  // Updates applied to this daemon's shard in the running run.
+  int64_t updates() const;
+
+ private:
+  // Pushes (kind 1) the worker's `slices` or pulls (kind 2) into them.
+  absl::Status Move(
+      const WorkerHandle& worker, Run& run, uint32_t kind,
+      const google::protobuf::RepeatedPtrField<proto::PoolSlice>& slices);
+  // Pushes `flat` to (kind 1) or fills it from (kind 2) every owner.
+  absl::Status Exchange(const WorkerHandle& worker, Run& run, uint32_t kind,
+                        absl::Span<float> flat);
+  // Waits for the reply to `request_id` from `owner` at `stage` (1 ready,
+  // 2 done), dropping stale ones; an inline pull's values go to `values`.
+  // Returns the owner's answer, and sets `*answered`, when a reply came (an
+  // error is final at either stage); otherwise why none did
+  // (DeadlineExceeded, the peer's status, or FailedPrecondition when
+  // stopping).
+  absl::Status AwaitReply(int owner, uint32_t reply_tag, uint64_t request_id,
+                          uint32_t stage, absl::Span<float> values,
+                          absl::Time deadline, bool* answered);
+  // WaitForWrite in slices, so that Stop() is noticed.
+  absl::StatusOr<transport::WriteNotice> AwaitWrite(
+      const transport::WriteMatch& match, absl::Time deadline);
+  // Waits for the writes counted by `done` to `peer`; past `deadline`
+  // aborts the peer, which finishes them. Either way they are over (their
+  // buffers free) when it returns.
+  absl::Status AwaitWrites(int peer, transport::Completion& done,
+                           absl::Time deadline);
+  absl::Status ApplyLocal(Run& run, absl::Span<const float> grads);
+  void CopyLocal(Run& run, absl::Span<float> out);
+  static int64_t LocalUpdates(Run& run);
+  // round_robin: returns once every owner applied `updates` pushes of the
+  // run (polling, bounded by the timeout: DeadlineExceeded naming the
+  // worker whose turn it is and the owner that lags).
+  absl::Status AwaitTurn(const WorkerHandle& worker, Run& run, int64_t updates);
+  // Owner `owner`'s count of applied pushes (a kind 3 request).
+  absl::StatusOr<int64_t> RemoteUpdates(const WorkerHandle& worker, Run& run,
+                                        int owner, absl::Time deadline);
+
+  // Owner side: serves `peer`'s requests until Stop().
+  void Serve(int peer);
+  // The run `run_id` once it runs here (waiting up to `timeout` for it to
+  // begin), or FailedPrecondition.
+  absl::StatusOr<std::shared_ptr<Run>> AwaitRun(uint64_t run_id);
+  // Handle one request with `buffer` (reused per peer); the status
+  // returned is the "done" reply's. A push sends "ready" unless `gradient`
+  // came inline; an inline pull sets `*values` (a view of `buffer`).
+  absl::Status ServePush(int peer, const PsRequest& request,
+                         absl::Span<const std::byte> gradient, Run& run,
+                         std::vector<float>& buffer);
+  absl::Status ServePull(int peer, const PsRequest& request, Run& run,
+                         std::vector<float>& buffer,
+                         absl::Span<const float>* values);
+  absl::Status SendReply(int peer, uint32_t reply_tag, uint64_t request_id,
+                         uint32_t stage, const absl::Status& status,
+                         absl::Span<const float> values = {});
+  bool stopping() const;
+  absl::Status Stopped() const;  // FailedPrecondition naming this daemon
+
+  const PsEngineOptions options_;
+  transport::Transport* const transport_;
+  const SyncEngine* const runs_;
+  NodeMetrics* const metrics_;
+  std::vector<std::thread> servers_;
+  // relaxed is enough: waits poll it between bounded slices.
+  std::atomic<bool> stop_{false};
+  // relaxed: only uniqueness matters.
+  std::atomic<uint64_t> next_request_id_{1};
+  // Region id counters (see the file comment); relaxed: only uniqueness
+  // matters, and gaps from a race fill within a moment.
+  std::atomic<uint64_t> next_push_region_{0};
+  std::atomic<uint64_t> next_pull_region_{0};
+};
+
+}  // namespace node
+}  // namespace starling
+
+#endif  // STARLING_SERVER_NODE_PS_PS_ENGINE_H_

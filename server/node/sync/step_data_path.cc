@@ -1,0 +1,324 @@
+#include "server/node/sync/step_data_path.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/types/span.h"
+#include "proto/tensor_table.h"
+#include "server/base/status_macros.h"
+#include "server/collective/data_type.h"
+#include "server/collective/reduce_kernels.h"
+#include "server/node/run/float_bytes.h"
+
+namespace starling {
+namespace node {
+
+StepDataPath::StepDataPath(collective::Communicator* comm, NodeMetrics* metrics)
+    : comm_(comm), metrics_(metrics) {}
+
+namespace {
+
+using collective::DataType;
+
+// dst += n 16-bit values of `type`, widened a block at a time on the stack.
+void WidenAdd(DataType type, const std::byte* src, float* dst, size_t n) {
+  constexpr size_t kBlock = 1024;
+  float block[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    const size_t m = std::min(kBlock, n - i);
+    collective::ToFloat32(type, src + i * sizeof(uint16_t), block, m);
+    for (size_t j = 0; j < m; ++j) dst[i + j] += block[j];
+  }
+}
+
+// Elements [begin, end) of a 16-bit run's wire staging.
+absl::Span<std::byte> WireBytes(Run& run, uint64_t begin, uint64_t end) {
+  return {reinterpret_cast<std::byte*>(run.wire16.data() + begin),
+          (end - begin) * sizeof(uint16_t)};
+}
+
+}  // namespace
+
+absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
+                                        Run& run, int bucket,
+                                        const collective::CallOptions& call) {
+  STARLING_RETURN_IF_ERROR(LocalReduce(rounds, run, bucket));
+  const Bucket& b = run.buckets[bucket];
+  if (b.end == b.begin) return absl::OkStatus();
+  float* grads = run.store->gradients().data();
+  if (run.wire != DataType::kFloat32) {
+    collective::FromFloat32(run.wire, grads + b.begin,
+                            run.wire16.data() + b.begin, b.end - b.begin);
+  }
+  const absl::Time start = absl::Now();
+  absl::Span<std::byte> wire =
+      run.wire == DataType::kFloat32
+          ? AsBytes(run.store->gradients().subspan(b.begin, b.end - b.begin))
+          : WireBytes(run, b.begin, b.end);
+  STARLING_RETURN_IF_ERROR(Annotate(
+      comm_->ReduceScatter(wire, run.wire, collective::ReduceOp::kSum, call),
+      absl::StrCat("reduce-scatter of bucket ", bucket)));
+  metrics_->allreduce_seconds->Observe(
+      absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->collective_bytes->Increment(static_cast<double>(wire.size()));
+  float* master = run.master_gradients.data() + b.master_offset;
+  const size_t owned = b.owned_end - b.owned_begin;
+  if (run.wire == DataType::kFloat32) {
+    std::memcpy(master, grads + b.owned_begin, owned * sizeof(float));
+  } else {
+    collective::ToFloat32(run.wire, run.wire16.data() + b.owned_begin, master,
+                          owned);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::UpdateAndGather(
+    Run& run, int64_t step, const collective::CallOptions& call) {
+  STARLING_RETURN_IF_ERROR(Annotate(
+      run.optimizer->Apply(absl::MakeSpan(run.master),
+                           absl::MakeConstSpan(run.master_gradients), step + 1),
+      "optimizer"));
+  float* params = run.store->parameters().data();
+  const absl::Time start = absl::Now();
+  for (size_t k = 0; k < run.buckets.size(); ++k) {
+    const Bucket& b = run.buckets[k];
+    if (b.end == b.begin) continue;
+    const float* master = run.master.data() + b.master_offset;
+    const size_t owned = b.owned_end - b.owned_begin;
+    absl::Span<std::byte> wire;
+    if (run.wire == DataType::kFloat32) {
+      std::memcpy(params + b.owned_begin, master, owned * sizeof(float));
+      wire = AsBytes(run.store->parameters().subspan(b.begin, b.end - b.begin));
+    } else {
+      collective::FromFloat32(run.wire, master,
+                              run.wire16.data() + b.owned_begin, owned);
+      wire = WireBytes(run, b.begin, b.end);
+    }
+    STARLING_RETURN_IF_ERROR(
+        Annotate(comm_->AllGather(wire, run.wire, call),
+                 absl::StrCat("all-gather of bucket ", k)));
+    metrics_->collective_bytes->Increment(static_cast<double>(wire.size()));
+    if (run.wire != DataType::kFloat32) {
+      collective::ToFloat32(run.wire, run.wire16.data() + b.begin,
+                            params + b.begin, b.end - b.begin);
+    }
+  }
+  metrics_->allreduce_seconds->Observe(
+      absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::CheckInitialParameters(
+    const Round& supplier, const std::vector<proto::TensorSpec>& tensors) {
+  for (const proto::PoolSlice& slice :
+       supplier.request.commit_tensors().initial_parameters()) {
+    const proto::TensorSpec* spec = nullptr;
+    for (const proto::TensorSpec& t : tensors) {
+      if (t.name() == slice.tensor()) spec = &t;
+    }
+    const std::string what =
+        absl::StrCat("initial parameters of tensor '", slice.tensor(),
+                     "' from ", supplier.worker.name);
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": no such tensor was declared"));
+    }
+    if (slice.elements() != proto::ElementsOf(*spec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", slice.elements(), " elements, declared ",
+                       proto::DescribeSpec(*spec)));
+    }
+    STARLING_RETURN_IF_ERROR(Annotate(
+        supplier.worker.pool->Bytes(slice, proto::ElementBytes(spec->dtype()))
+            .status(),
+        what));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::InitializeParameters(
+    const Round* supplier, Run& run, const collective::CallOptions& call) {
+  absl::Span<float> params = run.store->parameters();
+  if (supplier != nullptr) {
+    for (const proto::PoolSlice& slice :
+         supplier->request.commit_tensors().initial_parameters()) {
+      STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
+                                run.layout.Find(slice.tensor()));
+      const DataType type = entry->type;
+      STARLING_ASSIGN_OR_RETURN(
+          absl::Span<std::byte> src,
+          supplier->worker.pool->Bytes(slice, ::starling::DataTypeBytes(type)));
+      collective::ToFloat32(type, src.data(), params.data() + entry->offset,
+                            entry->elements);
+    }
+  }
+  if (comm_->size() > 1) {
+    // The lowest rank with a supplier broadcasts.
+    int32_t root = supplier != nullptr ? comm_->rank() : INT32_MAX;
+    STARLING_RETURN_IF_ERROR(Annotate(
+        comm_->AllReduce({reinterpret_cast<std::byte*>(&root), sizeof(root)},
+                         DataType::kInt32, collective::ReduceOp::kMin, call),
+        "agreeing on the initial parameters' supplier"));
+    if (root != INT32_MAX && !params.empty()) {
+      STARLING_RETURN_IF_ERROR(Annotate(
+          comm_->Broadcast(AsBytes(params), DataType::kFloat32, root, call),
+          absl::StrCat("broadcast of the initial parameters from "
+                       "rank ",
+                       root)));
+      metrics_->collective_bytes->Increment(
+          static_cast<double>(params.size() * sizeof(float)));
+    }
+  }
+  for (const Bucket& b : run.buckets) {
+    std::memcpy(run.master.data() + b.master_offset,
+                params.data() + b.owned_begin,
+                (b.owned_end - b.owned_begin) * sizeof(float));
+  }
+  // Workers of a 16-bit run see the 16-bit values; the master keeps them
+  // exactly (they came from 16-bit buffers, or are zeros).
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::LocalReduce(const std::vector<Round>& rounds,
+                                       Run& run, int bucket) {
+  // Each tensor's range of the gradient buffer is written once, in one pass
+  // over memory: the sum of the buffers pushed for it, read in place from
+  // the workers' pools in worker-index order (the first copied, the others
+  // added, as the reduce kernels do), or zeros where no worker pushed it.
+  // Starting from the first buffer rather than from a zeroed accumulator
+  // changes one thing only: an element that is -0.0 in every pushed buffer
+  // now sums to -0.0 (IEEE), where 0.0 + -0.0 made it +0.0.
+  const TensorLayout& layout = run.layout;
+  const Bucket& b = run.buckets[bucket];
+  absl::Span<float> grads = run.store->gradients();
+  // Reused across steps: each tensor's list keeps its capacity.
+  std::vector<std::vector<absl::Span<const std::byte>>>& inputs =
+      reduce_inputs_;
+  inputs.resize(layout.tensors.size());
+  for (int t = b.first_tensor; t < b.end_tensor; ++t) inputs[t].clear();
+  for (const Round& round : rounds) {
+    for (const proto::PoolSlice& slice :
+         round.request.push_gradients().slices()) {
+      STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
+                                layout.Find(slice.tensor()));
+      const int t = static_cast<int>(entry - layout.tensors.data());
+      if (t < b.first_tensor || t >= b.end_tensor) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", slice.tensor(), "' from ",
+                         round.worker.name, " pushed in bucket ", bucket,
+                         " but it is in bucket ", entry->spec.bucket()));
+      }
+      if (slice.elements() != entry->elements) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", slice.tensor(), "' from ",
+                         round.worker.name, ": ", slice.elements(),
+                         " elements pushed, ", entry->elements, " declared"));
+      }
+      STARLING_ASSIGN_OR_RETURN(
+          absl::Span<std::byte> src,
+          round.worker.pool->Bytes(slice,
+                                   ::starling::DataTypeBytes(entry->type)));
+      inputs[t].push_back(src);
+    }
+  }
+  double bytes = 0;
+  for (int t = b.first_tensor; t < b.end_tensor; ++t) {
+    const TensorLayout::Entry& entry = layout.tensors[t];
+    absl::Span<float> dst = grads.subspan(entry.offset, entry.elements);
+    const DataType type = entry.type;
+    if (inputs[t].empty()) {
+      std::fill(dst.begin(), dst.end(), 0.0f);
+      bytes += static_cast<double>(dst.size()) * sizeof(float);
+      continue;
+    }
+    if (type == DataType::kFloat32) {
+      STARLING_RETURN_IF_ERROR(
+          collective::ReduceMany(DataType::kFloat32, collective::ReduceOp::kSum,
+                                 AsBytes(dst), inputs[t]));
+    } else {
+      // float32 accumulation of 16-bit gradients.
+      collective::ToFloat32(type, inputs[t][0].data(), dst.data(), dst.size());
+      for (size_t i = 1; i < inputs[t].size(); ++i) {
+        WidenAdd(type, inputs[t][i].data(), dst.data(), dst.size());
+      }
+    }
+    // Each input read once, the sum written once.
+    bytes += static_cast<double>(inputs[t].size()) * inputs[t][0].size() +
+             static_cast<double>(dst.size()) * sizeof(float);
+  }
+  metrics_->local_reduce_copied_bytes->Increment(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::AllReduce(const std::vector<Round>& rounds,
+                                     const std::string& where,
+                                     const collective::CallOptions& call) {
+  const size_t elements = rounds[0].request.all_reduce().slice().elements();
+  // The workers' buffers are summed (one pass) into scratch_, which the
+  // collective sends and reduces in place, and the result is copied back
+  // into each buffer; a failed collective leaves the workers' buffers as
+  // they were.
+  scratch_.resize(elements);
+  std::vector<absl::Span<const std::byte>> inputs;
+  std::vector<absl::Span<float>> buffers;
+  for (const Round& round : rounds) {
+    absl::StatusOr<absl::Span<float>> src =
+        round.worker.pool->Floats(round.request.all_reduce().slice());
+    if (!src.ok()) return Annotate(src.status(), where);
+    inputs.push_back(AsConstBytes(*src));
+    buffers.push_back(*src);
+  }
+  absl::Span<std::byte> sum = AsBytes(absl::MakeSpan(scratch_));
+  STARLING_RETURN_IF_ERROR(
+      Annotate(collective::ReduceMany(collective::DataType::kFloat32,
+                                      collective::ReduceOp::kSum, sum, inputs),
+               where));
+  metrics_->allreduce_staging_copied_bytes->Increment((inputs.size() + 1.0) *
+                                                      sum.size());
+  const absl::Time start = absl::Now();
+  STARLING_RETURN_IF_ERROR(
+      Annotate(comm_->AllReduce(sum, collective::DataType::kFloat32,
+                                collective::ReduceOp::kSum, call),
+               where));
+  metrics_->allreduce_seconds->Observe(
+      absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->collective_bytes->Increment(elements * sizeof(float));
+  for (absl::Span<float> dst : buffers) {
+    std::memcpy(dst.data(), scratch_.data(), sum.size());
+  }
+  metrics_->allreduce_staging_copied_bytes->Increment(2.0 * buffers.size() *
+                                                      sum.size());
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::CopyParameters(
+    const WorkerHandle& worker, const proto::PullParametersRequest& pull,
+    const Run& run) const {
+  const absl::Span<const float> params = run.store->parameters();
+  for (const proto::PoolSlice& slice : pull.slices()) {
+    STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
+                              run.layout.Find(slice.tensor()));
+    if (slice.elements() != entry->elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", slice.tensor(), "': ", slice.elements(),
+                       " elements asked, ", entry->elements, " declared"));
+    }
+    const DataType type = entry->type;
+    STARLING_ASSIGN_OR_RETURN(
+        absl::Span<std::byte> dst,
+        worker.pool->Bytes(slice, ::starling::DataTypeBytes(type)));
+    collective::FromFloat32(type, params.data() + entry->offset, dst.data(),
+                            entry->elements);
+    metrics_->pull_copied_bytes->Increment(
+        static_cast<double>(entry->elements * sizeof(float) + dst.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace node
+}  // namespace starling

@@ -1,0 +1,101 @@
+// MeteredTransport: the node daemon's data-plane transport with its traffic
+// counted, whatever transport lies beneath (TCP today, RDMA or shared
+// memory where they apply): it forwards every call to the transport it owns
+// and counts, per peer rank,
+//   starling_transport_sent_bytes_total{peer}      bytes of Write()s posted
+//                                                  and control messages sent
+//   starling_transport_received_bytes_total{peer}  bytes of writes consumed
+//                                                  (WaitForWrite) and control
+//                                                  messages received
+// and the bytes registered with it now (registered_bytes()).
+// Thread-safe, as the Transport interface requires.
+#ifndef STARLING_SERVER_NODE_TELEMETRY_METERED_TRANSPORT_H_
+#define STARLING_SERVER_NODE_TELEMETRY_METERED_TRANSPORT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/metrics/metrics_registry.h"
+#include "server/transport/transport.h"
+
+namespace starling {
+namespace node {
+
+class MeteredTransport : public transport::Transport {
+ public:
+  // Takes `inner` over; registers the two counter families in `registry`
+  // (borrowed, must outlive the transport). AlreadyExists if they are.
+  static absl::StatusOr<std::unique_ptr<MeteredTransport>> Create(
+      std::unique_ptr<transport::Transport> inner,
+      metrics::MetricsRegistry* registry);
+
+  // Bytes registered now (RegisterRegion minus DeregisterRegion).
+  uint64_t registered_bytes() const {
+    return registered_bytes_.load(std::memory_order_relaxed);
+  }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string PeerName(int rank) const override {
+    return inner_->PeerName(rank);
+  }
+  absl::Status RegisterRegion(transport::RegionId id,
+                              absl::Span<std::byte> memory) override;
+  absl::Status DeregisterRegion(transport::RegionId id) override;
+  void RetireRegions(transport::RegionId first,
+                     transport::RegionId end) override {
+    inner_->RetireRegions(first, end);
+  }
+  uint64_t stale_writes_dropped() const override {
+    return inner_->stale_writes_dropped();
+  }
+  void Write(int peer, absl::Span<const std::byte> data,
+             transport::RegionId remote, uint64_t remote_offset_bytes,
+             uint32_t imm, transport::Completion* done) override;
+  absl::StatusOr<transport::WriteNotice> WaitForWrite(
+      const transport::WriteMatch& match, absl::Time deadline) override;
+  absl::Status SendControl(int peer, uint32_t tag,
+                           absl::Span<const std::byte> message) override;
+  absl::StatusOr<std::vector<std::byte>> RecvControl(
+      int peer, uint32_t tag, absl::Time deadline) override;
+  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
+      int peer, uint32_t tag) override;
+  size_t max_control_bytes() const override {
+    return inner_->max_control_bytes();
+  }
+  absl::Status PeerStatus(int peer) const override {
+    return inner_->PeerStatus(peer);
+  }
+  void AbortPeer(int peer, const absl::Status& why) override {
+    inner_->AbortPeer(peer, why);
+  }
+
+ private:
+  MeteredTransport(std::unique_ptr<transport::Transport> inner,
+                   std::vector<metrics::Counter*> sent,
+                   std::vector<metrics::Counter*> received);
+  void CountSent(int peer, size_t bytes);
+  void CountReceived(int peer, size_t bytes);
+
+  const std::unique_ptr<transport::Transport> inner_;
+  // By peer rank (this rank's entry null).
+  const std::vector<metrics::Counter*> sent_;
+  const std::vector<metrics::Counter*> received_;
+  std::atomic<uint64_t> registered_bytes_{0};
+  absl::Mutex regions_mu_;
+  std::map<transport::RegionId, size_t> region_bytes_
+      ABSL_GUARDED_BY(regions_mu_);
+};
+
+}  // namespace node
+}  // namespace starling
+
+#endif  // STARLING_SERVER_NODE_TELEMETRY_METERED_TRANSPORT_H_

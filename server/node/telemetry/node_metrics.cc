@@ -1,0 +1,207 @@
+#include "server/node/telemetry/node_metrics.h"
+
+#include <cmath>
+#include <memory>
+
+#include "server/base/status_macros.h"
+
+namespace starling {
+namespace node {
+
+absl::StatusOr<NodeMetrics> NodeMetrics::Register(
+    metrics::MetricsRegistry* registry) {
+  const std::vector<double> seconds =
+      metrics::Histogram::ExponentialBounds(1e-5, 4, 12);
+  NodeMetrics m;
+  metrics::HistogramFamily* h;
+  metrics::CounterFamily* c;
+  metrics::GaugeFamily* g;
+  STARLING_ASSIGN_OR_RETURN(
+      h,
+      registry->AddHistogram("starling_node_step_seconds",
+                             "Time of one synchronous step on this daemon, "
+                             "from the last local push to the new parameters",
+                             seconds));
+  m.step_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram(
+             "starling_node_allreduce_seconds",
+             "Time of the inter-daemon collectives of a step (reduce-scatter "
+             "plus all-gather) or of one worker all-reduce",
+             seconds));
+  m.allreduce_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_collective_bytes_total",
+                              "Bytes handed to inter-daemon collectives"));
+  m.collective_bytes = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_steps_total",
+                              "Synchronous steps completed"));
+  m.steps = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_step_failures_total",
+                              "Steps or collectives that failed"));
+  m.step_failures = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_pushes_total",
+                              "Gradient pushes answered to local workers"));
+  m.pushes = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_pulls_total",
+                              "Parameter pulls answered to local workers"));
+  m.pulls = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram("starling_node_push_seconds",
+                                "Latency of a gradient push, request to answer",
+                                seconds));
+  m.push_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram(
+             "starling_node_pull_seconds",
+             "Latency of a parameter pull, request to answer", seconds));
+  m.pull_seconds = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      h, registry->AddHistogram(
+             "starling_node_push_staleness",
+             "Staleness of each gradient push: its step minus the parameter "
+             "version its worker last pulled (0 in synchronous SGD; at most "
+             "the run's bound in async SGD)",
+             {0, 1, 2, 3, 4, 6, 8, 12, 16, 32}));
+  m.push_staleness = h->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_worker_compute_seconds_total",
+             "Seconds local workers spent in forward and backward (as they "
+             "report them)"));
+  m.worker_compute_seconds = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_worker_step_seconds_total",
+                              "Seconds of local workers' whole steps (as they "
+                              "report them)"));
+  m.worker_step_seconds = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_compute_ratio",
+                            "Local workers' compute time / step time over "
+                            "the running run (1: communication fully hidden)"));
+  m.compute_ratio = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_attached_workers",
+                            "Local workers attached to this daemon"));
+  m.attached_workers = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_missing_workers",
+                            "Local workers that left the running run without "
+                            "finishing and have not been replaced yet"));
+  m.missing_workers = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_run_id",
+                            "The training run this daemon runs (0 between "
+                            "runs)"));
+  m.run_id = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_stale_writes_dropped_total",
+             "Data-plane writes that arrived for an operation that was gone "
+             "(failed here, or skipped by a new run) and were dropped"));
+  m.stale_writes_dropped = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g,
+      registry->AddGauge("starling_node_optimizer_state_bytes",
+                         "Bytes of optimizer state for this daemon's shard"));
+  m.optimizer_state_bytes = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_shard_bytes",
+                            "Bytes of the parameter shard this daemon owns"));
+  m.shard_bytes = g->Get();
+  STARLING_ASSIGN_OR_RETURN(g, registry->AddGauge("starling_node_group_size",
+                                                  "Daemons in the group"));
+  m.group_size = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_copied_bytes_total",
+             "Bytes of tensor data the daemon read or wrote in user space "
+             "(sync modes; a copy of n bytes counts 2n), by phase",
+             {"phase"}));
+  m.local_reduce_copied_bytes = c->WithLabels({"local_reduce"});
+  m.allreduce_staging_copied_bytes = c->WithLabels({"allreduce_staging"});
+  m.pull_copied_bytes = c->WithLabels({"pull"});
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_rank",
+                            "This daemon's rank in its group (-1 before it "
+                            "joined)"));
+  m.rank = g->Get();
+  m.rank->Set(-1);
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge(
+             "starling_node_link_rate_bytes_per_second",
+             "The network link rate the operator configured for this node "
+             "(--link_gbits), to hold bus bandwidth against; 0: not set"));
+  m.link_rate = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge(
+             "starling_node_registered_memory_bytes",
+             "Memory registered with the data-plane transport now plus the "
+             "local workers' shared-memory pools the daemon maps"));
+  m.registered_memory_bytes = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_worker_failures_total",
+             "Local workers that left a running run without finishing it "
+             "(crashed, killed, disconnected)"));
+  m.worker_failures = c->Get();
+  metrics::Counter* samples;
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_worker_samples_total",
+                              "Training samples the local workers reported "
+                              "(Client::ReportProgress)"));
+  samples = c->Get();
+  metrics::Gauge* loss;
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_worker_loss",
+                            "Mean over the local workers of the last training "
+                            "loss each reported (NaN before any report)"));
+  loss = g->Get();
+  metrics::Gauge* accuracy;
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_worker_accuracy",
+                            "Mean over the local workers of the last accuracy "
+                            "(0..1) each reported (NaN before any report)"));
+  accuracy = g->Get();
+  // NaN until a worker reports one: a dashboard draws no point rather
+  // than a loss or accuracy of 0 nobody measured.
+  loss->Set(std::nan(""));
+  accuracy->Set(std::nan(""));
+  m.progress = std::make_shared<WorkerProgress>(samples, loss, accuracy);
+  return m;
+}
+
+}  // namespace node
+}  // namespace starling
+
+namespace starling {
+namespace node {
+
+void WorkerProgress::Record(int worker_index,
+                            const proto::PushGradientsRequest& push) {
+  if (push.samples() > 0) {
+    samples_->Increment(static_cast<double>(push.samples()));
+  }
+  if (!push.has_loss() && !push.has_accuracy()) return;
+  absl::MutexLock lock(&mu_);
+  const auto mean = [](const std::map<int, double>& values) {
+    double sum = 0;
+    for (const auto& [index, value] : values) sum += value;
+    return sum / static_cast<double>(values.size());
+  };
+  if (push.has_loss()) {
+    last_loss_[worker_index] = push.loss();
+    loss_->Set(mean(last_loss_));
+  }
+  if (push.has_accuracy()) {
+    last_accuracy_[worker_index] = push.accuracy();
+    accuracy_->Set(mean(last_accuracy_));
+  }
+}
+
+}  // namespace node
+}  // namespace starling
