@@ -142,10 +142,13 @@ Connection::~Connection() {
   // this worker's slot and then closes its end, which ends the reader. So
   // a worker with the same index started right after this one finds its
   // slot free. Bounded: a daemon that has not closed by kCloseWait is cut
-  // off.
+  // off. A connection whose hello failed (Open's error paths) has no
+  // reader and holds no slot: nothing to wait for.
   ::shutdown(fd_, SHUT_WR);
   if (writer_.joinable()) writer_.join();
-  reader_done_.WaitForNotificationWithTimeout(kCloseWait);
+  if (reader_.joinable()) {
+    reader_done_.WaitForNotificationWithTimeout(kCloseWait);
+  }
   ::shutdown(fd_, SHUT_RDWR);
   if (reader_.joinable()) reader_.join();
   ::close(fd_);

@@ -244,6 +244,23 @@ TEST_F(WorkerChannelTest, TakenWorkerIndexIsRefused) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
 }
 
+// A refused hello holds no slot and starts no reader, so the error comes
+// at once: the orderly close's wait for the daemon (2 s) is not taken.
+TEST_F(WorkerChannelTest, RefusedHelloFailsAtOnce) {
+  std::unique_ptr<client::Client> first = Connect(0);
+  ASSERT_NE(first, nullptr);
+  client::ClientOptions options;
+  options.socket_path = path_;
+  options.worker_index = 0;
+  options.timeout = absl::Seconds(5);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<client::Client>> second =
+      client::Client::Connect(options);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
 TEST_F(WorkerChannelTest, DaemonGoingAwayFailsPendingFutures) {
   std::unique_ptr<client::Client> c = Connect(0);
   ASSERT_NE(c, nullptr);
