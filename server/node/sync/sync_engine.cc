@@ -693,12 +693,8 @@ int SyncEngine::attached_workers() const {
 proto::RunStatus SyncEngine::run_status() const {
   absl::MutexLock lock(&mu_);
   if (run_ != nullptr) {
-    int64_t steps = applied_version_;
-    if (!options_.pushes_are_rounds) {
-      absl::MutexLock ps_lock(&run_->ps_mu);
-      steps = run_->ps_updates;
-    }
-    return RunStatusOf(*run_, proto::RunStatus::STATE_RUNNING, steps);
+    return RunStatusOf(*run_, proto::RunStatus::STATE_RUNNING,
+                       StepsLocked(*run_));
   }
   proto::RunStatus status;
   if (slots_.connected() > 0) {
