@@ -31,7 +31,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/node/node_cluster.h"
-#include "worker/train/backend.h"
+#include "tests/node/reference_mlp.h"
 #include "worker/train/dataset.h"
 #include "worker/train/idx.h"
 #include "worker/train/model.h"
@@ -143,19 +143,11 @@ std::vector<WorkerRun> RunJob(const Job& job, const std::string& tag) {
 // alpha = beta / W. The sum is in worker order (what the daemons compute
 // with one worker each for W = 2).
 std::vector<float> ReferenceSyncEasgd(int workers, int tau) {
-  absl::StatusOr<train::Dataset> data = train::LoadFashionMnist(
-      train::kDefaultFashionMnistDir, "train", kTrainLimit);
-  EXPECT_TRUE(data.ok()) << data.status();
-  if (!data.ok()) return {};
-  absl::StatusOr<std::unique_ptr<train::Backend>> backend =
-      train::CreateBackend("cpu");
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return {};
-  absl::StatusOr<std::unique_ptr<train::Model>> model = train::Model::Create(
-      train::ModelKind::kMlp, backend->get(), std::max(kBatch, 256));
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return {};
-  train::Model& m = **model;
+  std::unique_ptr<ReferenceMlp> reference =
+      MakeReferenceMlp(kTrainLimit, kBatch);
+  if (reference == nullptr) return {};
+  train::Dataset* data = &reference->data;
+  train::Model& m = *reference->model;
   const size_t p = m.parameter_count();
   std::vector<float> center(p);
   m.InitParameters(kSeed, absl::MakeSpan(center));

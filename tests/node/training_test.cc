@@ -45,7 +45,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/node/node_cluster.h"
-#include "worker/train/backend.h"
+#include "tests/node/reference_mlp.h"
 #include "worker/train/dataset.h"
 #include "worker/train/model.h"
 
@@ -185,19 +185,11 @@ void ExpectSameParametersOnEveryWorker(const std::vector<WorkerRun>& runs,
 // holds on every CPU whichever kernels OpenBLAS picks for it.
 std::vector<float> ReferenceSyncSgd(const Job& job) {
   EXPECT_LE(job.daemons, 2) << "the reference sums in one order only";
-  absl::StatusOr<train::Dataset> data = train::LoadFashionMnist(
-      train::kDefaultFashionMnistDir, "train", job.train_limit);
-  EXPECT_TRUE(data.ok()) << data.status();
-  if (!data.ok()) return {};
-  absl::StatusOr<std::unique_ptr<train::Backend>> backend =
-      train::CreateBackend("cpu");
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return {};
-  absl::StatusOr<std::unique_ptr<train::Model>> model = train::Model::Create(
-      train::ModelKind::kMlp, backend->get(), std::max(job.batch, 256));
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return {};
-  train::Model& m = **model;
+  std::unique_ptr<ReferenceMlp> reference =
+      MakeReferenceMlp(job.train_limit, job.batch);
+  if (reference == nullptr) return {};
+  train::Dataset* data = &reference->data;
+  train::Model& m = *reference->model;
   const size_t p = m.parameter_count();
   std::vector<float> params(p);
   m.InitParameters(kSeed, absl::MakeSpan(params));

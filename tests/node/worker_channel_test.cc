@@ -232,15 +232,21 @@ TEST_F(WorkerChannelTest, SyncPushIsBoundedByTheClientTimeout) {
   EXPECT_TRUE((*c)->PullParameters(1, {{"w", *w}}).ok());
 }
 
+// A second worker with index 0 while `first` holds it.
+absl::StatusOr<std::unique_ptr<client::Client>> ConnectSecondIndexZero(
+    const std::string& path) {
+  client::ClientOptions options;
+  options.socket_path = path;
+  options.worker_index = 0;
+  options.timeout = absl::Seconds(5);
+  return client::Client::Connect(options);
+}
+
 TEST_F(WorkerChannelTest, TakenWorkerIndexIsRefused) {
   std::unique_ptr<client::Client> first = Connect(0);
   ASSERT_NE(first, nullptr);
-  client::ClientOptions options;
-  options.socket_path = path_;
-  options.worker_index = 0;
-  options.timeout = absl::Seconds(5);
   absl::StatusOr<std::unique_ptr<client::Client>> second =
-      client::Client::Connect(options);
+      ConnectSecondIndexZero(path_);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
 }
 
@@ -249,13 +255,9 @@ TEST_F(WorkerChannelTest, TakenWorkerIndexIsRefused) {
 TEST_F(WorkerChannelTest, RefusedHelloFailsAtOnce) {
   std::unique_ptr<client::Client> first = Connect(0);
   ASSERT_NE(first, nullptr);
-  client::ClientOptions options;
-  options.socket_path = path_;
-  options.worker_index = 0;
-  options.timeout = absl::Seconds(5);
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<client::Client>> second =
-      client::Client::Connect(options);
+      ConnectSecondIndexZero(path_);
   const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_LT(took, absl::Seconds(1));
