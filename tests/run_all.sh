@@ -117,7 +117,7 @@ if [[ $bazel_rc -ne 0 && $count_rc -eq 0 ]]; then
 fi
 
 # deploy_suite NAME SCRIPT: runs a suite on the binaries just tested; exit
-# 77 (the machine lacks root, a tool or the kernel's support) is a skip.
+# 77 (the machine lacks root or the kernel's support) is a skip.
 deploy_suite() {
   local name=$1 script=$2 rc
   step "$name ($script)"

@@ -8,11 +8,14 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 
 namespace starling {
 
+namespace {
+
 constexpr char kPortableVariable[] = "STARLING_PORTABLE_KERNELS";
+
+}  // namespace
 
 CpuFeatures DetectCpuFeatures() {
   CpuFeatures features;
@@ -41,14 +44,6 @@ const CpuFeatures& CpuFeaturesInUse() {
   static const CpuFeatures in_use =
       PortableKernelsRequested() ? CpuFeatures{} : DetectCpuFeatures();
   return in_use;
-}
-
-std::string DescribeCpuFeaturesInUse() {
-  if (PortableKernelsRequested()) {
-    return absl::StrCat("portable (", kPortableVariable, "=",
-                        std::getenv(kPortableVariable), ")");
-  }
-  return CpuFeaturesInUse().f16c ? "f16c" : "none";
 }
 
 }  // namespace starling

@@ -23,8 +23,6 @@
 #ifndef STARLING_SERVER_BASE_CPU_FEATURES_H_
 #define STARLING_SERVER_BASE_CPU_FEATURES_H_
 
-#include <string>
-
 namespace starling {
 
 struct CpuFeatures {
@@ -42,10 +40,6 @@ bool PortableKernelsRequested();
 // DetectCpuFeatures(), or none of them when PortableKernelsRequested();
 // computed on first use and fixed for the life of the process. Thread-safe.
 const CpuFeatures& CpuFeaturesInUse();
-
-// For logs and --version: "f16c", "none", or
-// "portable (STARLING_PORTABLE_KERNELS=1)".
-std::string DescribeCpuFeaturesInUse();
 
 }  // namespace starling
 

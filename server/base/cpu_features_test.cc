@@ -1,14 +1,12 @@
 #include "server/base/cpu_features.h"
 
 #include <cstdlib>
+#include <string>
 
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace starling {
 namespace {
-
-using ::testing::HasSubstr;
 
 class PortableVariable : public ::testing::Test {
  protected:
@@ -43,8 +41,6 @@ TEST_F(PortableVariable, AnyOtherValueAsksForThePortablePaths) {
   for (const char* on : {"1", "yes", "true"}) {
     setenv("STARLING_PORTABLE_KERNELS", on, 1);
     EXPECT_TRUE(PortableKernelsRequested()) << on;
-    EXPECT_THAT(DescribeCpuFeaturesInUse(),
-                HasSubstr(std::string("STARLING_PORTABLE_KERNELS=") + on));
   }
 }
 

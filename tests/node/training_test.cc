@@ -207,6 +207,8 @@ std::vector<float> ReferenceSyncSgd(const Job& job) {
     const std::vector<int64_t> order =
         train::EpochOrder(kSeed, t / iterations, n);
     EXPECT_TRUE(m.SetParameters(params).ok());
+    // 0 + g is g (up to the sign of a zero, which no update can see).
+    std::fill(sum.begin(), sum.end(), 0.0f);
     for (int w = 0; w < workers; ++w) {
       const int64_t part = (t % iterations) * workers + w;
       if (part >= partitions) continue;  // that worker pushes zeros
@@ -219,7 +221,7 @@ std::vector<float> ReferenceSyncSgd(const Job& job) {
       EXPECT_TRUE(m.Loss(labels.data()).ok());
       EXPECT_TRUE(m.Backward(labels.data(), nullptr).ok());
       const absl::Span<const float> g = m.gradients();
-      for (size_t i = 0; i < p; ++i) sum[i] = w == 0 ? g[i] : sum[i] + g[i];
+      for (size_t i = 0; i < p; ++i) sum[i] += g[i];
     }
     for (size_t i = 0; i < p; ++i) params[i] -= lr * (scale * sum[i]);
   }
