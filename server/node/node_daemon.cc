@@ -185,38 +185,51 @@ absl::Status NodeDaemon::OpenDataPlane() {
 
   metrics_.group_size->Set(size);
 
-  const bool ps = proto::UsesShardOwners(config.mode());
-  SyncEngineOptions sync_options;
-  sync_options.local_workers = options_.local_workers;
-  sync_options.pushes_are_rounds = !ps;
-  sync_options.timeout = comm_options.timeout;
-  sync_options.grace = options_.worker_grace;
-  sync_options.optimizer = config.optimizer();
-  sync_options.learning_rate = static_cast<float>(config.learning_rate());
-  sync_options.staleness = config.mode() == proto::JobConfig::MODE_ASYNC_SGD
-                               ? config.staleness()
-                               : 0;
-  sync_options.self = Self();
-  sync_ = std::make_unique<SyncEngine>(
-      sync_options, comm_.get(), transport_.get(), &metrics_, this,
+  runs_ = MakeRuns(config, comm_options.timeout);
+  absl::MutexLock lock(&mu_);
+  serving_ = true;
+  return absl::OkStatus();
+}
+
+std::unique_ptr<RunManager> NodeDaemon::MakeRuns(const proto::JobConfig& config,
+                                                 absl::Duration timeout) {
+  RunManagerOptions run_options;
+  run_options.local_workers = options_.local_workers;
+  run_options.timeout = timeout;
+  run_options.grace = options_.worker_grace;
+  run_options.optimizer = config.optimizer();
+  run_options.learning_rate = static_cast<float>(config.learning_rate());
+  run_options.self = Self();
+  auto runs = std::make_unique<RunManager>(
+      run_options, comm_.get(), transport_.get(), &metrics_, this,
       [this](int64_t step, const absl::Status& status) {
         OnStep(step, status);
       });
-  sync_->Start();
-  if (ps) {
+  // The one place the job's mode picks its engine (proto/job_config_checks:
+  // which modes the shard owners run).
+  if (proto::UsesShardOwners(config.mode())) {
     PsEngineOptions ps_options;
-    ps_options.timeout = comm_options.timeout;
+    ps_options.timeout = timeout;
     ps_options.self = Self();
     ps_options.hogwild = config.mode() == proto::JobConfig::MODE_HOGWILD_EASGD;
     ps_options.round_robin =
         config.mode() == proto::JobConfig::MODE_ROUND_ROBIN_EASGD;
-    ps_ = std::make_unique<PsEngine>(ps_options, transport_.get(), sync_.get(),
-                                     &metrics_);
-    ps_->Start();
+    engine_ = std::make_unique<PsEngine>(ps_options, runs.get(),
+                                         transport_.get(), &metrics_);
+  } else {
+    SyncEngineOptions sync_options;
+    sync_options.timeout = timeout;
+    sync_options.grace = options_.worker_grace;
+    sync_options.staleness = config.mode() == proto::JobConfig::MODE_ASYNC_SGD
+                                 ? config.staleness()
+                                 : 0;
+    sync_options.self = Self();
+    engine_ = std::make_unique<SyncEngine>(sync_options, runs.get(),
+                                           comm_.get(), &metrics_);
   }
-  absl::MutexLock lock(&mu_);
-  serving_ = true;
-  return absl::OkStatus();
+  runs->Start(engine_.get());
+  engine_->Start();
+  return runs;
 }
 
 void NodeDaemon::Stop() {
@@ -226,12 +239,12 @@ void NodeDaemon::Stop() {
     stopped_ = true;
   }
   // The link first: it cancels a begin-run request the step thread may be
-  // waiting in and makes a last try at the queued reports. Then the
-  // engines: that wakes pulls waiting in workers' reader threads, which
-  // the worker server then joins.
+  // waiting in and makes a last try at the queued reports. Then the runs
+  // and their engine: that wakes pushes and pulls waiting in workers'
+  // reader threads, which the worker server then joins.
   if (link_ != nullptr) link_->Stop();
-  if (sync_ != nullptr) sync_->Stop();
-  if (ps_ != nullptr) ps_->Stop();
+  if (runs_ != nullptr) runs_->Stop();
+  if (engine_ != nullptr) engine_->Stop();
   if (worker_server_ != nullptr) worker_server_->Stop();
   data_listen_fd_ = transport::tcp::ScopedFd();  // if the group never formed
 }
@@ -276,16 +289,16 @@ void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
     if (!serving_) return;
   }
   // Sync modes: steps applied; parameter-server mode: updates of the shard.
-  const proto::RunStatus run = sync_->run_status();
+  const proto::RunStatus run = runs_->run_status();
   request->set_iteration(static_cast<uint64_t>(std::max<int64_t>(
       0, run.state() == proto::RunStatus::STATE_RUNNING ? run.steps() : 0)));
-  std::shared_ptr<Run> current = sync_->current_run();
+  std::shared_ptr<Run> current = runs_->current_run();
   if (current != nullptr) {
     request->set_shard_bytes(current->store->ShardBytes());
     request->set_optimizer_state_bytes(current->optimizer->StateBytes());
   }
   int missing = 0;
-  for (const proto::WorkerStatus& w : sync_->workers()) {
+  for (const proto::WorkerStatus& w : runs_->workers()) {
     missing += w.state() == proto::WorkerStatus::STATE_MISSING ? 1 : 0;
     *request->add_workers() = w;
   }
@@ -311,7 +324,7 @@ void NodeDaemon::OnRunFailed(const proto::RunFailure& failure) {
     absl::MutexLock lock(&mu_);
     if (!serving_) return;
   }
-  sync_->AbortRun(
+  runs_->AbortRun(
       failure.run_id(),
       absl::AbortedError(absl::StrCat("the coordinator reports run ",
                                       failure.run_id(), " failed on rank ",
@@ -346,8 +359,8 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
           absl::StrCat("daemon ", Self(), " is shutting down"));
     }
   }
-  STARLING_RETURN_IF_ERROR(sync_->Attach(worker, &reply));
-  metrics_.attached_workers->Set(sync_->attached_workers());
+  STARLING_RETURN_IF_ERROR(runs_->Attach(worker, &reply));
+  metrics_.attached_workers->Set(runs_->attached_workers());
   if (worker.pool != nullptr) {
     pool_bytes_.fetch_add(worker.pool->size_bytes(), std::memory_order_relaxed);
   }
@@ -375,13 +388,13 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
 void NodeDaemon::Detach(const WorkerHandle& worker) {
   STARLING_LOG(INFO) << "worker '" << worker.name << "' (index " << worker.index
                      << ") detached";
-  sync_->Detach(worker);
-  metrics_.attached_workers->Set(sync_->attached_workers());
+  runs_->Detach(worker);
+  metrics_.attached_workers->Set(runs_->attached_workers());
   if (worker.pool != nullptr) {
     pool_bytes_.fetch_sub(worker.pool->size_bytes(), std::memory_order_relaxed);
   }
   // A worker that left a running run unfinished holds its slot as missing.
-  for (const proto::WorkerStatus& w : sync_->workers()) {
+  for (const proto::WorkerStatus& w : runs_->workers()) {
     if (w.index() == worker.index &&
         w.state() == proto::WorkerStatus::STATE_MISSING) {
       metrics_.worker_failures->Increment();
@@ -395,7 +408,7 @@ void NodeDaemon::Detach(const WorkerHandle& worker) {
 proto::CollectivesReply NodeDaemon::Collectives() const {
   const absl::Time now = absl::Now();
   proto::CollectivesReply reply = collectives_->Snapshot(now);
-  *reply.mutable_local() = sync_->LocalRounds(now);
+  *reply.mutable_local() = runs_->LocalRounds(now);
   return reply;
 }
 
@@ -403,27 +416,19 @@ void NodeDaemon::Handle(const WorkerHandle& worker,
                         const proto::WorkerRequest& request) {
   switch (request.kind_case()) {
     case proto::WorkerRequest::kDeclareTensor:
-      sync_->Declare(worker, request);
+      runs_->Declare(worker, request);
       return;
     case proto::WorkerRequest::kCommitTensors:
     case proto::WorkerRequest::kAllReduce:
     case proto::WorkerRequest::kBarrier:
     case proto::WorkerRequest::kFinish:
-      sync_->Submit(worker, request);
+      runs_->Submit(worker, request);
       return;
     case proto::WorkerRequest::kPushGradients:
-      if (ps_ != nullptr) {
-        ps_->Push(worker, request);
-      } else {
-        sync_->Submit(worker, request);
-      }
+      engine_->Push(worker, request);
       return;
     case proto::WorkerRequest::kPullParameters:
-      if (ps_ != nullptr) {
-        ps_->Pull(worker, request);
-      } else {
-        sync_->Pull(worker, request);
-      }
+      engine_->Pull(worker, request);
       return;
     case proto::WorkerRequest::kSchedule:
       AnswerSchedule(worker, request);
@@ -511,24 +516,24 @@ proto::NodeStatusReply NodeDaemon::Status() const {
     reply.set_last_error(last_error_);
     if (!serving_) return reply;
   }
-  const proto::RunStatus run = sync_->run_status();
+  const proto::RunStatus run = runs_->run_status();
   *reply.mutable_run() = run;
   if (run.state() == proto::RunStatus::STATE_RUNNING) {
     reply.set_iteration(
         static_cast<uint64_t>(std::max<int64_t>(0, run.steps())));
   }
-  std::shared_ptr<Run> current = sync_->current_run();
+  std::shared_ptr<Run> current = runs_->current_run();
   if (current != nullptr) {
     reply.set_shard_bytes(current->store->ShardBytes());
     reply.set_optimizer_state_bytes(current->optimizer->StateBytes());
   }
   int attached = 0;
-  for (const proto::WorkerStatus& w : sync_->workers()) {
+  for (const proto::WorkerStatus& w : runs_->workers()) {
     attached += w.state() == proto::WorkerStatus::STATE_ATTACHED ? 1 : 0;
     *reply.add_workers() = w;
   }
   reply.set_attached_workers(attached);
-  for (const proto::RunStatus& r : sync_->recent_runs()) {
+  for (const proto::RunStatus& r : runs_->recent_runs()) {
     *reply.add_recent_runs() = r;
   }
   return reply;
@@ -539,19 +544,13 @@ proto::ListShardsReply NodeDaemon::Shards() const {
   std::shared_ptr<Run> run;
   {
     absl::MutexLock lock(&mu_);
-    if (serving_) run = sync_->current_run();
+    if (serving_) run = runs_->current_run();
   }
   if (run == nullptr) return reply;  // no run: no shard
-  // This rank's parts: one per bucket in sync modes, one flat shard in
-  // parameter-server mode.
-  std::vector<std::pair<uint64_t, uint64_t>> owned;
-  if (ps_ == nullptr) {
-    for (const Bucket& bucket : run->buckets) {
-      owned.emplace_back(bucket.owned_begin, bucket.owned_end);
-    }
-  } else {
-    owned.emplace_back(run->store->shard_begin(), run->store->shard_end());
-  }
+  // This rank's parts: one per bucket of the synchronous step, one flat
+  // shard for the shard owners.
+  const std::vector<std::pair<uint64_t, uint64_t>> owned =
+      engine_->OwnedRanges(*run);
   for (const auto& [begin, end] : owned) {
     for (const TensorLayout::Entry& entry : run->layout.tensors) {
       const uint64_t b = std::max<uint64_t>(begin, entry.offset);

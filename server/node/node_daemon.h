@@ -11,14 +11,15 @@
 //
 // Threads:
 //   - the TCP transport's event loop(s) (server/transport/tcp);
-//   - the step thread (SyncEngine): every collective and optimizer update
-//     of the sync modes, the begin (BeginRun RPC) and end of each run;
-//   - the SyncEngine's abort listener (peers' run-failure notices);
+//   - the step thread (RunManager): every round's collective and the
+//     synchronous step's optimizer updates (SyncEngine), the begin
+//     (BeginRun RPC) and end of each run;
+//   - the RunManager's abort listener (peers' run-failure notices);
 //   - the worker socket's accept thread, plus a reader and a writer thread
 //     per attached worker (parse requests, run pulls and parameter-server
 //     pushes/pulls for that worker, and its schedule requests, which may
 //     wait for a GetSchedule RPC; send its replies);
-//   - parameter-server mode: one server thread per peer (PsEngine);
+//   - the shard owners' modes: one server thread per peer (PsEngine);
 //   - the coordinator link's thread (CoordinatorLink, from the join on,
 //     before the mesh forms): heartbeats (shard and optimizer-state bytes,
 //     workers, the run), re-registration after a coordinator restart,
@@ -52,6 +53,9 @@
 #include "server/node/link/coordinator_link.h"
 #include "server/node/node_options.h"
 #include "server/node/ps/ps_engine.h"
+#include "server/node/run/run_engine.h"
+#include "server/node/run/run_manager.h"
+#include "server/node/run/run_rendezvous.h"
 #include "server/node/sync/sync_engine.h"
 #include "server/node/telemetry/collective_monitor.h"
 #include "server/node/telemetry/metered_transport.h"
@@ -119,6 +123,9 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   absl::Status Listen();
   absl::Status Join();
   absl::Status OpenDataPlane();
+  // The run manager with the engine of the job's mode (engine_), started.
+  std::unique_ptr<RunManager> MakeRuns(const proto::JobConfig& config,
+                                       absl::Duration timeout);
   // CoordinatorLink callbacks (the link's thread).
   void FillHeartbeat(proto::HeartbeatRequest* request);
   void OnLostRanks(const std::vector<int>& lost_ranks);
@@ -153,8 +160,9 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   uint64_t stale_writes_reported_ = 0;
   std::unique_ptr<MeteredTransport> transport_;
   std::unique_ptr<collective::Communicator> comm_;
-  std::unique_ptr<SyncEngine> sync_;
-  std::unique_ptr<PsEngine> ps_;
+  // Each calls the other; both are stopped before either goes.
+  std::unique_ptr<RunManager> runs_;
+  std::unique_ptr<RunEngine> engine_;
   std::unique_ptr<WorkerServer> worker_server_;
 
   mutable absl::Mutex mu_;

@@ -20,11 +20,11 @@
 
 namespace starling {
 namespace node {
-PsEngine::PsEngine(PsEngineOptions options, transport::Transport* transport,
-                   const SyncEngine* runs, NodeMetrics* metrics)
+PsEngine::PsEngine(PsEngineOptions options, const RunManager* runs,
+                   transport::Transport* transport, NodeMetrics* metrics)
     : options_(std::move(options)),
-      transport_(transport),
       runs_(runs),
+      transport_(transport),
       metrics_(metrics) {}
 
 PsEngine::~PsEngine() { Stop(); }
@@ -51,34 +51,89 @@ absl::Status PsEngine::Stopped() const {
       absl::StrCat(options_.self, " is stopping"));
 }
 
-int64_t PsEngine::updates() const {
-  std::shared_ptr<Run> run = runs_->current_run();
-  if (run == nullptr) return 0;
-  absl::MutexLock lock(&run->ps_mu);
-  return run->ps_updates;
+namespace {
+
+// Every run this engine is handed was made by its CreateRun.
+const PsRun& AsPs(const Run& run) { return static_cast<const PsRun&>(run); }
+
+}  // namespace
+
+// --- The run ----------------------------------------------------------------
+
+absl::StatusOr<std::shared_ptr<Run>> PsEngine::CreateRun(
+    const std::vector<proto::TensorSpec>& tensors,
+    const RunFactoryOptions& options) {
+  auto run = std::make_shared<PsRun>();
+  STARLING_RETURN_IF_ERROR(InitRun(tensors, options, run.get()));
+  STARLING_RETURN_IF_ERROR(
+      AddOptimizer(options, run->store->shard_elements(), run.get()));
+  metrics_->shard_bytes->Set(static_cast<double>(run->store->ShardBytes()));
+  return run;
 }
 
-absl::Status PsEngine::ApplyLocal(Run& run, absl::Span<const float> grads) {
+std::vector<std::pair<uint64_t, uint64_t>> PsEngine::OwnedRanges(
+    const Run& run) const {
+  return {{run.store->shard_begin(), run.store->shard_end()}};
+}
+
+std::string PsEngine::DescribeRun(const Run& run) const {
+  return absl::StrCat("one flat shard per daemon (",
+                      run.store->shard_elements(),
+                      " here), float32 on the "
+                      "wire");
+}
+
+void PsEngine::RunBegan(const std::shared_ptr<Run>& run) {
+  absl::MutexLock lock(&mu_);
+  run_ = std::static_pointer_cast<PsRun>(run);
+  run_changed_.SignalAll();
+}
+
+void PsEngine::RunEnded(const Run& run) {
+  absl::MutexLock lock(&mu_);
+  if (run_.get() == &run) run_.reset();
+  run_changed_.SignalAll();
+}
+
+int64_t PsEngine::Steps(const Run& run) const {
+  return LocalUpdates(AsPs(run));
+}
+
+absl::Status PsEngine::PushRound(std::vector<Round>&, Run&, bool*) {
+  return absl::InternalError(
+      absl::StrCat("a round of pushes on ", options_.self,
+                   ", whose shard owners apply each push at once"));
+}
+
+absl::StatusOr<std::shared_ptr<PsRun>> PsEngine::RunOf(
+    const WorkerHandle& worker) {
+  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Run> run, runs_->RunOf(worker));
+  return std::static_pointer_cast<PsRun>(std::move(run));
+}
+
+// --- The shard --------------------------------------------------------------
+
+absl::Status PsEngine::ApplyLocal(PsRun& run, absl::Span<const float> grads) {
   if (options_.hogwild) {
     STARLING_RETURN_IF_ERROR(
         shard::AddRelaxed(run.store->shard_parameters(), grads));
-    absl::MutexLock lock(&run.ps_mu);  // the count only
-    ++run.ps_updates;
+    absl::MutexLock lock(&run.mu);  // the count only
+    ++run.updates;
     return absl::OkStatus();
   }
-  absl::MutexLock lock(&run.ps_mu);
+  absl::MutexLock lock(&run.mu);
   STARLING_RETURN_IF_ERROR(run.optimizer->Apply(run.store->shard_parameters(),
-                                                grads, run.ps_updates + 1));
-  ++run.ps_updates;
+                                                grads, run.updates + 1));
+  ++run.updates;
   return absl::OkStatus();
 }
 
-void PsEngine::CopyLocal(Run& run, absl::Span<float> out) {
+void PsEngine::CopyLocal(PsRun& run, absl::Span<float> out) {
   if (options_.hogwild) {
     shard::CopyRelaxed(run.store->shard_parameters(), out);
     return;
   }
-  absl::MutexLock lock(&run.ps_mu);
+  absl::MutexLock lock(&run.mu);
   const absl::Span<const float> shard = run.store->shard_parameters();
   std::memcpy(out.data(), shard.data(), shard.size() * sizeof(float));
 }
@@ -154,7 +209,7 @@ void PsEngine::Serve(int peer) {
         push_region && PushRegionWriter(request.region) == peer;
     absl::Span<const float> values;  // an inline pull's answer
     if (status.ok()) {
-      absl::StatusOr<std::shared_ptr<Run>> run = AwaitRun(request.run_id);
+      absl::StatusOr<std::shared_ptr<PsRun>> run = AwaitRun(request.run_id);
       if (!run.ok()) {
         status = run.status();
       } else if (push_region && !own_push_region) {
@@ -193,33 +248,32 @@ void PsEngine::Serve(int peer) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<Run>> PsEngine::AwaitRun(uint64_t run_id) {
-  std::shared_ptr<Run> run = runs_->current_run();
+absl::StatusOr<std::shared_ptr<PsRun>> PsEngine::AwaitRun(uint64_t run_id) {
   // The requester's daemon may have begun the run an instant before this
-  // one (the coordinator answers every rank at once): wait a little for it
-  // here, bounded. SyncEngine offers no wake-up for a new run, hence the
-  // short poll.
+  // one (the coordinator answers every rank at once): wait for it here,
+  // bounded, in slices so that Stop() is noticed.
   const absl::Time deadline = absl::Now() + options_.timeout;
-  while ((run == nullptr || run->id < run_id) && absl::Now() < deadline &&
-         !stopping()) {
-    absl::SleepFor(absl::Milliseconds(2));
-    run = runs_->current_run();
+  absl::MutexLock lock(&mu_);
+  while ((run_ == nullptr || run_->id < run_id) && !stopping() &&
+         absl::Now() < deadline) {
+    run_changed_.WaitWithDeadline(&mu_,
+                                  std::min(deadline, absl::Now() + kWaitSlice));
   }
-  if (run == nullptr || run->id != run_id) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("run ", run_id, " is not running on ", options_.self,
-                     run == nullptr ? std::string(" (no run is)")
-                                    : absl::StrCat(" (run ", run->id, " is)")));
+  if (run_ == nullptr || run_->id != run_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", run_id, " is not running on ", options_.self,
+        run_ == nullptr ? std::string(" (no run is)")
+                        : absl::StrCat(" (run ", run_->id, " is)")));
   }
-  return run;
+  return run_;
 }
 
 // The receive buffer is registered under the requester's id only between
 // "ready" and the gradient's landing; the id is retired before the buffer
 // is read, so nothing else lands in it while the optimizer reads it.
 absl::Status PsEngine::ServePush(int peer, const PsRequest& request,
-                                 absl::Span<const std::byte> gradient, Run& run,
-                                 std::vector<float>& buffer) {
+                                 absl::Span<const std::byte> gradient,
+                                 PsRun& run, std::vector<float>& buffer) {
   const size_t shard_bytes = run.store->shard_elements() * sizeof(float);
   const bool inline_part = request.region == 0;
   if (request.part_bytes != shard_bytes || request.offset_bytes != 0 ||
@@ -270,7 +324,7 @@ absl::Status PsEngine::ServePush(int peer, const PsRequest& request,
 
 // The shard is copied out under `ps_mu` (a write's source must not change
 // while it is sent, and no lock is held across the write).
-absl::Status PsEngine::ServePull(int peer, const PsRequest& request, Run& run,
+absl::Status PsEngine::ServePull(int peer, const PsRequest& request, PsRun& run,
                                  std::vector<float>& buffer,
                                  absl::Span<const float>* values) {
   const size_t shard_bytes = run.store->shard_elements() * sizeof(float);
@@ -357,7 +411,7 @@ absl::Status PsEngine::AwaitReply(int owner, uint32_t reply_tag,
 }
 
 absl::Status PsEngine::Move(
-    const WorkerHandle& worker, Run& run, uint32_t kind,
+    const WorkerHandle& worker, PsRun& run, uint32_t kind,
     const google::protobuf::RepeatedPtrField<proto::PoolSlice>& slices) {
   const TensorLayout& layout = run.layout;
   // Each slice's entry and the worker's buffer (of the tensor's type: the
@@ -409,7 +463,7 @@ absl::Status PsEngine::Move(
 // the lowest such owner's requester always goes on.
 // Every write posted is over before this returns (`flat` is the source or
 // the target).
-absl::Status PsEngine::Exchange(const WorkerHandle& worker, Run& run,
+absl::Status PsEngine::Exchange(const WorkerHandle& worker, PsRun& run,
                                 uint32_t kind, absl::Span<float> flat) {
   if (stopping()) return Stopped();
   const int rank = transport_->rank();
@@ -546,7 +600,7 @@ absl::Status PsEngine::Exchange(const WorkerHandle& worker, Run& run,
 void PsEngine::Push(const WorkerHandle& worker,
                     const proto::WorkerRequest& request) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
+  absl::StatusOr<std::shared_ptr<PsRun>> run = RunOf(worker);
   absl::Status status =
       run.ok() ? Move(worker, **run, kPush, request.push_gradients().slices())
                : run.status();
@@ -573,7 +627,7 @@ void PsEngine::Push(const WorkerHandle& worker,
 void PsEngine::Pull(const WorkerHandle& worker,
                     const proto::WorkerRequest& request) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::shared_ptr<Run>> run = runs_->RunOf(worker);
+  absl::StatusOr<std::shared_ptr<PsRun>> run = RunOf(worker);
   absl::Status status = run.status();
   const int64_t version = request.pull_parameters().version();
   if (status.ok() && options_.round_robin && version > 0) {

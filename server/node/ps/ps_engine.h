@@ -1,5 +1,9 @@
-// PsEngine: parameter-server mode (JobConfig MODE_PARAMETER_SERVER,
-// DESIGN.md "Training modes"). A push is split by the shard map and each
+// PsEngine: the shard owners, the RunEngine of parameter-server mode
+// (JobConfig MODE_PARAMETER_SERVER, DESIGN.md "Training modes") and the
+// asynchronous EASGD variants. Its runs are PsRuns: one flat shard per
+// daemon (store->shard_parameters()), one gradient bucket, no views of the
+// parameters (they change at any time), and the count of updates applied
+// to this daemon's shard. A push is split by the shard map and each
 // part goes to the daemon owning that range, which applies it at once with
 // its optimizer: one update per push, no waiting for other workers (the
 // optimizer's gradient scale is 1 / total workers, set at commit, so one
@@ -14,12 +18,12 @@
 // regions named by ids used once, and have no size limit. The requests,
 // replies, exchanges and region ids: ps_wire_format.md (the code:
 // ps_wire.h). An owner serves each peer on one thread with one receive
-// buffer, and applies pushes under the run's `ps_mu`: concurrent pushes
+// buffer, and applies pushes under the run's `mu`: concurrent pushes
 // from several workers and peers never share a buffer.
 //
 // The asynchronous EASGD variants run on this engine too (the pushes are
 // elastic differences, the optimizer easgd adds them to the centre):
-//   hogwild: pushes are applied without `ps_mu` (shard::AddRelaxed) and
+//   hogwild: pushes are applied without `mu` (shard::AddRelaxed) and
 //            pulls read without it (shard::CopyRelaxed): concurrent pushes
 //            from several peers and local workers overlap, an element may
 //            lose one of two simultaneous additions, and a pull may see
@@ -38,8 +42,9 @@
 //
 // Thread-safe. Threads: one server thread per peer (Start/Stop); Push and
 // Pull run on the workers' reader threads. The shard and optimizer are
-// touched under the run's `ps_mu` (compute only, no I/O under it); the
-// engine holds no lock of its own.
+// touched under the run's `mu` (compute only, no I/O under it). The
+// engine's own lock, `mu_`, guards only which run is running (taken under
+// the manager's lock in RunBegan and RunEnded, never the reverse).
 #ifndef STARLING_SERVER_NODE_PS_PS_ENGINE_H_
 #define STARLING_SERVER_NODE_PS_PS_ENGINE_H_
 
@@ -49,16 +54,21 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/worker.pb.h"
 #include "server/node/ps/ps_wire.h"
 #include "server/node/run/run.h"
-#include "server/node/sync/sync_engine.h"
+#include "server/node/run/run_engine.h"
+#include "server/node/run/run_factory.h"
+#include "server/node/run/run_manager.h"
 #include "server/node/telemetry/node_metrics.h"
 #include "server/node/worker/worker_session.h"
 #include "server/transport/completion.h"
@@ -81,35 +91,62 @@ struct PsEngineOptions {
   bool round_robin = false;
 };
 
-class PsEngine {
+// A run of the shard owners.
+struct PsRun : Run {
+  // Pushes applied to this daemon's shard; held while the optimizer
+  // updates it (but for hogwild) and while a pull copies it.
+  mutable absl::Mutex mu;
+  int64_t updates ABSL_GUARDED_BY(mu) = 0;
+};
+
+class PsEngine : public RunEngine {
  public:
-  // Pointers borrowed; they must outlive the engine. `runs` provides the
-  // running run (layout, shard, optimizer).
-  PsEngine(PsEngineOptions options, transport::Transport* transport,
-           const SyncEngine* runs, NodeMetrics* metrics);
-  ~PsEngine();
+  // Pointers borrowed; they must outlive the engine. `runs` tells which
+  // run a worker takes part in.
+  PsEngine(PsEngineOptions options, const RunManager* runs,
+           transport::Transport* transport, NodeMetrics* metrics);
+  ~PsEngine() override;
   PsEngine(const PsEngine&) = delete;
   PsEngine& operator=(const PsEngine&) = delete;
 
-  void Start();
+  // RunEngine.
+  void Start() override;
   // Joins the server threads; pushes and pulls in flight end within a wait
   // slice (FailedPrecondition), later ones fail at once.
-  void Stop();
-
+  void Stop() override;
+  // One flat shard is updated: one bucket.
+  uint64_t BucketBytes(uint64_t) const override { return 0; }
+  absl::StatusOr<std::shared_ptr<Run>> CreateRun(
+      const std::vector<proto::TensorSpec>& tensors,
+      const RunFactoryOptions& options) override;
+  bool SharesParameters() const override { return false; }
+  int BucketsPerStep(const Run&) const override { return 1; }
+  std::vector<std::pair<uint64_t, uint64_t>> OwnedRanges(
+      const Run& run) const override;
+  std::string DescribeRun(const Run& run) const override;
+  void RunBegan(const std::shared_ptr<Run>& run) override;
+  void ParametersReady(Run&) override {}
+  void RunEnded(const Run& run) override;
+  // Updates applied to this daemon's shard.
+  int64_t Steps(const Run& run) const override;
   // Both answer the worker themselves.
-  void Push(const WorkerHandle& worker, const proto::WorkerRequest& request);
-  void Pull(const WorkerHandle& worker, const proto::WorkerRequest& request);
-
-  // Updates applied to this daemon's shard in the running run.
-  int64_t updates() const;
+  void Push(const WorkerHandle& worker,
+            const proto::WorkerRequest& request) override;
+  void Pull(const WorkerHandle& worker,
+            const proto::WorkerRequest& request) override;
+  // Pushes are not rounds here: Internal.
+  absl::Status PushRound(std::vector<Round>& rounds, Run& run,
+                         bool* applied) override;
 
  private:
+  // The run `worker` takes part in, or why none.
+  absl::StatusOr<std::shared_ptr<PsRun>> RunOf(const WorkerHandle& worker);
   // Pushes (kind 1) the worker's `slices` or pulls (kind 2) into them.
   absl::Status Move(
-      const WorkerHandle& worker, Run& run, uint32_t kind,
+      const WorkerHandle& worker, PsRun& run, uint32_t kind,
       const google::protobuf::RepeatedPtrField<proto::PoolSlice>& slices);
   // Pushes `flat` to (kind 1) or fills it from (kind 2) every owner.
-  absl::Status Exchange(const WorkerHandle& worker, Run& run, uint32_t kind,
+  absl::Status Exchange(const WorkerHandle& worker, PsRun& run, uint32_t kind,
                         absl::Span<float> flat);
   // Waits for the reply to `request_id` from `owner` at `stage` (1 ready,
   // 2 done), dropping stale ones; an inline pull's values go to `values`.
@@ -128,29 +165,30 @@ class PsEngine {
   // buffers free) when it returns.
   absl::Status AwaitWrites(int peer, transport::Completion& done,
                            absl::Time deadline);
-  absl::Status ApplyLocal(Run& run, absl::Span<const float> grads);
-  void CopyLocal(Run& run, absl::Span<float> out);
-  static int64_t LocalUpdates(Run& run);
+  absl::Status ApplyLocal(PsRun& run, absl::Span<const float> grads);
+  void CopyLocal(PsRun& run, absl::Span<float> out);
+  static int64_t LocalUpdates(const PsRun& run);
   // round_robin: returns once every owner applied `updates` pushes of the
   // run (polling, bounded by the timeout: DeadlineExceeded naming the
   // worker whose turn it is and the owner that lags).
-  absl::Status AwaitTurn(const WorkerHandle& worker, Run& run, int64_t updates);
+  absl::Status AwaitTurn(const WorkerHandle& worker, PsRun& run,
+                         int64_t updates);
   // Owner `owner`'s count of applied pushes (a kind 3 request).
-  absl::StatusOr<int64_t> RemoteUpdates(const WorkerHandle& worker, Run& run,
+  absl::StatusOr<int64_t> RemoteUpdates(const WorkerHandle& worker, PsRun& run,
                                         int owner, absl::Time deadline);
 
   // Owner side: serves `peer`'s requests until Stop().
   void Serve(int peer);
   // The run `run_id` once it runs here (waiting up to `timeout` for it to
   // begin), or FailedPrecondition.
-  absl::StatusOr<std::shared_ptr<Run>> AwaitRun(uint64_t run_id);
+  absl::StatusOr<std::shared_ptr<PsRun>> AwaitRun(uint64_t run_id);
   // Handle one request with `buffer` (reused per peer); the status
   // returned is the "done" reply's. A push sends "ready" unless `gradient`
   // came inline; an inline pull sets `*values` (a view of `buffer`).
   absl::Status ServePush(int peer, const PsRequest& request,
-                         absl::Span<const std::byte> gradient, Run& run,
+                         absl::Span<const std::byte> gradient, PsRun& run,
                          std::vector<float>& buffer);
-  absl::Status ServePull(int peer, const PsRequest& request, Run& run,
+  absl::Status ServePull(int peer, const PsRequest& request, PsRun& run,
                          std::vector<float>& buffer,
                          absl::Span<const float>* values);
   absl::Status SendReply(int peer, uint32_t reply_tag, uint64_t request_id,
@@ -160,9 +198,14 @@ class PsEngine {
   absl::Status Stopped() const;  // FailedPrecondition naming this daemon
 
   const PsEngineOptions options_;
+  const RunManager* const runs_;
   transport::Transport* const transport_;
-  const SyncEngine* const runs_;
   NodeMetrics* const metrics_;
+  absl::Mutex mu_;
+  // The running run (RunBegan to RunEnded), or null; signalled when it
+  // changes.
+  std::shared_ptr<PsRun> run_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar run_changed_;
   std::vector<std::thread> servers_;
   // relaxed is enough: waits poll it between bounded slices.
   std::atomic<bool> stop_{false};

@@ -13,13 +13,13 @@
 namespace starling {
 namespace node {
 
-int64_t PsEngine::LocalUpdates(Run& run) {
-  absl::MutexLock lock(&run.ps_mu);
-  return run.ps_updates;
+int64_t PsEngine::LocalUpdates(const PsRun& run) {
+  absl::MutexLock lock(&run.mu);
+  return run.updates;
 }
 
 absl::StatusOr<int64_t> PsEngine::RemoteUpdates(const WorkerHandle& worker,
-                                                Run& run, int owner,
+                                                PsRun& run, int owner,
                                                 absl::Time deadline) {
   PsRequest request;
   request.kind = kUpdates;
@@ -44,7 +44,7 @@ absl::StatusOr<int64_t> PsEngine::RemoteUpdates(const WorkerHandle& worker,
 // one exchange of another worker, and the owners answer from memory. Each
 // count request has a timeout of its own (an owner that does not answer
 // one is named as such); the turn's deadline bounds when polling stops.
-absl::Status PsEngine::AwaitTurn(const WorkerHandle& worker, Run& run,
+absl::Status PsEngine::AwaitTurn(const WorkerHandle& worker, PsRun& run,
                                  int64_t updates) {
   const int rank = transport_->rank();
   const int size = transport_->size();

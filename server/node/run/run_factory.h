@@ -1,17 +1,19 @@
-// CreateRun: a run's tables, memory and optimizer on this daemon, allocated
-// once the group agreed on the run (RunRendezvous::BeginRun).
+// The parts every run has on this daemon, allocated once the group agreed
+// on the run (RunRendezvous::BeginRun): each engine's CreateRun
+// (RunEngine::CreateRun) fills its own kind of Run with InitRun, adds what
+// its mode keeps, then gives it its optimizer (AddOptimizer).
 //
-// A free function of its arguments: thread-safe; it allocates (memfd, mmap)
-// but takes no lock and waits on no peer.
+// Free functions of their arguments: thread-safe; they allocate (memfd,
+// mmap) but take no lock and wait on no peer.
 #ifndef STARLING_SERVER_NODE_RUN_RUN_FACTORY_H_
 #define STARLING_SERVER_NODE_RUN_RUN_FACTORY_H_
 
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "proto/common.pb.h"
 #include "server/node/run/run.h"
 
@@ -30,20 +32,21 @@ struct RunFactoryOptions {
   // shard::CreateOptimizer names; "none": the shard is never updated.
   std::string optimizer = "sgd";
   float learning_rate = 0.01f;
-  // Sync modes: the optimizer updates the master shard (run.h); false in
-  // parameter-server mode, whose optimizer updates store->shard_parameters()
-  // (then every tensor must be in bucket 0).
-  bool master_shard = true;
 };
 
-// The run of `tensors` (their buckets set: proto::AssignBuckets), started
-// now: the layout, the buckets, this rank's owned parts and master shard,
-// the wire type (run.h). Unimplemented for a tensor that is not float32,
-// float16 or bfloat16; InvalidArgument for a bucket whose tensors are not
-// consecutive; the ShardStore's and optimizer's errors as they come.
-absl::StatusOr<std::shared_ptr<Run>> CreateRun(
-    const std::vector<proto::TensorSpec>& tensors,
-    const RunFactoryOptions& options);
+// Fills `run` for `tensors` (their buckets set: proto::AssignBuckets),
+// started now: id, layout, total workers and the ShardStore of the full
+// vector (this rank's flat shard: store->shard_parameters()).
+// Unimplemented for a tensor that is not float32, float16 or bfloat16; the
+// ShardStore's errors as they come.
+absl::Status InitRun(const std::vector<proto::TensorSpec>& tensors,
+                     const RunFactoryOptions& options, Run* run);
+
+// Gives `run` its optimizer, with state for the `elements` it updates, and
+// the gradient scale 1 / total workers (except easgd). The optimizer
+// factory's errors as they come.
+absl::Status AddOptimizer(const RunFactoryOptions& options, size_t elements,
+                          Run* run);
 
 }  // namespace node
 }  // namespace starling

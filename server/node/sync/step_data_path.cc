@@ -1,7 +1,6 @@
 #include "server/node/sync/step_data_path.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -37,7 +36,7 @@ void WidenAdd(DataType type, const std::byte* src, float* dst, size_t n) {
 }
 
 // Elements [begin, end) of a 16-bit run's wire staging.
-absl::Span<std::byte> WireBytes(Run& run, uint64_t begin, uint64_t end) {
+absl::Span<std::byte> WireBytes(SyncRun& run, uint64_t begin, uint64_t end) {
   return {reinterpret_cast<std::byte*>(run.wire16.data() + begin),
           (end - begin) * sizeof(uint16_t)};
 }
@@ -45,7 +44,7 @@ absl::Span<std::byte> WireBytes(Run& run, uint64_t begin, uint64_t end) {
 }  // namespace
 
 absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
-                                        Run& run, int bucket,
+                                        SyncRun& run, int bucket,
                                         const collective::CallOptions& call) {
   STARLING_RETURN_IF_ERROR(LocalReduce(rounds, run, bucket));
   const Bucket& b = run.buckets[bucket];
@@ -78,7 +77,7 @@ absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
 }
 
 absl::Status StepDataPath::UpdateAndGather(
-    Run& run, int64_t step, const collective::CallOptions& call) {
+    SyncRun& run, int64_t step, const collective::CallOptions& call) {
   STARLING_RETURN_IF_ERROR(Annotate(
       run.optimizer->Apply(absl::MakeSpan(run.master),
                            absl::MakeConstSpan(run.master_gradients), step + 1),
@@ -113,79 +112,17 @@ absl::Status StepDataPath::UpdateAndGather(
   return absl::OkStatus();
 }
 
-absl::Status StepDataPath::CheckInitialParameters(
-    const Round& supplier, const std::vector<proto::TensorSpec>& tensors) {
-  for (const proto::PoolSlice& slice :
-       supplier.request.commit_tensors().initial_parameters()) {
-    const proto::TensorSpec* spec = nullptr;
-    for (const proto::TensorSpec& t : tensors) {
-      if (t.name() == slice.tensor()) spec = &t;
-    }
-    const std::string what =
-        absl::StrCat("initial parameters of tensor '", slice.tensor(),
-                     "' from ", supplier.worker.name);
-    if (spec == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": no such tensor was declared"));
-    }
-    if (slice.elements() != proto::ElementsOf(*spec)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", slice.elements(), " elements, declared ",
-                       proto::DescribeSpec(*spec)));
-    }
-    STARLING_RETURN_IF_ERROR(Annotate(
-        supplier.worker.pool->Bytes(slice, proto::ElementBytes(spec->dtype()))
-            .status(),
-        what));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status StepDataPath::InitializeParameters(
-    const Round* supplier, Run& run, const collective::CallOptions& call) {
-  absl::Span<float> params = run.store->parameters();
-  if (supplier != nullptr) {
-    for (const proto::PoolSlice& slice :
-         supplier->request.commit_tensors().initial_parameters()) {
-      STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,
-                                run.layout.Find(slice.tensor()));
-      const DataType type = entry->type;
-      STARLING_ASSIGN_OR_RETURN(
-          absl::Span<std::byte> src,
-          supplier->worker.pool->Bytes(slice, ::starling::DataTypeBytes(type)));
-      collective::ToFloat32(type, src.data(), params.data() + entry->offset,
-                            entry->elements);
-    }
-  }
-  if (comm_->size() > 1) {
-    // The lowest rank with a supplier broadcasts.
-    int32_t root = supplier != nullptr ? comm_->rank() : INT32_MAX;
-    STARLING_RETURN_IF_ERROR(Annotate(
-        comm_->AllReduce({reinterpret_cast<std::byte*>(&root), sizeof(root)},
-                         DataType::kInt32, collective::ReduceOp::kMin, call),
-        "agreeing on the initial parameters' supplier"));
-    if (root != INT32_MAX && !params.empty()) {
-      STARLING_RETURN_IF_ERROR(Annotate(
-          comm_->Broadcast(AsBytes(params), DataType::kFloat32, root, call),
-          absl::StrCat("broadcast of the initial parameters from "
-                       "rank ",
-                       root)));
-      metrics_->collective_bytes->Increment(
-          static_cast<double>(params.size() * sizeof(float)));
-    }
-  }
+void StepDataPath::TakeMaster(SyncRun& run) {
+  const absl::Span<const float> params = run.store->parameters();
   for (const Bucket& b : run.buckets) {
     std::memcpy(run.master.data() + b.master_offset,
                 params.data() + b.owned_begin,
                 (b.owned_end - b.owned_begin) * sizeof(float));
   }
-  // Workers of a 16-bit run see the 16-bit values; the master keeps them
-  // exactly (they came from 16-bit buffers, or are zeros).
-  return absl::OkStatus();
 }
 
 absl::Status StepDataPath::LocalReduce(const std::vector<Round>& rounds,
-                                       Run& run, int bucket) {
+                                       SyncRun& run, int bucket) {
   // Each tensor's range of the gradient buffer is written once, in one pass
   // over memory: the sum of the buffers pushed for it, read in place from
   // the workers' pools in worker-index order (the first copied, the others
@@ -255,50 +192,9 @@ absl::Status StepDataPath::LocalReduce(const std::vector<Round>& rounds,
   return absl::OkStatus();
 }
 
-absl::Status StepDataPath::AllReduce(const std::vector<Round>& rounds,
-                                     const std::string& where,
-                                     const collective::CallOptions& call) {
-  const size_t elements = rounds[0].request.all_reduce().slice().elements();
-  // The workers' buffers are summed (one pass) into scratch_, which the
-  // collective sends and reduces in place, and the result is copied back
-  // into each buffer; a failed collective leaves the workers' buffers as
-  // they were.
-  scratch_.resize(elements);
-  std::vector<absl::Span<const std::byte>> inputs;
-  std::vector<absl::Span<float>> buffers;
-  for (const Round& round : rounds) {
-    absl::StatusOr<absl::Span<float>> src =
-        round.worker.pool->Floats(round.request.all_reduce().slice());
-    if (!src.ok()) return Annotate(src.status(), where);
-    inputs.push_back(AsConstBytes(*src));
-    buffers.push_back(*src);
-  }
-  absl::Span<std::byte> sum = AsBytes(absl::MakeSpan(scratch_));
-  STARLING_RETURN_IF_ERROR(
-      Annotate(collective::ReduceMany(collective::DataType::kFloat32,
-                                      collective::ReduceOp::kSum, sum, inputs),
-               where));
-  metrics_->allreduce_staging_copied_bytes->Increment((inputs.size() + 1.0) *
-                                                      sum.size());
-  const absl::Time start = absl::Now();
-  STARLING_RETURN_IF_ERROR(
-      Annotate(comm_->AllReduce(sum, collective::DataType::kFloat32,
-                                collective::ReduceOp::kSum, call),
-               where));
-  metrics_->allreduce_seconds->Observe(
-      absl::ToDoubleSeconds(absl::Now() - start));
-  metrics_->collective_bytes->Increment(elements * sizeof(float));
-  for (absl::Span<float> dst : buffers) {
-    std::memcpy(dst.data(), scratch_.data(), sum.size());
-  }
-  metrics_->allreduce_staging_copied_bytes->Increment(2.0 * buffers.size() *
-                                                      sum.size());
-  return absl::OkStatus();
-}
-
 absl::Status StepDataPath::CopyParameters(
     const WorkerHandle& worker, const proto::PullParametersRequest& pull,
-    const Run& run) const {
+    const SyncRun& run) const {
   const absl::Span<const float> params = run.store->parameters();
   for (const proto::PoolSlice& slice : pull.slices()) {
     STARLING_ASSIGN_OR_RETURN(const TensorLayout::Entry* entry,

@@ -17,18 +17,15 @@
 //   4. per bucket, this rank's part of the master into the full vector (or
 //      `wire16`) and the all-gather, widened into store->parameters().
 // Publishing version s + 1, and keeping pulls out while step 4 writes the
-// parameters, is the engine's. A worker all-reduce is summed locally into a
-// staging buffer, all-reduced across daemons and copied back into each
-// worker's buffer. A pull copies the tensors it names out of the
-// parameters into the worker's pool, narrowed to 16 bits for 16-bit
-// tensors. The run's initial parameters come from one worker's commit:
-// InitializeParameters.
+// parameters, is the engine's. A pull copies the tensors it names out of
+// the parameters into the worker's pool, narrowed to 16 bits for 16-bit
+// tensors. The run's master is taken from its initial parameters
+// (TakeMaster). The rounds every mode has (a worker all-reduce, the initial
+// parameters) are run/shared_rounds.h's.
 //
 // Copies in user space, counted in NodeMetrics::*_copied_bytes: the local
 // reduce reads each pushed buffer once and writes the gradient buffer once;
-// the all-reduce staging reads each buffer once, writes the sum once, then
-// reads it and writes each buffer once per worker; a pull reads and writes
-// each element it copies once.
+// a pull reads and writes each element it copies once.
 //
 // Thread safety: everything but CopyParameters is confined to the engine's
 // step thread (they share the staging buffers); CopyParameters may run on
@@ -40,7 +37,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,7 +44,7 @@
 #include "proto/worker.pb.h"
 #include "server/collective/communicator.h"
 #include "server/node/run/round.h"
-#include "server/node/run/run.h"
+#include "server/node/sync/sync_run.h"
 #include "server/node/telemetry/node_metrics.h"
 #include "server/node/worker/worker_session.h"
 
@@ -65,37 +61,20 @@ class StepDataPath {
   // Steps 1-2 for bucket `bucket` of push round `step`. InvalidArgument
   // for a pushed tensor not declared, of another size, or not in this
   // bucket; the collective's code, annotated "reduce-scatter of bucket k".
-  absl::Status ReduceBucket(const std::vector<Round>& rounds, Run& run,
+  absl::Status ReduceBucket(const std::vector<Round>& rounds, SyncRun& run,
                             int bucket, const collective::CallOptions& call);
 
   // Steps 3-4 after the last bucket of push round `step` (version
   // step + 1). Errors annotated "optimizer", "all-gather of bucket k".
   // REQUIRES: the parameters are the caller's to write (no pull reads them).
-  absl::Status UpdateAndGather(Run& run, int64_t step,
+  absl::Status UpdateAndGather(SyncRun& run, int64_t step,
                                const collective::CallOptions& call);
 
-  // OK when the commit `supplier` carries initial parameters that `tensors`
-  // (the local table) can take: each names a declared tensor, has its size
-  // and lies in the supplier's pool. InvalidArgument naming the tensor and
-  // the worker otherwise.
-  static absl::Status CheckInitialParameters(
-      const Round& supplier, const std::vector<proto::TensorSpec>& tensors);
-
-  // Version 0 of a new run on every daemon: the values of the first
-  // supplier in (rank, worker index) order, `supplier` being this daemon's
-  // (null if none of its workers supplied any), agreed by a one-integer
-  // all-reduce and broadcast from that rank; zeros when no daemon has one.
-  // Fills store->parameters() and the master shard. REQUIRES: `supplier`
-  // passed CheckInitialParameters; the parameters are the caller's.
-  absl::Status InitializeParameters(const Round* supplier, Run& run,
-                                    const collective::CallOptions& call);
-
-  // A worker all-reduce round: the sum of the workers' buffers, across
-  // daemons, into each buffer; a failed collective leaves the buffers as
-  // they were. Errors are annotated with `where`.
-  absl::Status AllReduce(const std::vector<Round>& rounds,
-                         const std::string& where,
-                         const collective::CallOptions& call);
+  // The master shard from run.store->parameters() (version 0, once the
+  // initial parameters are in). Workers of a 16-bit run see the 16-bit
+  // values; the master keeps them exactly (they came from 16-bit buffers,
+  // or are zeros).
+  static void TakeMaster(SyncRun& run);
 
   // A pull: copies the tensors `pull` names from run.store->parameters()
   // into `worker`'s pool. InvalidArgument for a tensor not declared or of
@@ -103,16 +82,15 @@ class StepDataPath {
   // step writes the parameters meanwhile.
   absl::Status CopyParameters(const WorkerHandle& worker,
                               const proto::PullParametersRequest& pull,
-                              const Run& run) const;
+                              const SyncRun& run) const;
 
  private:
   // Step 1: the bucket's gradients into run.store->gradients().
-  absl::Status LocalReduce(const std::vector<Round>& rounds, Run& run,
+  absl::Status LocalReduce(const std::vector<Round>& rounds, SyncRun& run,
                            int bucket);
 
   collective::Communicator* const comm_;
   NodeMetrics* const metrics_;
-  std::vector<float> scratch_;  // step thread only: all-reduce sums
   // Step thread only: LocalReduce's pushed buffers, per tensor (kept so
   // that a step allocates nothing once the lists have grown).
   std::vector<std::vector<absl::Span<const std::byte>>> reduce_inputs_;

@@ -13,6 +13,8 @@
 #include "server/base/status_matchers.h"
 #include "server/collective/communicator.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/node/run/run_manager.h"
+#include "server/node/run/run_rendezvous.h"
 #include "server/transport/transport.h"
 
 namespace starling {
@@ -142,22 +144,31 @@ class SyncEngineTest : public ::testing::Test {
     auto metrics = NodeMetrics::Register(&registry_);
     ASSERT_OK(metrics.status());
     metrics_ = *metrics;
-    SyncEngineOptions options;
+    RunManagerOptions options;
     options.local_workers = 2;
     options.optimizer = "sgd";
     options.learning_rate = 1.0f;
     options.timeout = absl::Seconds(10);
     options.self = "rank 0 (test)";
-    engine_ = std::make_unique<SyncEngine>(options, comm_.get(), &transport_,
-                                           &metrics_, &rendezvous_, nullptr);
+    runs_ = std::make_unique<RunManager>(options, comm_.get(), &transport_,
+                                         &metrics_, &rendezvous_, nullptr);
+    SyncEngineOptions sync_options;
+    sync_options.timeout = options.timeout;
+    sync_options.self = options.self;
+    engine_ = std::make_unique<SyncEngine>(sync_options, runs_.get(),
+                                           comm_.get(), &metrics_);
+    runs_->Start(engine_.get());
     engine_->Start();
     for (int i = 0; i < 2; ++i) {
       workers_.push_back(std::make_unique<TestWorker>(i));
       proto::HelloReply hello;
-      ASSERT_OK(engine_->Attach(workers_[i]->handle(), &hello));
+      ASSERT_OK(runs_->Attach(workers_[i]->handle(), &hello));
     }
   }
-  void TearDown() override { engine_->Stop(); }
+  void TearDown() override {
+    runs_->Stop();
+    engine_->Stop();
+  }
 
   // Every worker declares `tensors` (name, elements) and ends the
   // declarations.
@@ -170,13 +181,13 @@ class SyncEngineTest : public ::testing::Test {
         spec->set_name(name);
         spec->add_shape(elements);
         spec->set_dtype(proto::DATA_TYPE_FLOAT32);
-        engine_->Declare(w->handle(), request);
+        runs_->Declare(w->handle(), request);
         ASSERT_OK(w->NextReply());
       }
     }
     proto::WorkerRequest commit;
     commit.mutable_commit_tensors();
-    for (auto& w : workers_) engine_->Submit(w->handle(), commit);
+    for (auto& w : workers_) runs_->Submit(w->handle(), commit);
     for (auto& w : workers_) ASSERT_OK(w->NextReply());
   }
 
@@ -189,7 +200,7 @@ class SyncEngineTest : public ::testing::Test {
       for (const proto::PoolSlice& s : slices[i]) {
         *request.mutable_push_gradients()->add_slices() = s;
       }
-      engine_->Submit(workers_[i]->handle(), request);
+      engine_->Push(workers_[i]->handle(), request);
     }
     for (auto& w : workers_) ASSERT_OK(w->NextReply());
   }
@@ -208,7 +219,7 @@ class SyncEngineTest : public ::testing::Test {
   void Finish() {
     proto::WorkerRequest request;
     request.mutable_finish();
-    for (auto& w : workers_) engine_->Submit(w->handle(), request);
+    for (auto& w : workers_) runs_->Submit(w->handle(), request);
     for (auto& w : workers_) ASSERT_OK(w->NextReply());
   }
 
@@ -217,6 +228,7 @@ class SyncEngineTest : public ::testing::Test {
   metrics::MetricsRegistry registry_;
   NodeMetrics metrics_;
   FakeRendezvous rendezvous_{2};
+  std::unique_ptr<RunManager> runs_;
   std::unique_ptr<SyncEngine> engine_;
   std::vector<std::unique_ptr<TestWorker>> workers_;
 };
@@ -278,7 +290,7 @@ TEST_F(SyncEngineTest, WorkerAllReduceSumsIntoEveryBuffer) {
   }
   proto::WorkerRequest request;
   *request.mutable_all_reduce()->mutable_slice() = Slice("", kSum, n);
-  for (auto& w : workers_) engine_->Submit(w->handle(), request);
+  for (auto& w : workers_) runs_->Submit(w->handle(), request);
   for (auto& w : workers_) ASSERT_OK(w->NextReply());
   for (TestWorker* w : {&w0, &w1}) {
     for (int i = 0; i < n; ++i) {

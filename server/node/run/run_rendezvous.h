@@ -1,0 +1,40 @@
+// RunRendezvous: how a daemon begins and ends runs with the rest of its
+// group: the coordinator's BeginRun / EndRun in the daemon, a fake in tests.
+// Implementations are thread-safe.
+#ifndef STARLING_SERVER_NODE_RUN_RUN_RENDEZVOUS_H_
+#define STARLING_SERVER_NODE_RUN_RUN_RENDEZVOUS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/common.pb.h"
+
+namespace starling {
+namespace node {
+
+class RunRendezvous {
+ public:
+  struct Begun {
+    uint64_t run_id = 0;
+    uint64_t first_op_seq = 0;
+    int total_workers = 0;
+  };
+  virtual ~RunRendezvous() = default;
+  // Blocks until every daemon of the group began (all answered alike), or
+  // fails (mismatched tables: InvalidArgument naming both; `local_error`
+  // of some daemon; DeadlineExceeded naming the daemons that did not).
+  virtual absl::StatusOr<Begun> BeginRun(
+      const std::vector<proto::TensorSpec>& tensors,
+      const std::string& local_error, int local_workers, uint64_t next_op_seq,
+      absl::Time deadline) = 0;
+  // Reports a run's end; never blocks.
+  virtual void EndRun(const proto::RunStatus& run) = 0;
+};
+
+}  // namespace node
+}  // namespace starling
+
+#endif  // STARLING_SERVER_NODE_RUN_RUN_RENDEZVOUS_H_

@@ -1,0 +1,74 @@
+// SharedRounds: the bytes of the rounds every training mode has, between
+// the workers' pools, a staging buffer and the other daemons:
+//   - a worker all-reduce: the workers' buffers summed locally into the
+//     staging buffer (one pass), all-reduced across daemons and copied back
+//     into each worker's buffer;
+//   - a run's initial parameters (version 0): one worker's commit supplies
+//     them, checked against the run's tables (CheckInitialParameters), and
+//     every daemon takes the first supplier's in (rank, worker index) order
+//     (InitializeParameters).
+//
+// Copies in user space, counted in NodeMetrics::allreduce_staging_copied_
+// bytes: the all-reduce staging reads each buffer once, writes the sum once,
+// then reads it and writes each buffer once per worker.
+//
+// Thread safety: confined to the run manager's step thread (the staging
+// buffer is shared); no call takes a lock, the collectives block up to the
+// call's timeout, so callers hold none either.
+#ifndef STARLING_SERVER_NODE_RUN_SHARED_ROUNDS_H_
+#define STARLING_SERVER_NODE_RUN_SHARED_ROUNDS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/common.pb.h"
+#include "server/collective/communicator.h"
+#include "server/node/run/round.h"
+#include "server/node/run/run.h"
+#include "server/node/telemetry/node_metrics.h"
+
+namespace starling {
+namespace node {
+
+class SharedRounds {
+ public:
+  // `comm` and `metrics` are borrowed and must outlive this.
+  SharedRounds(collective::Communicator* comm, NodeMetrics* metrics);
+  SharedRounds(const SharedRounds&) = delete;
+  SharedRounds& operator=(const SharedRounds&) = delete;
+
+  // A worker all-reduce round: the sum of the workers' buffers, across
+  // daemons, into each buffer; a failed collective leaves the buffers as
+  // they were. Errors are annotated with `where`.
+  absl::Status AllReduce(const std::vector<Round>& rounds,
+                         const std::string& where,
+                         const collective::CallOptions& call);
+
+  // OK when the commit `supplier` carries initial parameters that `tensors`
+  // (the local table) can take: each names a declared tensor, has its size
+  // and lies in the supplier's pool. InvalidArgument naming the tensor and
+  // the worker otherwise.
+  static absl::Status CheckInitialParameters(
+      const Round& supplier, const std::vector<proto::TensorSpec>& tensors);
+
+  // Version 0 of a new run on every daemon: the values of the first
+  // supplier in (rank, worker index) order, `supplier` being this daemon's
+  // (null if none of its workers supplied any), agreed by a one-integer
+  // all-reduce and broadcast from that rank; zeros when no daemon has one.
+  // Fills run.store->parameters() (the engine takes its master from there:
+  // RunEngine::ParametersReady). REQUIRES: `supplier` passed
+  // CheckInitialParameters; the parameters are the caller's.
+  absl::Status InitializeParameters(const Round* supplier, Run& run,
+                                    const collective::CallOptions& call);
+
+ private:
+  collective::Communicator* const comm_;
+  NodeMetrics* const metrics_;
+  std::vector<float> scratch_;  // all-reduce sums
+};
+
+}  // namespace node
+}  // namespace starling
+
+#endif  // STARLING_SERVER_NODE_RUN_SHARED_ROUNDS_H_
