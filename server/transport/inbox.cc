@@ -10,12 +10,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 
 namespace starling {
 namespace transport {
 namespace {
+
+// A deregistration waits for the I/O thread's landings to leave the region:
+// it reports the wait every kPinReport and ends the process past kPinBound
+// (the I/O thread stopped serving: a bug, and the memory cannot be freed
+// safely).
+constexpr absl::Duration kPinReport = absl::Seconds(5);
+constexpr absl::Duration kPinBound = absl::Seconds(60);
 
 uint64_t ControlKey(int peer, uint32_t tag) {
   return (static_cast<uint64_t>(peer) << 32) | tag;
@@ -42,7 +50,11 @@ absl::Status Inbox::RangeError(int peer, const Region& region, uint64_t offset,
 }
 
 absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
-  std::vector<std::pair<int, absl::Status>> failed;
+  Region* region = nullptr;
+  // The writes that came early and are complete, applied in arrival order
+  // with no lock held (the I/O thread needs the lock for every frame);
+  // pieces still being received are applied by EndWrite().
+  std::vector<std::unique_ptr<EarlyPiece>> early;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {
@@ -59,28 +71,42 @@ absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
           absl::StrCat("region ", RegionName(id), " is already registered"));
     }
     it->second = std::make_unique<Region>();
-    Region* region = it->second.get();
+    region = it->second.get();
     region->id = id;
     region->memory = memory;
-    // Apply the writes that came early, in arrival order; pieces still being
-    // received are applied by EndWrite().
-    auto early = early_.find(id);
-    if (early != early_.end()) {
+    auto held = early_.find(id);
+    if (held != early_.end()) {
       std::vector<std::unique_ptr<EarlyPiece>> keep;
-      for (auto& piece : early->second) {
-        if (!piece->complete) {
-          keep.push_back(std::move(piece));
-          continue;
-        }
-        absl::Status status = ApplyPiece(region, piece.get());
-        early_bytes_ -= piece->data.size();
-        if (!status.ok()) failed.emplace_back(piece->peer, std::move(status));
+      for (auto& piece : held->second) {
+        (piece->complete ? early : keep).push_back(std::move(piece));
       }
-      early->second = std::move(keep);
-      if (early->second.empty()) early_.erase(early);
+      held->second = std::move(keep);
+      if (held->second.empty()) early_.erase(held);
+    }
+    if (!early.empty()) {
+      // Until they are in, the region's notices wait with the early ones
+      // (Publish), and a deregistration waits for this pin.
+      region->applying_early = true;
+      ++region->pins;
+    }
+  }
+  std::vector<std::pair<int, absl::Status>> failed;
+  size_t applied_bytes = 0;
+  for (auto& piece : early) {
+    absl::Status status = ApplyPiece(region, piece.get());
+    applied_bytes += piece->data.size();
+    if (!status.ok()) failed.emplace_back(piece->peer, std::move(status));
+  }
+  early.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    early_bytes_ -= applied_bytes;
+    if (region->applying_early) {
+      region->applying_early = false;
+      Unpin(region);
     }
     auto deferred = deferred_notices_.find(id);
-    if (deferred != deferred_notices_.end()) {
+    if (deferred != deferred_notices_.end() && regions_.contains(id)) {
       auto& queue = notices_[id];
       for (const WriteNotice& notice : deferred->second) {
         bool bad = false;
@@ -132,8 +158,26 @@ absl::Status Inbox::DeregisterRegion(RegionId id) {
     if (region->pins == 0) return absl::OkStatus();
   }
   if (options_.wake_io) options_.wake_io();
+  // The I/O thread diverts its landings as soon as it handles the wake-up
+  // (it never blocks with one), and a registration applies its early
+  // pieces from memory: the wait is short, and bounded against our own
+  // bug. Returning before it ends would free memory still being written.
   absl::MutexLock lock(&mu_);
-  while (region->pins > 0) changed_.Wait(&mu_);
+  const absl::Time start = absl::Now();
+  while (region->pins > 0) {
+    const absl::Duration waited = absl::Now() - start;
+    STARLING_CHECK(waited < kPinBound)
+        << "region " << RegionName(id) << " still has " << region->pins
+        << " landing(s) writing into it " << absl::FormatDuration(waited)
+        << " after its deregistration began: the transport's I/O thread "
+           "stopped serving";
+    if (changed_.WaitWithTimeout(&mu_, kPinReport)) {
+      STARLING_LOG(WARNING)
+          << "deregistering region " << RegionName(id) << ": waiting "
+          << absl::FormatDuration(absl::Now() - start) << " for "
+          << region->pins << " landing(s) of the I/O thread to leave it";
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -382,7 +426,7 @@ void Inbox::Publish(int peer, const PendingWrite& write) {
   notice.offset_bytes = write.begin;
   notice.length_bytes = write.end - write.begin;
   notice.imm = write.imm;
-  if (registered) {
+  if (registered && !regions_.at(write.region)->applying_early) {
     notices_[write.region].push_back(notice);
     Changed();
   } else {

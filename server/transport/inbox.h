@@ -197,7 +197,13 @@ class Inbox {
 struct Inbox::Region {
   RegionId id = 0;
   absl::Span<std::byte> memory;
-  int pins = 0;  // landings writing into `memory`; guarded by the inbox mu_
+  // Landings writing into `memory`, and RegisterRegion while it applies
+  // the early pieces; guarded by the inbox mu_.
+  int pins = 0;
+  // RegisterRegion is applying early pieces (no lock held): notices of
+  // this region wait in deferred_notices_ until they are in. Guarded by
+  // the inbox mu_.
+  bool applying_early = false;
   // Set (release) when deregistration starts; read lock-free by the I/O
   // thread (acquire) before each read into `memory`.
   std::atomic<bool> leaving{false};
