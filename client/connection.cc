@@ -25,7 +25,8 @@ namespace client {
 namespace {
 
 // Connects to `path`, retrying while the daemon is not listening yet.
-absl::StatusOr<int> ConnectUnix(const std::string& path, absl::Time deadline) {
+absl::StatusOr<ScopedFd> ConnectUnix(const std::string& path,
+                                     absl::Time deadline) {
   sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
@@ -37,15 +38,15 @@ absl::StatusOr<int> ConnectUnix(const std::string& path, absl::Time deadline) {
   std::string last_error;
   absl::Duration backoff = absl::Milliseconds(10);
   while (true) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) {
       return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
     }
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) ==
+        0) {
       return fd;
     }
     last_error = strerror(errno);
-    ::close(fd);
     if (absl::Now() + backoff > deadline) break;
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
@@ -64,8 +65,10 @@ absl::Status ToStatus(const proto::WorkerResponse& response) {
 }  // namespace
 
 Connection::Connection(ClientOptions options, std::unique_ptr<SharedPool> pool,
-                       int fd)
-    : options_(std::move(options)), pool_(std::move(pool)), fd_(fd) {}
+                       ScopedFd fd)
+    : options_(std::move(options)),
+      pool_(std::move(pool)),
+      fd_(std::move(fd)) {}
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
     const ClientOptions& options_in) {
@@ -80,9 +83,11 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   const absl::Time deadline = absl::Now() + options.timeout;
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<SharedPool> pool,
                             SharedPool::Create(options.pool_bytes));
-  STARLING_ASSIGN_OR_RETURN(int fd, ConnectUnix(options.socket_path, deadline));
+  STARLING_ASSIGN_OR_RETURN(ScopedFd fd,
+                            ConnectUnix(options.socket_path, deadline));
+  const int socket = fd.get();
   std::unique_ptr<Connection> connection(
-      new Connection(options, std::move(pool), fd));
+      new Connection(options, std::move(pool), std::move(fd)));
 
   proto::WorkerRequest hello;
   hello.set_id(0);
@@ -93,22 +98,22 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   const std::string where =
       absl::StrCat(options.worker_name, " at ", options.socket_path);
   absl::Status status =
-      WriteFrame(fd, hello.SerializeAsString(), connection->pool_->fd());
+      WriteFrame(socket, hello.SerializeAsString(), connection->pool_->fd());
   if (!status.ok()) return Annotate(status, absl::StrCat("hello from ", where));
   // The reader thread is not running yet: read the answer here.
   timeval tv = {};
   const absl::Duration left =
       std::max(deadline - absl::Now(), absl::Seconds(1));
   tv.tv_sec = absl::ToInt64Seconds(left);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  absl::StatusOr<Frame> frame = ReadFrame(fd);
+  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  absl::StatusOr<Frame> frame = ReadFrame(socket);
   if (!frame.ok()) {
     return Annotate(
         frame.status(),
         absl::StrCat("waiting for the daemon's hello reply to ", where));
   }
   tv.tv_sec = 0;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   proto::WorkerResponse response;
   if (!response.ParseFromString(frame->payload)) {
     return absl::DataLossError(absl::StrCat(
@@ -144,14 +149,13 @@ Connection::~Connection() {
   // slot free. Bounded: a daemon that has not closed by kCloseWait is cut
   // off. A connection whose hello failed (Open's error paths) has no
   // reader and holds no slot: nothing to wait for.
-  ::shutdown(fd_, SHUT_WR);
+  ::shutdown(fd_.get(), SHUT_WR);
   if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) {
     reader_done_.WaitForNotificationWithTimeout(kCloseWait);
   }
-  ::shutdown(fd_, SHUT_RDWR);
+  ::shutdown(fd_.get(), SHUT_RDWR);
   if (reader_.joinable()) reader_.join();
-  ::close(fd_);
   absl::MutexLock lock(&mu_);
   UnmapParametersLocked();
 }
@@ -205,7 +209,7 @@ void Connection::WriteLoop() {
       frame = std::move(outgoing_.front());
       outgoing_.pop_front();
     }
-    absl::Status status = WriteFrame(fd_, frame);
+    absl::Status status = WriteFrame(fd_.get(), frame);
     if (!status.ok()) {
       // The same words whether the write or the reader noticed first.
       Break(absl::UnavailableError(absl::StrCat(
@@ -217,7 +221,7 @@ void Connection::WriteLoop() {
 
 void Connection::ReadLoop() {
   while (true) {
-    absl::StatusOr<Frame> frame = ReadFrame(fd_);
+    absl::StatusOr<Frame> frame = ReadFrame(fd_.get());
     proto::WorkerResponse response;
     if (frame.ok() && !response.ParseFromString(frame->payload)) {
       frame = absl::DataLossError("unparsable response from the daemon");
@@ -237,15 +241,12 @@ void Connection::ReadLoop() {
     Pending p;
     {
       absl::MutexLock lock(&mu_);
-      if (frame->received_fd >= 0) {
-        // Only a commit reply carries one: the run's parameters (sync
-        // modes). Kept before the commit's future completes.
-        if (response.has_commit() && response.code() == 0) {
-          if (params_fd_ >= 0) ::close(params_fd_);
-          params_fd_ = frame->received_fd;
-        } else {
-          ::close(frame->received_fd);
-        }
+      // Only a commit reply carries a descriptor: the run's parameters
+      // (where the daemon shares them). Kept before the commit's future
+      // completes; any other one closes with the frame.
+      if (frame->received_fd.valid() && response.has_commit() &&
+          response.code() == 0) {
+        params_fd_ = std::move(frame->received_fd);
       }
       auto it = pending_.find(response.id());
       if (it == pending_.end()) continue;  // not ours any more: ignore
@@ -385,22 +386,22 @@ absl::Status Connection::EnsureCommitted() {
 }
 
 void Connection::MapParametersLocked() {
-  if (params_fd_ < 0) return;
-  const int fd = std::exchange(params_fd_, -1);
+  if (!params_fd_.valid()) return;
+  // Closed on return: the mapping keeps the memory.
+  const ScopedFd fd(params_fd_.release());
   const size_t expected =
       SharedParametersFileBytes(declared_elements_ * sizeof(float));
   struct stat st = {};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != expected) {
+  if (::fstat(fd.get(), &st) != 0 ||
+      static_cast<size_t>(st.st_size) != expected) {
     params_error_ = absl::DataLossError(absl::StrCat(
         "the daemon's parameter memfd holds ", st.st_size, " bytes, not the ",
         expected, " of the ", declared_elements_,
         " declared parameters and the header page (", where_, ")"));
-    ::close(fd);
     return;
   }
-  void* map = ::mmap(nullptr, expected, PROT_READ, MAP_SHARED, fd, 0);
+  void* map = ::mmap(nullptr, expected, PROT_READ, MAP_SHARED, fd.get(), 0);
   const int error = errno;
-  ::close(fd);  // the mapping keeps the memory
   if (map == MAP_FAILED) {
     params_error_ = absl::DataLossError(absl::StrCat(
         "mapping the daemon's parameters (", expected,
@@ -412,8 +413,7 @@ void Connection::MapParametersLocked() {
 }
 
 void Connection::UnmapParametersLocked() {
-  if (params_fd_ >= 0) ::close(params_fd_);
-  params_fd_ = -1;
+  params_fd_.reset();
   if (params_map_ != nullptr) ::munmap(params_map_, params_map_bytes_);
   params_map_ = nullptr;
   params_map_bytes_ = 0;

@@ -28,6 +28,7 @@
 #include "client/future_state.h"
 #include "client/shared_pool.h"
 #include "proto/worker.pb.h"
+#include "server/base/scoped_fd.h"
 #include "server/base/shared_parameters.h"
 
 namespace starling {
@@ -106,7 +107,8 @@ class Connection {
   absl::StatusOr<uint64_t> OffsetOf(absl::string_view tensor) const;
 
  private:
-  Connection(ClientOptions options, std::unique_ptr<SharedPool> pool, int fd);
+  Connection(ClientOptions options, std::unique_ptr<SharedPool> pool,
+             ScopedFd fd);
   // Send() with mu_ held (the commit is sent under it, once).
   std::shared_ptr<internal::FutureState> SendLocked(
       proto::WorkerRequest request, const std::string& what)
@@ -121,7 +123,7 @@ class Connection {
 
   const ClientOptions options_;
   std::unique_ptr<SharedPool> pool_;
-  const int fd_;
+  const ScopedFd fd_;
   proto::HelloReply hello_;
   std::string where_;
   std::thread reader_;
@@ -155,7 +157,7 @@ class Connection {
   std::atomic<int64_t> last_pulled_version_{-1};
 
   // The parameters' memfd from the commit reply (owned), until mapped.
-  int params_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  ScopedFd params_fd_ ABSL_GUARDED_BY(mu_);
   // The read-only mapping of it (header page, then parameters), or null.
   void* params_map_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t params_map_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -17,44 +18,37 @@ absl::StatusOr<std::unique_ptr<SharedPool>> SharedPool::Create(size_t bytes) {
   if (bytes == 0) {
     return absl::InvalidArgumentError("pool_bytes must be > 0");
   }
-  const int fd =
-      ::memfd_create("starling-client-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) {
+  ScopedFd fd(
+      ::memfd_create("starling-client-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "memfd_create for the shared-memory pool: ", strerror(errno)));
   }
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "sizing the shared-memory pool to ", bytes, " bytes: ", strerror(e)));
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sizing the shared-memory pool to ", bytes,
+                     " bytes: ", strerror(errno)));
   }
   // The daemon maps the pool too: sealed against changing size, so that
   // nothing (not this process either) can pull memory from under it. The
   // daemon refuses a pool without F_SEAL_SHRINK.
-  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
-      0) {
-    const int e = errno;
-    ::close(fd);
+  if (::fcntl(fd.get(), F_ADD_SEALS,
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return absl::InternalError(
-        absl::StrCat("sealing the shared-memory pool: ", strerror(e)));
+        absl::StrCat("sealing the shared-memory pool: ", strerror(errno)));
   }
   void* base =
-      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) {
-    const int e = errno;
-    ::close(fd);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "mapping the shared-memory pool of ", bytes, " bytes: ", strerror(e)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("mapping the shared-memory pool of ", bytes,
+                     " bytes: ", strerror(errno)));
   }
   return std::unique_ptr<SharedPool>(
-      new SharedPool(fd, static_cast<std::byte*>(base), bytes));
+      new SharedPool(std::move(fd), static_cast<std::byte*>(base), bytes));
 }
 
-SharedPool::~SharedPool() {
-  ::munmap(base_, size_);
-  ::close(fd_);
-}
+SharedPool::~SharedPool() { ::munmap(base_, size_); }
 
 absl::StatusOr<absl::Span<float>> SharedPool::AllocateFloats(size_t elements) {
   const size_t bytes = elements * sizeof(float);

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "server/base/scoped_fd.h"
 
 namespace starling {
 namespace client {
@@ -28,7 +30,7 @@ class SharedPool {
   SharedPool& operator=(const SharedPool&) = delete;
 
   // The memfd (owned by the pool), to pass to the daemon.
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   size_t size_bytes() const { return size_; }
 
   // A zeroed buffer of `elements` floats. ResourceExhausted when full.
@@ -39,10 +41,10 @@ class SharedPool {
   std::optional<uint64_t> OffsetOf(const void* data, size_t bytes) const;
 
  private:
-  SharedPool(int fd, std::byte* base, size_t size)
-      : fd_(fd), base_(base), size_(size) {}
+  SharedPool(ScopedFd fd, std::byte* base, size_t size)
+      : fd_(std::move(fd)), base_(base), size_(size) {}
 
-  const int fd_;
+  const ScopedFd fd_;
   std::byte* const base_;
   const size_t size_;
   absl::Mutex mu_;

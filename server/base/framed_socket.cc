@@ -63,7 +63,7 @@ absl::Status SendAll(int fd, iovec* iov, int iov_count, int pass_fd) {
 }
 
 // Reads exactly `length` bytes; collects a passed descriptor into *got_fd.
-absl::Status RecvAll(int fd, char* data, size_t length, int* got_fd,
+absl::Status RecvAll(int fd, char* data, size_t length, ScopedFd* got_fd,
                      bool* eof_at_start) {
   size_t done = 0;
   *eof_at_start = false;
@@ -85,8 +85,7 @@ absl::Status RecvAll(int fd, char* data, size_t length, int* got_fd,
       if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
         int passed = -1;
         std::memcpy(&passed, CMSG_DATA(cmsg), sizeof(int));
-        if (*got_fd >= 0) ::close(*got_fd);
-        *got_fd = passed;
+        *got_fd = ScopedFd(passed);  // a second one closes the first
       }
     }
     if (n == 0) {
@@ -126,14 +125,10 @@ absl::StatusOr<Frame> ReadFrame(int fd) {
   absl::Status status =
       RecvAll(fd, reinterpret_cast<char*>(header), sizeof(header),
               &frame.received_fd, &eof_at_start);
-  if (!status.ok()) {
-    if (frame.received_fd >= 0) ::close(frame.received_fd);
-    return status;
-  }
+  if (!status.ok()) return status;
   const uint32_t length = uint32_t{header[0]} | uint32_t{header[1]} << 8 |
                           uint32_t{header[2]} << 16 | uint32_t{header[3]} << 24;
   if (length > kMaxFrameBytes) {
-    if (frame.received_fd >= 0) ::close(frame.received_fd);
     return absl::DataLossError(absl::StrCat("frame length ", length,
                                             " bytes exceeds the limit of ",
                                             kMaxFrameBytes, " bytes"));
@@ -142,7 +137,6 @@ absl::StatusOr<Frame> ReadFrame(int fd) {
   status = RecvAll(fd, frame.payload.data(), length, &frame.received_fd,
                    &eof_at_start);
   if (!status.ok()) {
-    if (frame.received_fd >= 0) ::close(frame.received_fd);
     if (eof_at_start && length > 0) {
       return absl::UnavailableError(absl::StrCat(
           "connection closed inside a frame (after the header of a ", length,

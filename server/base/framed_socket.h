@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/base/scoped_fd.h"
 
 namespace starling {
 
@@ -25,8 +26,8 @@ absl::Status WriteFrame(int fd, absl::string_view payload, int pass_fd = -1);
 
 struct Frame {
   std::string payload;
-  // A descriptor that came with the frame (now owned by the caller), or -1.
-  int received_fd = -1;
+  // A descriptor that came with the frame (the caller's now), or none.
+  ScopedFd received_fd;
 };
 
 // Reads one frame, blocking. Unavailable at end of stream (the message says

@@ -29,7 +29,7 @@ TEST_F(FramedSocketTest, FramesRoundTripInOrder) {
   absl::StatusOr<Frame> a = ReadFrame(fds_[1]);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->payload, "hello");
-  EXPECT_EQ(a->received_fd, -1);
+  EXPECT_FALSE(a->received_fd.valid());
   absl::StatusOr<Frame> b = ReadFrame(fds_[1]);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->payload, "");
@@ -41,12 +41,11 @@ TEST_F(FramedSocketTest, PassesADescriptor) {
   ASSERT_TRUE(WriteFrame(fds_[0], "with fd", pipe_fds[1]).ok());
   absl::StatusOr<Frame> frame = ReadFrame(fds_[1]);
   ASSERT_TRUE(frame.ok()) << frame.status();
-  ASSERT_GE(frame->received_fd, 0);
-  ASSERT_EQ(::write(frame->received_fd, "x", 1), 1);
+  ASSERT_TRUE(frame->received_fd.valid());
+  ASSERT_EQ(::write(frame->received_fd.get(), "x", 1), 1);
   char c = 0;
   ASSERT_EQ(::read(pipe_fds[0], &c, 1), 1);
   EXPECT_EQ(c, 'x');
-  ::close(frame->received_fd);
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
 }

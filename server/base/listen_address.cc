@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/base/scoped_fd.h"
 
 namespace starling {
 namespace {
@@ -72,17 +73,16 @@ absl::Status CheckCanListen(const HostPort& address) {
   }
   int error = 0;
   for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
-                            ai->ai_protocol);
-    if (fd < 0) {
+    const ScopedFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+                               ai->ai_protocol));
+    if (!fd.valid()) {
       error = errno;
       continue;
     }
     const int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    const bool bound = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    const bool bound = ::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0;
     error = bound ? 0 : errno;
-    ::close(fd);
     if (bound) break;
   }
   ::freeaddrinfo(results);

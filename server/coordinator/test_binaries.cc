@@ -28,17 +28,17 @@ std::string ShellQuote(const std::string& arg) {
 }
 
 // Binds 127.0.0.1:0; returns the fd and sets *port.
-int BindLoopback(int* port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  STARLING_CHECK(fd >= 0);
+ScopedFd BindLoopback(int* port) {
+  ScopedFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  STARLING_CHECK(fd.valid());
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  STARLING_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) ==
-                 0);
+  STARLING_CHECK(
+      ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
   socklen_t len = sizeof(addr);
-  STARLING_CHECK(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) ==
-                 0);
+  STARLING_CHECK(
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   *port = ntohs(addr.sin_port);
   return fd;
 }
@@ -74,16 +74,14 @@ RunResult RunBinary(const std::vector<std::string>& argv, int timeout_seconds) {
 
 int PickFreePort() {
   int port = 0;
-  ::close(BindLoopback(&port));
+  BindLoopback(&port);  // closed at once: the port is free again
   return port;
 }
 
 OccupiedPort::OccupiedPort() {
   fd_ = BindLoopback(&port_);
-  STARLING_CHECK(::listen(fd_, 1) == 0);
+  STARLING_CHECK(::listen(fd_.get(), 1) == 0);
 }
-
-OccupiedPort::~OccupiedPort() { ::close(fd_); }
 
 int CountLines(const std::string& text) {
   int lines = 0;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "server/base/scoped_fd.h"
+
 namespace starling {
 namespace coordinator {
 
@@ -31,13 +33,12 @@ int PickFreePort();
 class OccupiedPort {
  public:
   OccupiedPort();
-  ~OccupiedPort();
   OccupiedPort(const OccupiedPort&) = delete;
   OccupiedPort& operator=(const OccupiedPort&) = delete;
   int port() const { return port_; }
 
  private:
-  int fd_ = -1;
+  ScopedFd fd_;
   int port_ = 0;
 };
 

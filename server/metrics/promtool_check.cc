@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/base/scoped_fd.h"
 
 namespace starling {
 namespace metrics {
@@ -36,15 +37,19 @@ absl::Status CheckWithPromtool(absl::string_view text) {
   const char* tmpdir = std::getenv("TEST_TMPDIR");
   std::string path =
       absl::StrCat(tmpdir != nullptr ? tmpdir : "/tmp", "/metrics.XXXXXX");
-  const int fd = ::mkstemp(path.data());
-  if (fd < 0) return absl::InternalError("cannot create a temporary file");
   size_t written = 0;
-  while (written < text.size()) {
-    ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
+  {
+    const ScopedFd fd(::mkstemp(path.data()));
+    if (!fd.valid()) {
+      return absl::InternalError("cannot create a temporary file");
+    }
+    while (written < text.size()) {
+      ssize_t n =
+          ::write(fd.get(), text.data() + written, text.size() - written);
+      if (n <= 0) break;
+      written += static_cast<size_t>(n);
+    }
   }
-  ::close(fd);
   if (written != text.size()) {
     ::unlink(path.c_str());
     return absl::InternalError(absl::StrCat("cannot write ", path));

@@ -144,7 +144,7 @@ void RunManager::Declare(const WorkerHandle& worker,
 
 std::optional<absl::Status> RunManager::RefuseLocked(
     WorkerSlots::Slot* slot, const proto::WorkerRequest& request,
-    proto::WorkerResponse* answer, int* pass_fd) {
+    proto::WorkerResponse* answer, ScopedFd* pass_fd) {
   const bool commit =
       request.kind_case() == proto::WorkerRequest::kCommitTensors;
   if (stop_) return ShuttingDown();
@@ -164,7 +164,7 @@ std::optional<absl::Status> RunManager::RefuseLocked(
     answer->mutable_commit()->set_run_id(run_->id);
     answer->mutable_commit()->set_next_step(slot->next_step);
     if (engine_->SharesParameters()) {
-      *pass_fd = ::dup(run_->store->parameters_fd());
+      *pass_fd = ScopedFd(::dup(run_->store->parameters_fd()));
     }
     return absl::OkStatus();
   }
@@ -193,7 +193,7 @@ void RunManager::Submit(const WorkerHandle& worker,
                         const proto::WorkerRequest& request) {
   std::optional<absl::Status> refuse;
   proto::WorkerResponse answer;
-  int pass_fd = -1;  // the parameters' memfd, with a resuming commit's reply
+  ScopedFd pass_fd;  // the parameters' memfd, with a resuming commit's reply
   {
     absl::MutexLock lock(&mu_);
     refuse = RefuseLocked(slots_.Find(worker), request, &answer, &pass_fd);
@@ -204,7 +204,7 @@ void RunManager::Submit(const WorkerHandle& worker,
     }
   }
   worker.responder->Reply(request.id(), Annotate(*refuse, Describe(request)),
-                          std::move(answer), pass_fd);
+                          std::move(answer), std::move(pass_fd));
 }
 
 absl::Time RunManager::CheckGraceLocked(Deferred* deferred) {
@@ -296,7 +296,8 @@ void RunManager::Answer(std::vector<Round>& rounds, const absl::Status& status,
   for (Round& round : rounds) {
     round.worker.responder->Reply(
         round.request.id(), status, reply,
-        committed != nullptr ? ::dup(committed->store->parameters_fd()) : -1);
+        ScopedFd(committed != nullptr ? ::dup(committed->store->parameters_fd())
+                                      : -1));
     if (is_push) {
       metrics_->pushes->Increment();
       metrics_->push_seconds->Observe(

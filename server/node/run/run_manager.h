@@ -67,6 +67,7 @@
 #include "proto/common.pb.h"
 #include "proto/node_admin.pb.h"
 #include "proto/worker.pb.h"
+#include "server/base/scoped_fd.h"
 #include "server/collective/communicator.h"
 #include "server/node/run/declared_tensors.h"
 #include "server/node/run/round.h"
@@ -198,7 +199,7 @@ class RunManager {
   std::optional<absl::Status> RefuseLocked(WorkerSlots::Slot* slot,
                                            const proto::WorkerRequest& request,
                                            proto::WorkerResponse* answer,
-                                           int* pass_fd)
+                                           ScopedFd* pass_fd)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status Execute(std::vector<Round>& rounds,

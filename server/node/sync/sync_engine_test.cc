@@ -92,7 +92,7 @@ class TestWorker {
         ::mmap(nullptr, kPoolBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     EXPECT_NE(base_, MAP_FAILED);
     absl::StatusOr<std::unique_ptr<WorkerPool>> pool =
-        WorkerPool::Map(::dup(fd), kPoolBytes);
+        WorkerPool::Map(ScopedFd(::dup(fd)), kPoolBytes);
     EXPECT_OK(pool.status());
     ::close(fd);
     handle_.session = index + 1;
@@ -110,11 +110,10 @@ class TestWorker {
   // The next reply's status.
   absl::Status NextReply() {
     std::string frame;
-    int pass_fd = -1;
+    ScopedFd pass_fd;  // closed here
     if (!handle_.responder->Next(&frame, &pass_fd)) {
       return absl::InternalError("no reply");
     }
-    if (pass_fd >= 0) ::close(pass_fd);
     proto::WorkerResponse response;
     EXPECT_TRUE(response.ParseFromString(frame));
     return absl::Status(static_cast<absl::StatusCode>(response.code()),

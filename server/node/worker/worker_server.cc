@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/base/logging.h"
+#include "server/base/status_macros.h"
 
 namespace starling {
 namespace node {
@@ -28,6 +29,59 @@ const char* FileKind(mode_t mode) {
   return "not a socket";
 }
 
+// One daemon per path: the lock on `path`.lock, held for the server's life
+// and released by the kernel if the daemon dies.
+absl::StatusOr<ScopedFd> LockSocketPath(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  ScopedFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open the worker socket's lock file ", lock_path,
+                     ": ", strerror(errno), " (--worker_socket)"));
+  }
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker socket ", path, " belongs to another starling-node (its lock ",
+        lock_path, " is held: ", strerror(errno),
+        "); give each daemon its own --worker_socket"));
+  }
+  return lock;
+}
+
+// A socket file left at `path` by a dead daemon refuses connections: it is
+// removed. One that accepts belongs to a live process, and anything else
+// is not ours: refused.
+absl::Status RemoveStaleSocket(const std::string& path,
+                               const sockaddr_un& addr) {
+  struct stat st = {};
+  if (::lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker socket path ", path, " exists and is ", FileKind(st.st_mode),
+        "; refusing to replace it (--worker_socket)"));
+  }
+  const ScopedFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!probe.valid()) {
+    return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  }
+  const bool live =
+      ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr),
+                sizeof(addr)) == 0;
+  const int e = errno;
+  if (live) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("worker socket ", path,
+                     " is in use: another process accepts connections "
+                     "there (--worker_socket)"));
+  }
+  if (e != ECONNREFUSED) {
+    return absl::UnavailableError(absl::StrCat(
+        "worker socket ", path, " exists and cannot be probed: ", strerror(e)));
+  }
+  ::unlink(path.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Listen(
@@ -40,71 +94,19 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Listen(
                      sizeof(addr.sun_path) - 1, " bytes (--worker_socket)"));
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
-  // One daemon per path: the lock is held for the server's life and
-  // released by the kernel if the daemon dies.
-  const std::string lock_path = path + ".lock";
-  const int lock_fd =
-      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot open the worker socket's lock file ", lock_path,
-                     ": ", strerror(errno), " (--worker_socket)"));
+  STARLING_ASSIGN_OR_RETURN(ScopedFd lock, LockSocketPath(path));
+  STARLING_RETURN_IF_ERROR(RemoveStaleSocket(path, addr));
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) {
+    return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
   }
-  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    const int e = errno;
-    ::close(lock_fd);
-    return absl::AlreadyExistsError(absl::StrCat(
-        "worker socket ", path, " belongs to another starling-node (its lock ",
-        lock_path, " is held: ", strerror(e),
-        "); give each daemon its own --worker_socket"));
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(fd.get(), 64) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on worker socket ", path, ": ", strerror(errno)));
   }
-  auto fail = [lock_fd](absl::Status status) {
-    ::close(lock_fd);
-    return status;
-  };
-  struct stat st = {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return fail(absl::FailedPreconditionError(absl::StrCat(
-          "worker socket path ", path, " exists and is ", FileKind(st.st_mode),
-          "; refusing to replace it (--worker_socket)")));
-    }
-    // A socket file left by a dead daemon refuses connections: replace it.
-    // One that accepts belongs to a live process: refuse to steal it.
-    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe < 0) {
-      return fail(
-          absl::InternalError(absl::StrCat("socket: ", strerror(errno))));
-    }
-    const bool live =
-        ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    const int e = errno;
-    ::close(probe);
-    if (live) {
-      return fail(absl::AlreadyExistsError(
-          absl::StrCat("worker socket ", path,
-                       " is in use: another process accepts connections "
-                       "there (--worker_socket)")));
-    }
-    if (e != ECONNREFUSED) {
-      return fail(absl::UnavailableError(
-          absl::StrCat("worker socket ", path,
-                       " exists and cannot be probed: ", strerror(e))));
-    }
-    ::unlink(path.c_str());
-  }
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return fail(absl::InternalError(absl::StrCat("socket: ", strerror(errno))));
-  }
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(fd, 64) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return fail(absl::UnavailableError(absl::StrCat(
-        "cannot listen on worker socket ", path, ": ", strerror(e))));
-  }
-  return std::unique_ptr<WorkerServer>(new WorkerServer(path, fd, lock_fd));
+  return std::unique_ptr<WorkerServer>(
+      new WorkerServer(path, std::move(fd), std::move(lock)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
@@ -114,8 +116,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   return server;
 }
 
-WorkerServer::WorkerServer(std::string path, int listen_fd, int lock_fd)
-    : path_(std::move(path)), listen_fd_(listen_fd), lock_fd_(lock_fd) {}
+WorkerServer::WorkerServer(std::string path, ScopedFd listen_fd,
+                           ScopedFd lock_fd)
+    : path_(std::move(path)),
+      listen_fd_(std::move(listen_fd)),
+      lock_fd_(std::move(lock_fd)) {}
 
 WorkerServer::~WorkerServer() { Stop(); }
 
@@ -135,18 +140,18 @@ void WorkerServer::Stop() {
     sessions.swap(sessions_);
     acceptor.swap(acceptor_);
   }
-  ::shutdown(listen_fd_, SHUT_RDWR);
+  ::shutdown(listen_fd_.get(), SHUT_RDWR);
   if (acceptor.joinable()) acceptor.join();
-  ::close(listen_fd_);
+  listen_fd_.reset();
   ::unlink(path_.c_str());
-  sessions.clear();   // each destructor closes its socket and joins
-  ::close(lock_fd_);  // releases the lock
+  sessions.clear();  // each destructor closes its socket and joins
+  lock_fd_.reset();  // releases the lock
 }
 
 void WorkerServer::AcceptLoop(WorkerRequestHandler* handler) {
   while (true) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
+    ScopedFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       const int e = errno;
       absl::MutexLock lock(&mu_);
@@ -159,10 +164,7 @@ void WorkerServer::AcceptLoop(WorkerRequestHandler* handler) {
     std::vector<std::unique_ptr<WorkerSession>> finished;
     {
       absl::MutexLock lock(&mu_);
-      if (stopped_) {
-        ::close(fd);
-        return;
-      }
+      if (stopped_) return;
       // Reap sessions whose worker left (joined outside the lock below).
       for (auto it = sessions_.begin(); it != sessions_.end();) {
         if ((*it)->finished()) {
@@ -172,8 +174,8 @@ void WorkerServer::AcceptLoop(WorkerRequestHandler* handler) {
           ++it;
         }
       }
-      sessions_.push_back(
-          std::make_unique<WorkerSession>(fd, next_session_++, handler));
+      sessions_.push_back(std::make_unique<WorkerSession>(
+          std::move(fd), next_session_++, handler));
     }
     finished.clear();
   }

@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/base/scoped_fd.h"
 #include "server/node/worker/worker_session.h"
 
 namespace starling {
@@ -51,12 +52,13 @@ class WorkerServer {
   void Stop();
 
  private:
-  WorkerServer(std::string path, int listen_fd, int lock_fd);
+  WorkerServer(std::string path, ScopedFd listen_fd, ScopedFd lock_fd);
   void AcceptLoop(WorkerRequestHandler* handler);
 
   const std::string path_;
-  const int listen_fd_;
-  const int lock_fd_;
+  // Closed by Stop().
+  ScopedFd listen_fd_;
+  ScopedFd lock_fd_;
   std::thread acceptor_;
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

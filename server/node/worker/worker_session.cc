@@ -36,42 +36,36 @@ pid_t PeerPid(int fd) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Map(int fd,
+absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Map(ScopedFd fd,
                                                             size_t bytes) {
   // Seals exist only on memfds; F_GET_SEALS fails (EINVAL) on anything
   // else, which is refused the same way.
-  const int seals = ::fcntl(fd, F_GET_SEALS);
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    ::close(fd);
     return absl::InvalidArgumentError(
         "the shared-memory pool is not a memfd sealed against shrinking "
         "(F_SEAL_SHRINK); a worker could truncate it under the daemon. Use "
         "the Starling client library, which seals its pool");
   }
   struct stat st = {};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes ||
+  if (::fstat(fd.get(), &st) != 0 || static_cast<size_t>(st.st_size) < bytes ||
       bytes == 0) {
-    ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat("the pool descriptor holds ", st.st_size,
                      " bytes, not the announced ", bytes));
   }
   void* base =
-      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) {
     const int e = errno;
-    ::close(fd);
     return absl::InternalError(absl::StrCat("mapping a worker pool of ", bytes,
                                             " bytes: ", strerror(e)));
   }
   return std::unique_ptr<WorkerPool>(
-      new WorkerPool(fd, static_cast<std::byte*>(base), bytes));
+      new WorkerPool(std::move(fd), static_cast<std::byte*>(base), bytes));
 }
 
-WorkerPool::~WorkerPool() {
-  ::munmap(base_, size_);
-  ::close(fd_);
-}
+WorkerPool::~WorkerPool() { ::munmap(base_, size_); }
 
 absl::StatusOr<absl::Span<float>> WorkerPool::Floats(
     const proto::PoolSlice& slice) const {
@@ -95,32 +89,25 @@ absl::StatusOr<absl::Span<std::byte>> WorkerPool::Bytes(
   return absl::Span<std::byte>(base_ + offset, elements * element_bytes);
 }
 
-Responder::~Responder() {
-  for (const Queued& queued : queue_) {
-    if (queued.pass_fd >= 0) ::close(queued.pass_fd);
-  }
-}
-
 void Responder::Reply(uint64_t id, const absl::Status& status,
-                      proto::WorkerResponse response, int pass_fd) {
+                      proto::WorkerResponse response, ScopedFd pass_fd) {
   response.set_id(id);
   response.set_code(static_cast<int>(status.code()));
   response.set_message(std::string(status.message()));
   std::string frame = response.SerializeAsString();
   absl::MutexLock lock(&mu_);
   if (closed_ || queued_bytes_ + frame.size() > kMaxQueuedReplyBytes) {
-    if (pass_fd >= 0) ::close(pass_fd);
-    if (closed_) return;  // the worker is gone
+    if (closed_) return;  // the worker is gone (`pass_fd` closes)
     // The worker does not read: stop here; the writer closes the socket.
     overflowed_ = true;
     closed_ = true;
     return;
   }
   queued_bytes_ += frame.size();
-  queue_.push_back(Queued{std::move(frame), pass_fd});
+  queue_.push_back(Queued{std::move(frame), std::move(pass_fd)});
 }
 
-bool Responder::Next(std::string* frame, int* pass_fd) {
+bool Responder::Next(std::string* frame, ScopedFd* pass_fd) {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](Responder* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
@@ -129,7 +116,7 @@ bool Responder::Next(std::string* frame, int* pass_fd) {
       this));
   if (queue_.empty() || overflowed_) return false;
   *frame = std::move(queue_.front().frame);
-  *pass_fd = queue_.front().pass_fd;
+  *pass_fd = std::move(queue_.front().pass_fd);
   queue_.pop_front();
   queued_bytes_ -= frame->size();
   return true;
@@ -145,34 +132,34 @@ bool Responder::overflowed() const {
   return overflowed_;
 }
 
-WorkerSession::WorkerSession(int fd, uint64_t session,
+WorkerSession::WorkerSession(ScopedFd fd, uint64_t session,
                              WorkerRequestHandler* handler)
-    : fd_(fd),
+    : fd_(std::move(fd)),
       session_(session),
       handler_(handler),
       responder_(std::make_shared<Responder>()) {
   timeval tv = {};
   tv.tv_sec = kSendTimeoutSeconds;
-  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   writer_ = std::thread([this] { WriteLoop(); });
   reader_ = std::thread([this] { ReadLoop(); });
 }
 
 WorkerSession::~WorkerSession() {
   responder_->Close();
-  ::shutdown(fd_, SHUT_RDWR);
+  ::shutdown(fd_.get(), SHUT_RDWR);
   if (reader_.joinable()) reader_.join();
   if (writer_.joinable()) writer_.join();
-  // Only now: no thread of this session can touch the descriptor any more.
-  ::close(fd_);
+  // Only now (fd_'s destructor): no thread of this session can touch the
+  // descriptor any more.
 }
 
 void WorkerSession::WriteLoop() {
   std::string frame;
-  int pass_fd = -1;
+  ScopedFd pass_fd;
   while (responder_->Next(&frame, &pass_fd)) {
-    absl::Status status = WriteFrame(fd_, frame, pass_fd);
-    if (pass_fd >= 0) ::close(pass_fd);  // the worker holds its own copy
+    absl::Status status = WriteFrame(fd_.get(), frame, pass_fd.get());
+    pass_fd.reset();  // the worker holds its own copy
     if (!status.ok()) {
       STARLING_LOG(DEBUG) << "reply to a worker not sent: " << status;
       break;
@@ -185,28 +172,27 @@ void WorkerSession::WriteLoop() {
   }
   // Ends the reader too, so that the daemon learns the worker is gone.
   responder_->Close();
-  ::shutdown(fd_, SHUT_RDWR);
+  ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
 absl::StatusOr<WorkerHandle> WorkerSession::Hello(
-    const proto::WorkerRequest& request, int received_fd) {
+    const proto::WorkerRequest& request, ScopedFd received_fd) {
   if (request.kind_case() != proto::WorkerRequest::kHello) {
-    if (received_fd >= 0) ::close(received_fd);
     return absl::FailedPreconditionError(
         "the first message of a worker must be hello");
   }
-  if (received_fd < 0) {
+  if (!received_fd.valid()) {
     return absl::InvalidArgumentError(
         "hello carried no shared-memory pool descriptor");
   }
   absl::StatusOr<std::unique_ptr<WorkerPool>> pool =
-      WorkerPool::Map(received_fd, request.hello().pool_bytes());
+      WorkerPool::Map(std::move(received_fd), request.hello().pool_bytes());
   if (!pool.ok()) return pool.status();
   WorkerHandle handle;
   handle.session = session_;
   handle.index = request.hello().worker_index();
   handle.name = request.hello().worker_name();
-  handle.pid = PeerPid(fd_);
+  handle.pid = PeerPid(fd_.get());
   handle.pool = std::move(*pool);
   handle.responder = responder_;
   absl::StatusOr<proto::HelloReply> reply =
@@ -221,7 +207,7 @@ absl::StatusOr<WorkerHandle> WorkerSession::Hello(
 void WorkerSession::ReadLoop() {
   std::optional<WorkerHandle> handle;
   while (true) {
-    absl::StatusOr<Frame> frame = ReadFrame(fd_);
+    absl::StatusOr<Frame> frame = ReadFrame(fd_.get());
     if (!frame.ok()) {
       STARLING_LOG(DEBUG) << "worker connection ended: " << frame.status();
       break;
@@ -229,7 +215,6 @@ void WorkerSession::ReadLoop() {
     absl::StatusOr<proto::WorkerRequest> request =
         ParseWorkerRequest(frame->payload);
     if (!request.ok()) {
-      if (frame->received_fd >= 0) ::close(frame->received_fd);
       STARLING_LOG(WARNING)
           << "closing the connection of "
           << (handle.has_value() ? absl::StrCat("worker '", handle->name,
@@ -242,7 +227,7 @@ void WorkerSession::ReadLoop() {
     }
     if (!handle.has_value()) {
       absl::StatusOr<WorkerHandle> attached =
-          Hello(*request, frame->received_fd);
+          Hello(*request, std::move(frame->received_fd));
       if (!attached.ok()) {
         STARLING_LOG(WARNING) << "refused a worker: " << attached.status();
         responder_->Reply(request->id(), attached.status());
@@ -251,7 +236,7 @@ void WorkerSession::ReadLoop() {
       handle = std::move(*attached);
       continue;
     }
-    if (frame->received_fd >= 0) ::close(frame->received_fd);
+    frame->received_fd.reset();  // only hello carries one
     if (request->kind_case() == proto::WorkerRequest::kHello) {
       responder_->Reply(request->id(),
                         absl::FailedPreconditionError("hello sent twice"));

@@ -28,6 +28,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -35,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/worker.pb.h"
+#include "server/base/scoped_fd.h"
 
 namespace starling {
 namespace node {
@@ -46,12 +48,13 @@ inline constexpr size_t kMaxQueuedReplyBytes = size_t{16} << 20;
 // The worker's pool as mapped in the daemon. Thread-safe (immutable).
 class WorkerPool {
  public:
-  // Maps `fd` (taken over) of `bytes`. InvalidArgument if the descriptor is
+  // Maps `fd` of `bytes`. InvalidArgument if the descriptor is
   // not a memfd sealed against shrinking (F_SEAL_SHRINK: otherwise the
   // worker could truncate it under the daemon, which would then fault on
   // the next access), or is smaller than announced; Internal for mmap
   // failures.
-  static absl::StatusOr<std::unique_ptr<WorkerPool>> Map(int fd, size_t bytes);
+  static absl::StatusOr<std::unique_ptr<WorkerPool>> Map(ScopedFd fd,
+                                                         size_t bytes);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -67,9 +70,9 @@ class WorkerPool {
                                               size_t element_bytes) const;
 
  private:
-  WorkerPool(int fd, std::byte* base, size_t size)
-      : fd_(fd), base_(base), size_(size) {}
-  const int fd_;
+  WorkerPool(ScopedFd fd, std::byte* base, size_t size)
+      : fd_(std::move(fd)), base_(base), size_(size) {}
+  const ScopedFd fd_;
   std::byte* const base_;
   const size_t size_;
 };
@@ -81,22 +84,20 @@ class Responder {
   Responder() = default;
   Responder(const Responder&) = delete;
   Responder& operator=(const Responder&) = delete;
-  // Closes the descriptors of replies never sent.
-  ~Responder();
+  // Replies never sent close their descriptors.
+  ~Responder() = default;
 
-  // Queues `response` with `id` and `status`, and `pass_fd` (taken over;
-  // -1: none) to send with it as SCM_RIGHTS. Dropped (the descriptor
-  // closed) once the session closed (the worker is gone; its reader thread
-  // reports that).
+  // Queues `response` with `id` and `status`, and `pass_fd` (if valid) to
+  // send with it as SCM_RIGHTS. Dropped (the descriptor closed) once the
+  // session closed (the worker is gone; its reader thread reports that).
   void Reply(uint64_t id, const absl::Status& status,
              proto::WorkerResponse response = proto::WorkerResponse(),
-             int pass_fd = -1);
+             ScopedFd pass_fd = ScopedFd());
 
   // For the session's writer thread: blocks until a frame is queued (sets
-  // `frame` and `pass_fd`, which the caller then owns, -1 for none; returns
-  // true) or the session closed and nothing is left to send (returns
-  // false).
-  bool Next(std::string* frame, int* pass_fd);
+  // `frame` and `pass_fd`, none if it has none; returns true) or the
+  // session closed and nothing is left to send (returns false).
+  bool Next(std::string* frame, ScopedFd* pass_fd);
   // No more replies are queued; Next() returns false once drained.
   void Close();
   // True once the queue overflowed (the writer closes the socket).
@@ -106,7 +107,7 @@ class Responder {
   mutable absl::Mutex mu_;
   struct Queued {
     std::string frame;
-    int pass_fd = -1;  // owned
+    ScopedFd pass_fd;
   };
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -150,9 +151,9 @@ class WorkerRequestHandler {
 
 class WorkerSession {
  public:
-  // Takes over `fd` (a connected unix socket) and starts the threads.
+  // Takes `fd` (a connected unix socket) and starts the threads.
   // `handler` is borrowed and must outlive the session.
-  WorkerSession(int fd, uint64_t session, WorkerRequestHandler* handler);
+  WorkerSession(ScopedFd fd, uint64_t session, WorkerRequestHandler* handler);
   // Shuts the socket down, joins both threads, then closes it.
   ~WorkerSession();
   WorkerSession(const WorkerSession&) = delete;
@@ -169,9 +170,9 @@ class WorkerSession {
   void WriteLoop();
   // Hello: maps the pool and attaches. Returns the handle on success.
   absl::StatusOr<WorkerHandle> Hello(const proto::WorkerRequest& request,
-                                     int received_fd);
+                                     ScopedFd received_fd);
 
-  const int fd_;
+  const ScopedFd fd_;
   const uint64_t session_;
   WorkerRequestHandler* const handler_;
   const std::shared_ptr<Responder> responder_;

@@ -70,24 +70,6 @@ absl::StatusOr<struct sockaddr_storage> Resolve(const PeerAddress& address,
 
 }  // namespace
 
-ScopedFd& ScopedFd::operator=(ScopedFd&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = other.release();
-  }
-  return *this;
-}
-
-ScopedFd::~ScopedFd() {
-  if (fd_ >= 0) close(fd_);
-}
-
-int ScopedFd::release() {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
 absl::Status ErrnoStatus(int err, absl::string_view what) {
   char buffer[128];
   // GNU strerror_r returns the message pointer.

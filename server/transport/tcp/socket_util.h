@@ -11,30 +11,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/base/scoped_fd.h"
 #include "server/transport/peer_address.h"
 
 namespace starling {
 namespace transport {
 namespace tcp {
 
-// Owns a file descriptor; closes it on destruction. Move-only.
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
-  ScopedFd& operator=(ScopedFd&& other) noexcept;
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd();
-
-  int get() const { return fd_; }
-  int release();
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+// server/base/scoped_fd.h, as the socket calls below return it.
+using ::starling::ScopedFd;
 
 // "<what>: <strerror(err)>" with the code errno suggests.
 absl::Status ErrnoStatus(int err, absl::string_view what);
