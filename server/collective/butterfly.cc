@@ -171,6 +171,8 @@ absl::Status FoldOut(OpContext* ctx, const Geometry& g, bool whole) {
   const int rank = ctx->rank();
   ctx->SetStep("fold-out", 1, 1);
   Geometry::Ranges range;
+  // An active rank past the extras has no extra to hand anything to.
+  if (rank < g.active() && rank >= g.extras()) return absl::OkStatus();
   const int extra = rank >= g.active() ? rank : rank + g.active();
   if (whole) {
     range.length1 = ctx->data().size();
@@ -182,10 +184,8 @@ absl::Status FoldOut(OpContext* ctx, const Geometry& g, bool whole) {
     range.offset1 = 0;  // the receiver's chunking is over the length only
     return WaitRanges(ctx, rank - g.active(), range, g.FoldOutStep());
   }
-  if (rank < g.extras()) {
-    PostRanges(ctx, extra, range, Region::kData, range.offset1, 0,
-               g.FoldOutStep());
-  }
+  PostRanges(ctx, extra, range, Region::kData, range.offset1, 0,
+             g.FoldOutStep());
   return absl::OkStatus();
 }
 

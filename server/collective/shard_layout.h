@@ -1,8 +1,8 @@
-// ShardLayout: how `count` elements split into `parts` contiguous blocks.
-// Block i starts at i * (count / parts) + min(i, count % parts): the first
-// count % parts blocks hold one extra element. Reduce-scatter leaves block
-// `rank` reduced on each rank, all-gather starts from it, and the node
-// daemon's shard map uses the same split. Immutable; thread-safe.
+// ShardLayout: how `count` elements split into `parts` contiguous blocks,
+// the even block split of server/base/block_split.h (the first count % parts
+// blocks hold one extra element). Reduce-scatter leaves block `rank` reduced
+// on each rank, all-gather starts from it, and the node daemon's shard map
+// uses the same split. Immutable; thread-safe.
 #ifndef STARLING_SERVER_COLLECTIVE_SHARD_LAYOUT_H_
 #define STARLING_SERVER_COLLECTIVE_SHARD_LAYOUT_H_
 
@@ -27,15 +27,14 @@ class ShardLayout {
   // Elements in block `i`. REQUIRES: 0 <= i < parts().
   size_t Size(int i) const { return End(i) - Begin(i); }
   // Size of the largest block: ceil(count / parts).
-  size_t MaxSize() const { return base_ + (extra_ > 0 ? 1 : 0); }
+  size_t MaxSize() const { return max_size_; }
   // The block holding element `element`. REQUIRES: element < count().
   int BlockOf(size_t element) const;
 
  private:
   size_t count_;
   int parts_;
-  size_t base_;   // count / parts
-  size_t extra_;  // count % parts: blocks [0, extra_) hold base_ + 1
+  size_t max_size_;
 };
 
 }  // namespace collective
