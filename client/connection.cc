@@ -14,10 +14,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/job_config_checks.h"
-#include "proto/tensor_table.h"
 #include "server/base/framed_socket.h"
+#include "server/base/job_config_checks.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_table.h"
 #include "server/base/version.h"
 
 namespace starling {

@@ -36,6 +36,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "server/base/job_config_checks.h"
+#include "server/base/optimizer_names.h"
 #include "server/base/version.h"
 #include "server/base/worker_socket.h"
 
@@ -236,6 +238,21 @@ void DefineModule(py::module_& m) {
       "package, not this module.";
   m.attr("__version__") = std::string(starling::kStarlingVersion);
   m.attr("DEFAULT_SOCKET") = std::string(starling::kDefaultWorkerSocket);
+  // The modes whose optimizer is the EASGD centre update (the mode table,
+  // server/base/job_config_checks.h), for the launcher's default.
+  py::list elastic;
+  for (const proto::ModeInfo& mode : proto::KnownModes()) {
+    if (proto::IsElasticMode(mode.mode)) elastic.append(mode.name);
+  }
+  m.attr("ELASTIC_MODES") = py::tuple(elastic);
+  // The torch optimizer each daemon-side optimizer equals, with the
+  // hyper-parameters the daemons use (server/base/optimizer_names.h).
+  py::dict daemon;
+  daemon["sgd"] = py::dict(py::arg("momentum") = 0.0);
+  daemon["momentum"] = py::dict(py::arg("momentum") = kDaemonMomentum);
+  daemon["adam"] = py::dict(
+      py::arg("betas") = py::make_tuple(kDaemonAdamBeta1, kDaemonAdamBeta2));
+  m.attr("DAEMON_OPTIMIZERS") = daemon;
   g_error = PyErr_NewExceptionWithDoc(
       "starling._starling.StarlingError",
       "An error from Starling's client or daemons: the message says what "

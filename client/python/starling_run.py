@@ -22,9 +22,9 @@ import sys
 import tempfile
 import time
 
-from starling_run_util import (EASGD_MODES, EXIT_LAUNCHER, PROG, LaunchError,
+from starling_run_util import (EXIT_LAUNCHER, PROG, LaunchError,
                                build_parser, describe_status, die_with_parent,
-                               exit_code, free_ports, is_socket,
+                               elastic_modes, exit_code, free_ports, is_socket,
                                python_package_dir, remove_stale_socket,
                                remove_tree, runfiles_root, signal_group,
                                signal_process, tail)
@@ -205,7 +205,8 @@ class Launcher:
         metrics = [ports.pop() if want_metrics else 0 for _ in range(k + 1)]
         coordinator = "127.0.0.1:%d" % listen_port
         optimizer = args.optimizer
-        if optimizer is None and args.mode not in EASGD_MODES:
+        if (optimizer is None and
+                args.mode not in elastic_modes(args.runfiles)):
             optimizer = "none"
         argv = [coordinator_bin,
                 "--job_id=" + self.job_id,

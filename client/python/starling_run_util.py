@@ -10,13 +10,9 @@ import shutil
 import signal
 import socket
 import stat
+import sys
 
 PROG = "starling-run"
-
-# Modes whose optimizer must be the coordinator's default (the EASGD centre
-# update): the launcher's "none" default would be refused there.
-EASGD_MODES = ("sync_easgd", "async_easgd", "async_measgd", "hogwild_easgd",
-               "round_robin_easgd")
 
 # Exit status for failures of the launcher itself (not a worker's status).
 EXIT_LAUNCHER = 1
@@ -178,6 +174,21 @@ def python_package_dir(runfiles):
     # Not symlink-resolved: in a runfiles tree this is the runfiles copy,
     # next to the built _starling.so.
     return os.path.dirname(os.path.abspath(__file__))
+
+
+def elastic_modes(runfiles):
+    """The modes whose optimizer must be the coordinator's default (the EASGD
+    centre update), where the launcher's "none" default would be refused:
+    the mode table of the C++ extension the workers import too."""
+    package_dir = python_package_dir(runfiles)
+    if package_dir not in sys.path:
+        sys.path.insert(0, package_dir)
+    try:
+        from starling import _starling  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+        raise LaunchError("cannot load the starling package from %s: %s" %
+                          (package_dir, e), show_logs=False)
+    return _starling.ELASTIC_MODES
 
 
 def free_ports(count):

@@ -222,6 +222,21 @@ std::vector<char*> ParseProgramCommandLine(const ProgramInfo& info, int argc,
   return absl::ParseCommandLine(argc, argv);
 }
 
+void StartProgram(const ProgramInfo& info, int argc, char** argv) {
+  const std::vector<char*> positional =
+      ParseProgramCommandLine(info, argc, argv);
+  if (positional.size() > 1) {
+    std::exit(FailProgram(info.name, 2,
+                          absl::StrCat("unexpected argument '", positional[1],
+                                       "' (try --help)")));
+  }
+  const absl::CommandLineFlag* log_level =
+      absl::FindCommandLineFlag("log_level");
+  if (log_level == nullptr) return;
+  const absl::Status status = ApplyLogLevelFlag(log_level->CurrentValue());
+  if (!status.ok()) std::exit(FailProgram(info.name, 2, status.message()));
+}
+
 int FailProgram(absl::string_view program, int code,
                 absl::string_view message) {
   std::fprintf(stderr, "%s: %s\n", std::string(program).c_str(),

@@ -35,6 +35,13 @@ struct ProgramInfo {
 std::vector<char*> ParseProgramCommandLine(const ProgramInfo& info, int argc,
                                            char** argv);
 
+// The whole prologue of a program that takes no positional argument:
+// ParseProgramCommandLine, then "<program>: unexpected argument 'x' (try
+// --help)" and exit status 2 for a positional argument, then --log_level
+// applied (ApplyLogLevelFlag) if the program defines that flag, exit status
+// 2 for a bad value.
+void StartProgram(const ProgramInfo& info, int argc, char** argv);
+
 // One setting of a config file: flag `name` (without dashes) set to `value`.
 struct ConfigSetting {
   std::string name;

@@ -4,8 +4,8 @@
 // applies the same checks to the JobConfig it receives. Also the one list
 // of mode names (--mode). Immutable data and stateless functions;
 // thread-safe.
-#ifndef STARLING_PROTO_JOB_CONFIG_CHECKS_H_
-#define STARLING_PROTO_JOB_CONFIG_CHECKS_H_
+#ifndef STARLING_SERVER_BASE_JOB_CONFIG_CHECKS_H_
+#define STARLING_SERVER_BASE_JOB_CONFIG_CHECKS_H_
 
 #include <string>
 #include <vector>
@@ -61,4 +61,4 @@ absl::Status CheckJobConfig(const JobConfig& config);
 }  // namespace proto
 }  // namespace starling
 
-#endif  // STARLING_PROTO_JOB_CONFIG_CHECKS_H_
+#endif  // STARLING_SERVER_BASE_JOB_CONFIG_CHECKS_H_

@@ -1,4 +1,4 @@
-#include "proto/job_config_checks.h"
+#include "server/base/job_config_checks.h"
 
 #include <cmath>
 

@@ -26,6 +26,14 @@ struct OptimizerInfo {
   bool implemented;
 };
 
+// The daemons' fixed hyper-parameters (a job names only the optimizer and
+// its learning rate): momentum's velocity decay, Adam's moment decays.
+// Doubles, so that Python sees exactly these values (the daemons use them
+// as float).
+inline constexpr double kDaemonMomentum = 0.9;
+inline constexpr double kDaemonAdamBeta1 = 0.9;
+inline constexpr double kDaemonAdamBeta2 = 0.999;
+
 // Every optimizer name known, implemented or not, in a fixed order.
 absl::Span<const OptimizerInfo> KnownOptimizers();
 

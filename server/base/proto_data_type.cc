@@ -1,4 +1,4 @@
-#include "proto/data_type.h"
+#include "server/base/proto_data_type.h"
 
 #include <cstddef>
 

@@ -1,8 +1,8 @@
 // The wire's DataType (common.proto) <-> starling::DataType
 // (server/base/data_type.h), the one definition of the element types: the
 // only place the two enums meet. Stateless; thread-safe.
-#ifndef STARLING_PROTO_DATA_TYPE_H_
-#define STARLING_PROTO_DATA_TYPE_H_
+#ifndef STARLING_SERVER_BASE_PROTO_DATA_TYPE_H_
+#define STARLING_SERVER_BASE_PROTO_DATA_TYPE_H_
 
 #include "absl/status/statusor.h"
 #include "proto/common.pb.h"
@@ -22,4 +22,4 @@ absl::StatusOr<::starling::DataType> DataTypeFromProto(DataType type);
 }  // namespace proto
 }  // namespace starling
 
-#endif  // STARLING_PROTO_DATA_TYPE_H_
+#endif  // STARLING_SERVER_BASE_PROTO_DATA_TYPE_H_

@@ -1,4 +1,4 @@
-#include "proto/data_type.h"
+#include "server/base/proto_data_type.h"
 
 #include "gtest/gtest.h"
 #include "server/base/status_matchers.h"

@@ -1,4 +1,4 @@
-#include "proto/tensor_table.h"
+#include "server/base/tensor_table.h"
 
 #include <algorithm>
 #include <limits>
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "proto/data_type.h"
 #include "server/base/data_type.h"
+#include "server/base/proto_data_type.h"
 
 namespace starling {
 namespace proto {

@@ -5,8 +5,8 @@
 // compares its local workers' lists; the coordinator compares the ranks'
 // tables at BeginRun. Depends only on the protos and server/base's DataType.
 // Stateless; thread-safe.
-#ifndef STARLING_PROTO_TENSOR_TABLE_H_
-#define STARLING_PROTO_TENSOR_TABLE_H_
+#ifndef STARLING_SERVER_BASE_TENSOR_TABLE_H_
+#define STARLING_SERVER_BASE_TENSOR_TABLE_H_
 
 #include <cstdint>
 #include <string>
@@ -70,4 +70,4 @@ absl::Status CompareTensorTables(const std::vector<TensorSpec>& a,
 }  // namespace proto
 }  // namespace starling
 
-#endif  // STARLING_PROTO_TENSOR_TABLE_H_
+#endif  // STARLING_SERVER_BASE_TENSOR_TABLE_H_

@@ -1,4 +1,4 @@
-#include "proto/tensor_table.h"
+#include "server/base/tensor_table.h"
 
 #include <limits>
 #include <vector>

@@ -3,11 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "proto/data_type.h"
-#include "proto/job_config_checks.h"
-#include "proto/tensor_table.h"
 #include "server/base/data_type.h"
+#include "server/base/job_config_checks.h"
+#include "server/base/proto_data_type.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_table.h"
 
 namespace starling {
 namespace coordinator {

@@ -24,9 +24,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/job_config_checks.h"
 #include "server/base/clock.h"
 #include "server/base/command_line.h"
+#include "server/base/job_config_checks.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
 #include "server/base/systemd_notify.h"
@@ -158,8 +158,48 @@ void RunFailureDetector(Coordinator* coordinator, absl::Duration timeout,
   }
 }
 
+// Bind problems are found before anything starts, so they make exactly one
+// line: 0 when --listen and --metrics_port can be bound, else the exit
+// status (2: a bad flag, 1: a taken port) after the message.
+int CheckPorts(const HostPort& listen, int metrics_port) {
+  absl::Status status = CheckCanListen(listen);
+  if (!status.ok()) {
+    return Fail(1, absl::StrCat(status.message(), " (--listen)"));
+  }
+  if (metrics_port < 0 || metrics_port > 65535) {
+    return Fail(2, absl::StrCat("--metrics_port=", metrics_port,
+                                " is outside 0..65535"));
+  }
+  if (metrics_port > 0) {
+    status = CheckCanListen({listen.host, metrics_port});
+    if (!status.ok()) {
+      return Fail(1, absl::StrCat(status.message(), " (--metrics_port)"));
+    }
+  }
+  return 0;
+}
+
+// The coordinator's gRPC service on `address` (--listen).
+absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(
+    const std::string& address, CoordinatorService* service) {
+  grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
+  // share the port silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int bound_port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on ", address, " (--listen)"));
+  }
+  return server;
+}
+
 int Main(int argc, char** argv) {
-  const std::vector<char*> positional = ParseProgramCommandLine(
+  StartProgram(
       {kProgram, "server/coordinator/main.cc", kStarlingVersion,
        absl::StrCat(
            "the coordinator of one Starling training job.\n\n"
@@ -177,35 +217,17 @@ int Main(int argc, char** argv) {
            "restarted coordinator adopts the running group as its nodes "
            "re-register.")},
       argc, argv);
-  if (positional.size() > 1) {
-    return Fail(2, absl::StrCat("unexpected argument '", positional[1],
-                                "' (try --help)"));
-  }
-  absl::Status status = ApplyLogLevelFlag(absl::GetFlag(FLAGS_log_level));
-  if (!status.ok()) return Fail(2, status.message());
 
   CoordinatorOptions options;
-  status = OptionsFromFlags(&options);
+  absl::Status status = OptionsFromFlags(&options);
   if (!status.ok()) return Fail(2, status.message());
 
-  // Bind problems are found before anything starts, so they make exactly
-  // one line.
   absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen));
   if (!listen.ok())
     return Fail(2, absl::StrCat("--listen: ", listen.status().message()));
-  status = CheckCanListen(*listen);
-  if (!status.ok())
-    return Fail(1, absl::StrCat(status.message(), " (--listen)"));
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (metrics_port < 0 || metrics_port > 65535) {
-    return Fail(2, absl::StrCat("--metrics_port=", metrics_port,
-                                " is outside 0..65535"));
-  }
-  if (metrics_port > 0) {
-    status = CheckCanListen({listen->host, metrics_port});
-    if (!status.ok()) {
-      return Fail(1, absl::StrCat(status.message(), " (--metrics_port)"));
-    }
+  if (const int code = CheckPorts(*listen, metrics_port); code != 0) {
+    return code;
   }
 
   // SIGINT/SIGTERM are taken by sigwait() below; block them before any
@@ -243,20 +265,10 @@ int Main(int argc, char** argv) {
   }
 
   CoordinatorService service(coordinator->get());
-  grpc::ServerBuilder builder;
-  // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
-  // share the port silently.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int bound_port = 0;
   const std::string address = absl::GetFlag(FLAGS_listen);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    return Fail(1,
-                absl::StrCat("cannot serve gRPC on ", address, " (--listen)"));
-  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      Serve(address, &service);
+  if (!server.ok()) return Fail(1, server.status().message());
   serving.store(true);
 
   STARLING_LOG(INFO) << kProgram << " " << kStarlingVersion << ": job '"
@@ -290,7 +302,7 @@ int Main(int argc, char** argv) {
   status = NotifyStopping();
   if (!status.ok()) STARLING_LOG(WARNING) << status.message();
   (*coordinator)->Shutdown();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   stop_detector.Notify();
   detector.join();
   if (metrics_server != nullptr) metrics_server->Stop();

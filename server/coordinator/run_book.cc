@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/tensor_table.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_table.h"
 
 namespace starling {
 namespace coordinator {

@@ -95,27 +95,9 @@ absl::Status CheckPort(const std::string& host, int port,
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  const std::vector<char*> positional = ParseProgramCommandLine(
-      {kProgram, "server/node/main.cc", kStarlingVersion,
-       absl::StrCat(
-           "one machine's Starling node daemon.\n\n  ", kProgram,
-           " --coordinator=HOST:PORT --job_id=NAME [--data_address=HOST] "
-           "[--data_port=29500] [--admin_port=29600] "
-           "[--worker_socket=PATH] [--local_workers=N] "
-           "[--metrics_port=29700]\n\n"
-           "Joins the coordinator, connects to its peers, holds its shard of "
-           "the model, serves local workers (client API) on --worker_socket, "
-           "runs the synchronous step or parameter-server mode, and serves "
-           "Prometheus metrics at http://HOST:METRICS_PORT/metrics.")},
-      argc, argv);
-  if (positional.size() > 1) {
-    return Fail(2, absl::StrCat("unexpected argument '", positional[1],
-                                "' (try --help)"));
-  }
-  absl::Status status = ApplyLogLevelFlag(absl::GetFlag(FLAGS_log_level));
-  if (!status.ok()) return Fail(2, status.message());
-
+// The daemon's options from the flags; InvalidArgument (exit status 2)
+// naming the flag otherwise.
+absl::StatusOr<NodeOptions> OptionsFromFlags() {
   NodeOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.job_id = absl::GetFlag(FLAGS_job_id);
@@ -130,41 +112,87 @@ int Main(int argc, char** argv) {
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.link_gbits = absl::GetFlag(FLAGS_link_gbits);
   if (!(options.link_gbits >= 0) || !std::isfinite(options.link_gbits)) {
-    return Fail(2, absl::StrCat("--link_gbits=", options.link_gbits,
-                                " must be a rate >= 0 (Gbit/s)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--link_gbits=", options.link_gbits, " must be a rate >= 0 (Gbit/s)"));
   }
   if (options.worker_grace < absl::ZeroDuration()) {
-    return Fail(2, "--worker_grace must not be negative");
+    return absl::InvalidArgumentError("--worker_grace must not be negative");
   }
   if (const std::string path = absl::GetFlag(FLAGS_cluster_secret_file);
       !path.empty()) {
     absl::StatusOr<std::string> secret = transport::ReadClusterSecret(path);
     if (!secret.ok()) {
-      return Fail(2, absl::StrCat("--cluster_secret_file: ",
-                                  secret.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster_secret_file: ", secret.status().message()));
     }
     options.cluster_secret = *std::move(secret);
   } else if (options.insecure) {
     STARLING_LOG(WARNING)
         << "--insecure: peers are accepted unauthenticated from any address";
   }
-  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (options.job_id.empty()) return Fail(2, "--job_id is required");
+  if (options.job_id.empty()) {
+    return absl::InvalidArgumentError("--job_id is required");
+  }
   if (options.data_port < 1 || options.data_port > 65535) {
-    return Fail(2, absl::StrCat("--data_port=", options.data_port,
-                                " is outside 1..65535"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_port=", options.data_port, " is outside 1..65535"));
   }
-  if (options.local_workers < 1) return Fail(2, "--local_workers must be >= 1");
+  if (options.local_workers < 1) {
+    return absl::InvalidArgumentError("--local_workers must be >= 1");
+  }
   if (options.join_timeout <= absl::ZeroDuration()) {
-    return Fail(2, "--timeout must be positive");
+    return absl::InvalidArgumentError("--timeout must be positive");
   }
+  return options;
+}
+
+// The NodeAdmin service on --admin_port (none for 0), up before the daemon
+// joins, so that a port clash fails now rather than after the group formed
+// with this node in it.
+absl::StatusOr<std::unique_ptr<grpc::Server>> ServeAdmin(
+    const NodeOptions& options, NodeAdminService* admin) {
+  if (options.admin_port <= 0) return nullptr;
+  grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int bound_port = 0;
+  const std::string address =
+      absl::StrCat(options.data_host, ":", options.admin_port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(admin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on ", address, " (--admin_port)"));
+  }
+  return server;
+}
+
+int Main(int argc, char** argv) {
+  StartProgram(
+      {kProgram, "server/node/main.cc", kStarlingVersion,
+       absl::StrCat(
+           "one machine's Starling node daemon.\n\n  ", kProgram,
+           " --coordinator=HOST:PORT --job_id=NAME [--data_address=HOST] "
+           "[--data_port=29500] [--admin_port=29600] "
+           "[--worker_socket=PATH] [--local_workers=N] "
+           "[--metrics_port=29700]\n\n"
+           "Joins the coordinator, connects to its peers, holds its shard of "
+           "the model, serves local workers (client API) on --worker_socket, "
+           "runs the synchronous step or parameter-server mode, and serves "
+           "Prometheus metrics at http://HOST:METRICS_PORT/metrics.")},
+      argc, argv);
+  absl::StatusOr<NodeOptions> parsed = OptionsFromFlags();
+  if (!parsed.ok()) return Fail(2, parsed.status().message());
+  const NodeOptions& options = *parsed;
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   // Ports are checked before anything starts, so that a taken port makes
   // exactly one line.
   for (const auto& [port, flag] : std::vector<std::pair<int, const char*>>{
            {options.data_port, "--data_port"},
            {options.admin_port, "--admin_port"},
            {metrics_port, "--metrics_port"}}) {
-    status = CheckPort(options.data_host, port, flag);
+    absl::Status status = CheckPort(options.data_host, port, flag);
     if (!status.ok()) {
       return Fail(absl::IsInvalidArgument(status) ? 2 : 1, status.message());
     }
@@ -177,7 +205,8 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   metrics::MetricsRegistry registry;
-  status = metrics::RegisterBuildInfo(&registry, kProgram, kStarlingVersion);
+  absl::Status status =
+      metrics::RegisterBuildInfo(&registry, kProgram, kStarlingVersion);
   if (!status.ok()) return Fail(1, status.message());
   // /readyz: ready once the daemon has joined its group and serves workers.
   absl::Mutex ready_mu;
@@ -205,25 +234,10 @@ int Main(int argc, char** argv) {
     metrics_server = *std::move(started);
   }
 
-  // The admin service is up before the daemon joins, so that a port clash
-  // fails now rather than after the group formed with this node in it.
   NodeAdminService admin;
-  std::unique_ptr<grpc::Server> server;
-  if (options.admin_port > 0) {
-    grpc::ServerBuilder builder;
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    int bound_port = 0;
-    const std::string address =
-        absl::StrCat(options.data_host, ":", options.admin_port);
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                             &bound_port);
-    builder.RegisterService(&admin);
-    server = builder.BuildAndStart();
-    if (server == nullptr || bound_port == 0) {
-      return Fail(
-          1, absl::StrCat("cannot serve gRPC on ", address, " (--admin_port)"));
-    }
-  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      ServeAdmin(options, &admin);
+  if (!server.ok()) return Fail(1, server.status().message());
 
   // Systemd readiness (Type=notify units): the status while joining, READY=1
   // once joined, STOPPING=1 on a signal; no-ops outside systemd. A failed
@@ -251,8 +265,8 @@ int Main(int argc, char** argv) {
   set_not_ready("shutting down");
   status = NotifyStopping();
   if (!status.ok()) STARLING_LOG(WARNING) << status.message();
-  if (server != nullptr) {
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  if (*server != nullptr) {
+    (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
   (*daemon)->Stop();
   if (metrics_server != nullptr) metrics_server->Stop();

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/job_config_checks.h"
+#include "server/base/job_config_checks.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/base/version.h"

@@ -31,8 +31,8 @@
 #include "absl/strings/string_view.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/common.pb.h"
-#include "proto/tensor_table.h"
 #include "proto/worker.pb.h"
+#include "server/base/tensor_table.h"
 #include "server/node/worker/worker_request_check.h"
 
 namespace starling {

@@ -106,16 +106,11 @@ int WriteLibsvmFiles(const SvmRunOptions& o, const std::string& dir) {
 }
 
 int Main(int argc, char** argv) {
-  const std::vector<char*> positional = ParseProgramCommandLine(
+  StartProgram(
       {"starling-svm", "worker/svm/main.cc", kStarlingVersion,
        "a data-parallel linear SVM (dual coordinate descent with sample "
        "elimination, CoCoA+ across workers) on Fashion-MNIST"},
       argc, argv);
-  if (positional.size() > 1) {
-    return FailProgram(
-        "starling-svm", 2,
-        absl::StrCat("unexpected argument '", positional[1], "' (try --help)"));
-  }
 
   SvmRunOptions o;
   absl::StatusOr<Task> task = ParseTask(absl::GetFlag(FLAGS_task));

@@ -86,16 +86,11 @@ int Fail(const std::string& what, const std::string& why) {
 }
 
 int Main(int argc, char** argv) {
-  const std::vector<char*> positional = ParseProgramCommandLine(
+  StartProgram(
       {"starling-worker", "worker/trainer/main.cc", kStarlingVersion,
        "the Starling reference trainer (Fashion-MNIST, MLP or CNN); the job's "
        "settings are the coordinator's flags"},
       argc, argv);
-  if (positional.size() > 1) {
-    return FailProgram(
-        "starling-worker", 2,
-        absl::StrCat("unexpected argument '", positional[1], "' (try --help)"));
-  }
   TrainerOptions o;
   o.socket_path = absl::GetFlag(FLAGS_socket);
   if (o.socket_path.empty()) return Fail("--socket", "must not be empty");

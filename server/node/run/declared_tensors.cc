@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/data_type.h"
-#include "proto/tensor_table.h"
+#include "server/base/proto_data_type.h"
+#include "server/base/tensor_table.h"
 
 namespace starling {
 namespace node {

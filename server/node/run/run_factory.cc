@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/tensor_table.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_table.h"
 #include "server/shard/optimizer/optimizer_factory.h"
 #include "server/shard/shard_store.h"
 

@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/tensor_table.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_table.h"
 
 namespace starling {
 namespace node {

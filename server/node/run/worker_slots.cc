@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/tensor_table.h"
 #include "server/base/logging.h"
+#include "server/base/tensor_table.h"
 
 namespace starling {
 namespace node {

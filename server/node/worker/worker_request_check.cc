@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "proto/data_type.h"
+#include "server/base/proto_data_type.h"
 #include "server/base/status_macros.h"
 
 namespace starling {

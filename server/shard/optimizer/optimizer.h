@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "server/base/optimizer_names.h"
 
 namespace starling {
 namespace shard {
@@ -38,12 +39,12 @@ struct OptimizerOptions {
   // Step size, finite and >= 0.
   float learning_rate = 0.01f;
   // momentum: the velocity decay, in [0, 1).
-  float momentum = 0.9f;
+  float momentum = static_cast<float>(kDaemonMomentum);
   // momentum: Nesterov's form (update with g + momentum * v).
   bool nesterov = false;
   // adam: decay of the first and second moment estimates, each in [0, 1).
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
+  float beta1 = static_cast<float>(kDaemonAdamBeta1);
+  float beta2 = static_cast<float>(kDaemonAdamBeta2);
   // adam: added to the denominator, > 0.
   float epsilon = 1e-8f;
   // L2 coefficient, finite and >= 0; 0 turns it off.

@@ -37,7 +37,9 @@ from starling.torch import functions
 from starling.torch.pool import (DTYPES, PoolBlock, check_dtype, dtype_name,
                                  tensor_arg)
 
-_DAEMON_OPTIMIZERS = ("sgd", "momentum", "adam")
+# The daemon-side optimizers and the torch hyper-parameters they equal
+# (the daemons' own, from the C++ module).
+_DAEMON_OPTIMIZERS = tuple(starling._starling.DAEMON_OPTIMIZERS)
 
 
 def _force_staging():
@@ -188,7 +190,8 @@ class _DistributedBase:
             if not issubclass(base, torch.optim.SGD):
                 problems.append("it is %s, not torch.optim.SGD" %
                                 base.__name__)
-            wanted_momentum = 0.0 if want == "sgd" else 0.9
+            wanted_momentum = starling._starling.DAEMON_OPTIMIZERS[want][
+                "momentum"]
             for g in self.param_groups:
                 momentum = g.get("momentum", 0.0)
                 if momentum != wanted_momentum:
@@ -202,10 +205,11 @@ class _DistributedBase:
             if not issubclass(base, torch.optim.Adam):
                 problems.append("it is %s, not torch.optim.Adam" %
                                 base.__name__)
+            betas = starling._starling.DAEMON_OPTIMIZERS["adam"]["betas"]
             for g in self.param_groups:
-                if tuple(g.get("betas", ())) != (0.9, 0.999):
-                    problems.append("betas %s, the daemons use (0.9, 0.999)" %
-                                    (g.get("betas"),))
+                if tuple(g.get("betas", ())) != betas:
+                    problems.append("betas %s, the daemons use %s" %
+                                    (g.get("betas"), betas))
         for g in self.param_groups:
             g_lr = g.get("lr")
             if g_lr is None or abs(g_lr - lr) > 1e-6 * max(1.0, abs(lr)):
