@@ -16,11 +16,11 @@
 #include "client/connection.h"
 #include "client/future_state.h"
 #include "proto/common.pb.h"
-#include "proto/data_type.h"
-#include "proto/job_config_checks.h"
-#include "proto/tensor_table.h"
 #include "proto/worker.pb.h"
+#include "server/base/job_config_checks.h"
+#include "server/base/proto_data_type.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_table.h"
 #include "server/collective/data_type.h"
 
 namespace starling {
@@ -133,6 +133,78 @@ struct Client::Pending {
   int64_t samples ABSL_GUARDED_BY(mu) = 0;
   std::optional<double> loss ABSL_GUARDED_BY(mu);
   std::optional<double> accuracy ABSL_GUARDED_BY(mu);
+
+  // A bucket's push sent, and the future its bucket completes with.
+  using SentBucket = std::pair<std::shared_ptr<internal::FutureState>,
+                               std::shared_ptr<internal::FutureState>>;
+
+  // InvalidArgument when `step` is pushed while another step still has
+  // buckets to push; otherwise assembles `step` (if it is not already).
+  absl::Status BeginStep(int64_t step, const std::string& what,
+                         const Connection& connection, int buckets)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (this->step != -1 && this->step != step) {
+      std::vector<std::string> missing;
+      for (size_t b = next_bucket; b < remaining.size(); ++b) {
+        if (remaining[b] > 0) missing.push_back(absl::StrCat(b));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": step ", this->step, " is incomplete (tensors of bucket(s) ",
+          absl::StrJoin(missing, ", "),
+          " not pushed); a step's gradients are pushed before the next "
+          "step's (",
+          connection.where(), ")"));
+    }
+    if (this->step != -1) return absl::OkStatus();
+    this->step = step;
+    pushed.assign(connection.declared_count(), false);
+    remaining = connection.TensorsPerBucket();
+    remaining.resize(buckets, 0);
+    slices.assign(buckets, {});
+    done.clear();
+    for (int b = 0; b < buckets; ++b) {
+      done.push_back(std::make_shared<internal::FutureState>(
+          absl::StrCat(what, " bucket ", b)));
+    }
+    next_bucket = 0;
+    return absl::OkStatus();
+  }
+
+  // Sends every bucket of `step` that is complete and whose predecessors
+  // were sent, in order (under the lock), with the progress not sent yet;
+  // the caller links each to its future once the lock is released.
+  std::vector<SentBucket> SendReadyBuckets(int64_t step,
+                                           const std::string& what,
+                                           Connection& connection, int buckets)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<SentBucket> sent_buckets;
+    while (next_bucket < buckets && remaining[next_bucket] <= 0) {
+      const int b = next_bucket++;
+      proto::WorkerRequest request;
+      proto::PushGradientsRequest* push = request.mutable_push_gradients();
+      push->set_step(step);
+      push->set_bucket(b);
+      push->set_parameters_version(connection.last_pulled_version());
+      for (proto::PoolSlice& slice : slices[b]) {
+        *push->add_slices() = std::move(slice);
+      }
+      if (step_seconds > 0) {
+        push->set_compute_seconds(std::exchange(compute_seconds, 0.0));
+        push->set_step_seconds(std::exchange(step_seconds, 0.0));
+      }
+      push->set_samples(std::exchange(samples, 0));
+      if (loss.has_value()) push->set_loss(*std::exchange(loss, std::nullopt));
+      if (accuracy.has_value()) {
+        push->set_accuracy(*std::exchange(accuracy, std::nullopt));
+      }
+      std::shared_ptr<internal::FutureState> sent = connection.Send(
+          std::move(request),
+          buckets > 1 ? absl::StrCat(what, " bucket ", b) : what);
+      sent_buckets.emplace_back(std::move(sent), done[b]);
+    }
+    if (next_bucket >= buckets) this->step = -1;
+    return sent_buckets;
+  }
 };
 
 Future::Future() : Future(nullptr) {}
@@ -348,31 +420,8 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
   // Released before the sent buckets are linked to their futures: a reply
   // that came already completes them inline, with the user's callbacks.
   absl::ReleasableMutexLock lock(&p.mu);
-  if (p.step != -1 && p.step != step) {
-    std::vector<std::string> missing;
-    for (size_t b = p.next_bucket; b < p.remaining.size(); ++b) {
-      if (p.remaining[b] > 0) missing.push_back(absl::StrCat(b));
-    }
-    return Failed(absl::InvalidArgumentError(absl::StrCat(
-        what, ": step ", p.step, " is incomplete (tensors of bucket(s) ",
-        absl::StrJoin(missing, ", "),
-        " not pushed); a step's gradients are pushed before the next "
-        "step's (",
-        connection_->where(), ")")));
-  }
-  if (p.step == -1) {
-    p.step = step;
-    p.pushed.assign(connection_->declared_count(), false);
-    p.remaining = connection_->TensorsPerBucket();
-    p.remaining.resize(buckets, 0);
-    p.slices.assign(buckets, {});
-    p.done.clear();
-    for (int b = 0; b < buckets; ++b) {
-      p.done.push_back(std::make_shared<internal::FutureState>(
-          absl::StrCat(what, " bucket ", b)));
-    }
-    p.next_bucket = 0;
-  }
+  status = p.BeginStep(step, what, *connection_, buckets);
+  if (!status.ok()) return Failed(status);
   for (const Part& part : parts) {
     if (part.index < static_cast<int>(p.pushed.size()) &&
         p.pushed[part.index]) {
@@ -396,41 +445,14 @@ Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
       touched[b] = true;
     }
   }
-  // Send every bucket that is complete and whose predecessors were sent
-  // (in order: under the lock); link each to its future after it.
-  std::vector<std::pair<std::shared_ptr<internal::FutureState>,
-                        std::shared_ptr<internal::FutureState>>>
-      sent_buckets;
-  while (p.next_bucket < buckets && p.remaining[p.next_bucket] <= 0) {
-    const int b = p.next_bucket++;
-    proto::WorkerRequest request;
-    proto::PushGradientsRequest* push = request.mutable_push_gradients();
-    push->set_step(step);
-    push->set_bucket(b);
-    push->set_parameters_version(connection_->last_pulled_version());
-    for (proto::PoolSlice& slice : p.slices[b]) {
-      *push->add_slices() = std::move(slice);
-    }
-    if (p.step_seconds > 0) {
-      push->set_compute_seconds(std::exchange(p.compute_seconds, 0.0));
-      push->set_step_seconds(std::exchange(p.step_seconds, 0.0));
-    }
-    push->set_samples(std::exchange(p.samples, 0));
-    if (p.loss.has_value())
-      push->set_loss(*std::exchange(p.loss, std::nullopt));
-    if (p.accuracy.has_value()) {
-      push->set_accuracy(*std::exchange(p.accuracy, std::nullopt));
-    }
-    std::shared_ptr<internal::FutureState> sent = connection_->Send(
-        std::move(request),
-        buckets > 1 ? absl::StrCat(what, " bucket ", b) : what);
-    sent_buckets.emplace_back(std::move(sent), p.done[b]);
-  }
+  // Linked to their futures after the lock: a reply that came already
+  // completes them inline, with the user's callbacks.
+  const std::vector<Pending::SentBucket> sent_buckets =
+      p.SendReadyBuckets(step, what, *connection_, buckets);
   std::vector<std::shared_ptr<internal::FutureState>> waits;
   for (int b = 0; b < buckets; ++b) {
     if (touched[b]) waits.push_back(p.done[b]);
   }
-  if (p.next_bucket >= buckets) p.step = -1;
   lock.Release();
   for (auto& [sent, done] : sent_buckets) {
     sent->Then([done = done](const absl::Status& s) { done->Complete(s); });

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "proto/tensor_table.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_table.h"
 #include "server/collective/data_type.h"
 #include "server/collective/shard_layout.h"
 #include "server/node/ps/ps_wire.h"
@@ -463,138 +463,189 @@ absl::Status PsEngine::Move(
 // the lowest such owner's requester always goes on.
 // Every write posted is over before this returns (`flat` is the source or
 // the target).
+// One Exchange in progress: which owners get a request and how each part
+// travels, the request, the pull's receive region, the writes in flight and
+// the first error.
+struct PsEngine::Exchanging {
+  Exchanging(uint32_t kind, absl::Span<float> flat, int rank, int size)
+      : kind(kind),
+        flat(flat),
+        rank(rank),
+        shards(flat.size(), size),
+        remote(size, false),
+        inline_part(size, false),
+        sent(size, false),
+        gradient_sent(size, false),
+        writes(size),
+        write_deadlines(size) {}
+
+  // Owner `owner`'s part of the worker's vector.
+  absl::Span<float> part(int owner) const {
+    return flat.subspan(shards.Begin(owner), shards.Size(owner));
+  }
+  size_t part_bytes(int owner) const {
+    return shards.Size(owner) * sizeof(float);
+  }
+  // Keeps the first error, naming its owner.
+  void Failed(const transport::Transport& transport, int owner,
+              const absl::Status& status) {
+    if (status.ok() || !first_error.ok()) return;
+    first_error = Annotate(
+        status, absl::StrCat("shard owner ", transport.PeerName(owner)));
+  }
+
+  const uint32_t kind;
+  const absl::Span<float> flat;
+  const int rank;
+  const collective::ShardLayout shards;
+  // Owners with a part, other than this daemon; parts small enough to
+  // travel inside the control messages.
+  std::vector<bool> remote, inline_part;
+  bool any_region = false;
+  PsRequest request;
+  uint32_t imm = 0;
+  absl::Time deadline;
+  transport::RegionId region = 0;
+  // Requests sent; push gradients written (answered "ready").
+  std::vector<bool> sent, gradient_sent;
+  // Writes to each owner, each bounded from when it was posted.
+  std::vector<std::unique_ptr<transport::Completion>> writes;
+  std::vector<absl::Time> write_deadlines;
+  absl::Status first_error;
+};
+
 absl::Status PsEngine::Exchange(const WorkerHandle& worker, PsRun& run,
                                 uint32_t kind, absl::Span<float> flat) {
   if (stopping()) return Stopped();
-  const int rank = transport_->rank();
-  const int size = transport_->size();
-  const collective::ShardLayout shards(flat.size(), size);
-  auto part = [&](int owner) {
-    return flat.subspan(shards.Begin(owner), shards.Size(owner));
-  };
+  Exchanging x(kind, flat, transport_->rank(), transport_->size());
+  STARLING_RETURN_IF_ERROR(PlanExchange(worker, run, x));
+  SendRequests(x);
+  if (kind == kPush) {
+    x.Failed(*transport_, x.rank, ApplyLocal(run, x.part(x.rank)));
+  } else {
+    CopyLocal(run, x.part(x.rank));
+  }
+  AwaitAnswers(x);
+  // The owners' "done" for the gradients written, then the writes' ends.
+  for (int owner = 0; owner < transport_->size(); ++owner) {
+    if (!x.gradient_sent[owner]) continue;
+    bool answered = false;
+    x.Failed(*transport_, owner,
+             AwaitReply(owner, x.request.reply_tag, x.request.request_id, kDone,
+                        absl::Span<float>(), x.deadline, &answered));
+  }
+  for (int owner = 0; owner < transport_->size(); ++owner) {
+    if (x.writes[owner] == nullptr) continue;
+    x.Failed(*transport_, owner,
+             AwaitWrites(owner, *x.writes[owner], x.write_deadlines[owner]));
+  }
+  if (x.any_region && kind == kPull) {
+    // Retired first, so that an owner's late write is dropped, not held.
+    transport_->RetireRegions(x.region, x.region + 1);
+    // Cannot be NotFound: registered above, and only this call deregisters.
+    transport_->DeregisterRegion(x.region).IgnoreError();
+  }
+  return x.first_error;
+}
+
+absl::Status PsEngine::PlanExchange(const WorkerHandle& worker, PsRun& run,
+                                    Exchanging& x) {
   const size_t eager_bytes =
       std::min(options_.eager_bytes, transport_->max_control_bytes() -
                                          kRequestBytes - kReplyHeaderBytes);
-  std::vector<bool> remote(size, false), inline_part(size, false);
-  bool any_region = false;
-  for (int owner = 0; owner < size; ++owner) {
-    remote[owner] = owner != rank && shards.Size(owner) > 0;
-    inline_part[owner] = shards.Size(owner) * sizeof(float) <= eager_bytes;
-    any_region |= remote[owner] && !inline_part[owner];
+  for (int owner = 0; owner < transport_->size(); ++owner) {
+    x.remote[owner] = owner != x.rank && x.shards.Size(owner) > 0;
+    x.inline_part[owner] = x.part_bytes(owner) <= eager_bytes;
+    x.any_region |= x.remote[owner] && !x.inline_part[owner];
   }
-  PsRequest request;
-  request.kind = kind;
-  request.reply_tag = kPsReplyTagBase + worker.index;
-  request.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
-  request.run_id = run.id;
-  const uint32_t imm = static_cast<uint32_t>(request.request_id);
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  transport::RegionId region = 0;
-  if (any_region && kind == kPush) {
-    region = PushRegionId(
-        rank, next_push_region_.fetch_add(1, std::memory_order_relaxed));
-  } else if (any_region) {
-    region =
+  x.request.kind = x.kind;
+  x.request.reply_tag = kPsReplyTagBase + worker.index;
+  x.request.request_id =
+      next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  x.request.run_id = run.id;
+  x.imm = static_cast<uint32_t>(x.request.request_id);
+  x.deadline = absl::Now() + options_.timeout;
+  if (x.any_region && x.kind == kPush) {
+    x.region = PushRegionId(
+        x.rank, next_push_region_.fetch_add(1, std::memory_order_relaxed));
+  } else if (x.any_region) {
+    x.region =
         PullRegionId(next_pull_region_.fetch_add(1, std::memory_order_relaxed));
-    absl::Status registered = transport_->RegisterRegion(region, AsBytes(flat));
+    absl::Status registered =
+        transport_->RegisterRegion(x.region, AsBytes(x.flat));
     if (!registered.ok()) {
-      transport_->RetireRegions(region, region + 1);
+      transport_->RetireRegions(x.region, x.region + 1);
       return Annotate(registered, "registering the pull's receive buffer");
     }
   }
-  absl::Status first_error;
-  auto failed = [&](int owner, const absl::Status& status) {
-    if (status.ok() || !first_error.ok()) return;
-    first_error = Annotate(
-        status, absl::StrCat("shard owner ", transport_->PeerName(owner)));
-  };
+  return absl::OkStatus();
+}
 
-  std::vector<bool> sent(size, false);
-  for (int owner = 0; owner < size; ++owner) {
-    if (!remote[owner]) continue;
-    request.region = inline_part[owner] ? 0 : region;
-    request.offset_bytes = kind == kPull && !inline_part[owner]
-                               ? shards.Begin(owner) * sizeof(float)
+void PsEngine::SendRequests(Exchanging& x) {
+  for (int owner = 0; owner < transport_->size(); ++owner) {
+    if (!x.remote[owner]) continue;
+    PsRequest& request = x.request;
+    request.region = x.inline_part[owner] ? 0 : x.region;
+    request.offset_bytes = x.kind == kPull && !x.inline_part[owner]
+                               ? x.shards.Begin(owner) * sizeof(float)
                                : 0;
-    request.part_bytes = shards.Size(owner) * sizeof(float);
+    request.part_bytes = x.part_bytes(owner);
     const size_t values_bytes =
-        kind == kPush && inline_part[owner] ? request.part_bytes : 0;
+        x.kind == kPush && x.inline_part[owner] ? request.part_bytes : 0;
     std::vector<std::byte> message(kRequestBytes + values_bytes);
     std::memcpy(message.data(), &request, kRequestBytes);
     if (values_bytes > 0) {
-      std::memcpy(message.data() + kRequestBytes, part(owner).data(),
+      std::memcpy(message.data() + kRequestBytes, x.part(owner).data(),
                   values_bytes);
     }
     absl::Status status =
         transport_->SendControl(owner, kPsRequestTag, message);
-    failed(owner, status);
-    sent[owner] = status.ok();
+    x.Failed(*transport_, owner, status);
+    x.sent[owner] = status.ok();
   }
-  if (kind == kPush) {
-    failed(rank, ApplyLocal(run, part(rank)));
-  } else {
-    CopyLocal(run, part(rank));
-  }
+}
 
-  // Writes to each owner, each bounded from when it was posted.
-  std::vector<std::unique_ptr<transport::Completion>> writes(size);
-  std::vector<absl::Time> write_deadlines(size);
-  std::vector<bool> gradient_sent(size, false);
-  for (int owner = 0; owner < size; ++owner) {
-    if (!sent[owner]) continue;
-    const bool by_write = !inline_part[owner];
+void PsEngine::AwaitAnswers(Exchanging& x) {
+  for (int owner = 0; owner < transport_->size(); ++owner) {
+    if (!x.sent[owner]) continue;
+    const bool by_write = !x.inline_part[owner];
     bool answered = false;
     absl::Status status = AwaitReply(
-        owner, request.reply_tag, request.request_id,
-        kind == kPush && by_write ? kReady : kDone,
-        kind == kPull && !by_write ? part(owner) : absl::Span<float>(),
-        deadline, &answered);
-    if (kind == kPush && by_write && (status.ok() || !answered)) {
+        owner, x.request.reply_tag, x.request.request_id,
+        x.kind == kPush && by_write ? kReady : kDone,
+        x.kind == kPull && !by_write ? x.part(owner) : absl::Span<float>(),
+        x.deadline, &answered);
+    if (x.kind == kPush && by_write && (status.ok() || !answered)) {
       // Ready: the gradient. No answer: 0 bytes, telling the owner (once it
       // gets to this request) that nobody waits for it any more.
-      writes[owner] = std::make_unique<transport::Completion>();
-      write_deadlines[owner] = absl::Now() + options_.timeout;
+      x.writes[owner] = std::make_unique<transport::Completion>();
+      x.write_deadlines[owner] = absl::Now() + options_.timeout;
       const absl::Span<float> gradient =
-          status.ok() ? part(owner) : absl::Span<float>();
-      transport_->Write(owner, AsBytes(gradient), region, 0, imm,
-                        writes[owner].get());
-      gradient_sent[owner] = status.ok();
-    } else if (kind == kPull && by_write && status.ok()) {
-      transport::WriteMatch match;
-      match.region = region;
-      match.peer = owner;
-      absl::StatusOr<transport::WriteNotice> notice =
-          AwaitWrite(match, deadline);
-      status = notice.status();
-      if (notice.ok() &&
-          (notice->offset_bytes != shards.Begin(owner) * sizeof(float) ||
-           notice->length_bytes != shards.Size(owner) * sizeof(float) ||
-           notice->imm != imm)) {
-        status = absl::DataLossError(absl::StrCat(
-            "pull ", request.request_id, ": ", notice->length_bytes,
-            " bytes landed at offset ", notice->offset_bytes,
-            " with immediate ", notice->imm, ", not the owner's part"));
-      }
+          status.ok() ? x.part(owner) : absl::Span<float>();
+      transport_->Write(owner, AsBytes(gradient), x.region, 0, x.imm,
+                        x.writes[owner].get());
+      x.gradient_sent[owner] = status.ok();
+    } else if (x.kind == kPull && by_write && status.ok()) {
+      status = AwaitPulledPart(x, owner);
     }
-    failed(owner, status);
+    x.Failed(*transport_, owner, status);
   }
-  for (int owner = 0; owner < size; ++owner) {
-    if (!gradient_sent[owner]) continue;
-    bool answered = false;
-    failed(owner, AwaitReply(owner, request.reply_tag, request.request_id,
-                             kDone, absl::Span<float>(), deadline, &answered));
+}
+
+absl::Status PsEngine::AwaitPulledPart(const Exchanging& x, int owner) {
+  transport::WriteMatch match;
+  match.region = x.region;
+  match.peer = owner;
+  absl::StatusOr<transport::WriteNotice> notice = AwaitWrite(match, x.deadline);
+  if (!notice.ok()) return notice.status();
+  if (notice->offset_bytes != x.shards.Begin(owner) * sizeof(float) ||
+      notice->length_bytes != x.part_bytes(owner) || notice->imm != x.imm) {
+    return absl::DataLossError(absl::StrCat(
+        "pull ", x.request.request_id, ": ", notice->length_bytes,
+        " bytes landed at offset ", notice->offset_bytes, " with immediate ",
+        notice->imm, ", not the owner's part"));
   }
-  for (int owner = 0; owner < size; ++owner) {
-    if (writes[owner] == nullptr) continue;
-    failed(owner, AwaitWrites(owner, *writes[owner], write_deadlines[owner]));
-  }
-  if (any_region && kind == kPull) {
-    // Retired first, so that an owner's late write is dropped, not held.
-    transport_->RetireRegions(region, region + 1);
-    // Cannot be NotFound: registered above, and only this call deregisters.
-    transport_->DeregisterRegion(region).IgnoreError();
-  }
-  return first_error;
+  return absl::OkStatus();
 }
 
 void PsEngine::Push(const WorkerHandle& worker,

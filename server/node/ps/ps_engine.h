@@ -148,6 +148,16 @@ class PsEngine : public RunEngine {
   // Pushes `flat` to (kind 1) or fills it from (kind 2) every owner.
   absl::Status Exchange(const WorkerHandle& worker, PsRun& run, uint32_t kind,
                         absl::Span<float> flat);
+  // Exchange's parts: which owners get a request and how each part travels
+  // (registers a pull's receive region); the requests; each owner's answer
+  // (and the push's gradient write, the pull's part written); a pulled
+  // part's landing checked against the owner's range.
+  struct Exchanging;
+  absl::Status PlanExchange(const WorkerHandle& worker, PsRun& run,
+                            Exchanging& x);
+  void SendRequests(Exchanging& x);
+  void AwaitAnswers(Exchanging& x);
+  absl::Status AwaitPulledPart(const Exchanging& x, int owner);
   // Waits for the reply to `request_id` from `owner` at `stage` (1 ready,
   // 2 done), dropping stale ones; an inline pull's values go to `values`.
   // Returns the owner's answer, and sets `*answered`, when a reply came (an
