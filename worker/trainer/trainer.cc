@@ -140,7 +140,26 @@ absl::Status Trainer::Begin() {
       AllocateSet(*client_, options_.dtype, *tensors_, p);
   if (!set.ok()) return Failed("allocating the parameters", set.status());
   params_ = std::move(*set);
+  STARLING_RETURN_IF_ERROR(SupplyInitialParameters(p));
+  // The first pull ends the declarations; first_step() is final then.
+  STARLING_RETURN_IF_ERROR(Pull(client_->first_step(), "the first step"));
+  first_step_ = client_->first_step();
+  mode_ = client_->mode();
+  staleness_ = mode_ == "async_sgd" ? client_->staleness() : 0;
+  if (client_->job().elastic) STARLING_RETURN_IF_ERROR(StartElastic(p));
+  STARLING_RETURN_IF_ERROR(AllocateBuffers(p));
+  STARLING_ASSIGN_OR_RETURN(const size_t scheduled, TakeFirstSchedule());
+  PrintBanner(p, scheduled);
+  if (Reporter() && !options_.epochs_table_path.empty()) {
+    // The table's CSV copy, from the same worker (the others' rows are the
+    // same but for their own epoch times).
+    STARLING_RETURN_IF_ERROR(Failed("opening --epochs_table",
+                                    csv_.Open(options_.epochs_table_path)));
+  }
+  return absl::OkStatus();
+}
 
+absl::Status Trainer::SupplyInitialParameters(size_t p) {
   // The initial parameters: from the chosen worker(s), in a run that starts
   // now (a worker taking a missing one's place pulls the current ones).
   const InitFrom& init = options_.init_from;
@@ -168,37 +187,37 @@ absl::Status Trainer::Begin() {
     STARLING_RETURN_IF_ERROR(Failed("setting the initial parameters",
                                     client_->SetInitialParameters(tensors)));
   }
-  // The first pull ends the declarations; first_step() is final then.
-  STARLING_RETURN_IF_ERROR(Pull(client_->first_step(), "the first step"));
-  first_step_ = client_->first_step();
-  mode_ = client_->mode();
-  staleness_ = mode_ == "async_sgd" ? client_->staleness() : 0;
-  if (client_->job().elastic) {
-    if (options_.dtype != DataType::kFloat32) {
-      return Failed("starting " + mode_,
-                    absl::UnimplementedError(absl::StrCat(
-                        "the EASGD modes keep float32 parameters on the "
-                        "workers; --dtype=",
-                        client::DataTypeName(options_.dtype),
-                        " is for the synchronous and parameter-server modes")));
-    }
-    if (first_step_ != 0) {
-      return Failed(
-          "starting " + mode_,
-          absl::UnimplementedError(
-              "a worker cannot take a missing one's place in an EASGD run "
-              "(its own parameters left with it); start the run again"));
-    }
-    absl::StatusOr<std::unique_ptr<ElasticWorker>> elastic =
-        ElasticWorker::Create(client_.get(), tensors_, host_params_,
-                              WorkerNumber(), options_.timeout);
-    if (!elastic.ok()) return Failed("starting " + mode_, elastic.status());
-    elastic_ = std::move(*elastic);
-    // One model's worth every tau steps.
-    push_bytes_per_step_ =
-        static_cast<int64_t>(p * sizeof(float)) / elastic_->tau();
-  }
+  return absl::OkStatus();
+}
 
+absl::Status Trainer::StartElastic(size_t p) {
+  if (options_.dtype != DataType::kFloat32) {
+    return Failed("starting " + mode_,
+                  absl::UnimplementedError(absl::StrCat(
+                      "the EASGD modes keep float32 parameters on the "
+                      "workers; --dtype=",
+                      client::DataTypeName(options_.dtype),
+                      " is for the synchronous and parameter-server modes")));
+  }
+  if (first_step_ != 0) {
+    return Failed(
+        "starting " + mode_,
+        absl::UnimplementedError(
+            "a worker cannot take a missing one's place in an EASGD run "
+            "(its own parameters left with it); start the run again"));
+  }
+  absl::StatusOr<std::unique_ptr<ElasticWorker>> elastic =
+      ElasticWorker::Create(client_.get(), tensors_, host_params_,
+                            WorkerNumber(), options_.timeout);
+  if (!elastic.ok()) return Failed("starting " + mode_, elastic.status());
+  elastic_ = std::move(*elastic);
+  // One model's worth every tau steps.
+  push_bytes_per_step_ =
+      static_cast<int64_t>(p * sizeof(float)) / elastic_->tau();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AllocateBuffers(size_t p) {
   for (int s = 0; s <= staleness_; ++s) {
     absl::StatusOr<std::vector<PoolTensor>> g =
         AllocateSet(*client_, options_.dtype, *tensors_, p);
@@ -218,7 +237,10 @@ absl::Status Trainer::Begin() {
     return Failed("allocating the evaluation buffer", sums.status());
   }
   sums_buffer_ = *sums;
+  return absl::OkStatus();
+}
 
+absl::StatusOr<size_t> Trainer::TakeFirstSchedule() {
   absl::StatusOr<client::Schedule> schedule = FetchSchedule(first_step_);
   if (!schedule.ok()) return schedule.status();
   epochs_ = schedule->epochs;
@@ -241,7 +263,10 @@ absl::Status Trainer::Begin() {
     schedule_[it.iteration] = std::move(it);
   }
   schedule_done_ = schedule->done;
+  return k;
+}
 
+void Trainer::PrintBanner(size_t p, size_t scheduled) {
   std::printf(
       "starling-worker: rank %d worker %d (%d of %d workers, %d daemons), "
       "model %s (%zu parameters in %zu tensors), dtype %s, %d gradient "
@@ -265,9 +290,9 @@ absl::Status Trainer::Begin() {
       static_cast<unsigned long long>(                // NOLINT(runtime/int)
           partitions_per_epoch_),
       options_.batch_size,
-      static_cast<long long>(train_.size()),    // NOLINT(runtime/int)
-      static_cast<long long>(test_.size()),     // NOLINT(runtime/int)
-      k, static_cast<long long>(first_step_));  // NOLINT(runtime/int)
+      static_cast<long long>(train_.size()),            // NOLINT(runtime/int)
+      static_cast<long long>(test_.size()),             // NOLINT(runtime/int)
+      scheduled, static_cast<long long>(first_step_));  // NOLINT(runtime/int)
   if (elastic_ != nullptr) {
     const client::Client::JobSettings& job = elastic_->job();
     std::printf(
@@ -280,17 +305,8 @@ absl::Status Trainer::Begin() {
             ? absl::StrCat(", Nesterov momentum ", job.elastic_momentum).c_str()
             : "");
   }
-  if (Reporter()) {
-    std::printf("%s\n", EpochTableHeader().c_str());
-    // The table's CSV copy, from the same worker (the others' rows are the
-    // same but for their own epoch times).
-    if (!options_.epochs_table_path.empty()) {
-      STARLING_RETURN_IF_ERROR(Failed("opening --epochs_table",
-                                      csv_.Open(options_.epochs_table_path)));
-    }
-  }
+  if (Reporter()) std::printf("%s\n", EpochTableHeader().c_str());
   std::fflush(stdout);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<const client::ScheduledIteration*> Trainer::Iteration(

@@ -49,6 +49,16 @@ class Trainer {
  private:
   absl::Status Setup();
   absl::Status Begin();
+  // Begin's parts: the initial parameters from the chosen worker(s) in a
+  // run that starts now (a worker taking a missing one's place pulls the
+  // current ones); the EASGD worker; the gradient sets and the evaluation
+  // buffer; the first schedule (checked against the data; returns the
+  // iterations it holds); the start-up lines. `p`: parameter count.
+  absl::Status SupplyInitialParameters(size_t p);
+  absl::Status StartElastic(size_t p);
+  absl::Status AllocateBuffers(size_t p);
+  absl::StatusOr<size_t> TakeFirstSchedule();
+  void PrintBanner(size_t p, size_t scheduled);
   absl::StatusOr<const client::ScheduledIteration*> Iteration(int64_t t);
   absl::StatusOr<client::Schedule> FetchSchedule(int64_t next);
   absl::Status Step(const client::ScheduledIteration& it);
