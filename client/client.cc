@@ -17,11 +17,11 @@
 #include "client/future_state.h"
 #include "proto/common.pb.h"
 #include "proto/worker.pb.h"
+#include "server/base/float16.h"
 #include "server/base/job_config_checks.h"
 #include "server/base/proto_data_type.h"
 #include "server/base/status_macros.h"
 #include "server/base/tensor_table.h"
-#include "server/collective/data_type.h"
 
 namespace starling {
 namespace client {
@@ -377,23 +377,19 @@ absl::StatusOr<Schedule> Client::GetSchedule(int64_t next_iteration) {
 }
 
 void ToFloat16(absl::Span<const float> from, absl::Span<uint16_t> to) {
-  collective::FloatToHalfN(from.data(), to.data(),
-                           std::min(from.size(), to.size()));
+  FloatToHalfN(from.data(), to.data(), std::min(from.size(), to.size()));
 }
 
 void ToBFloat16(absl::Span<const float> from, absl::Span<uint16_t> to) {
-  collective::FloatToBFloat16N(from.data(), to.data(),
-                               std::min(from.size(), to.size()));
+  FloatToBFloat16N(from.data(), to.data(), std::min(from.size(), to.size()));
 }
 
 void FromFloat16(absl::Span<const uint16_t> from, absl::Span<float> to) {
-  collective::HalfToFloatN(from.data(), to.data(),
-                           std::min(from.size(), to.size()));
+  HalfToFloatN(from.data(), to.data(), std::min(from.size(), to.size()));
 }
 
 void FromBFloat16(absl::Span<const uint16_t> from, absl::Span<float> to) {
-  collective::BFloat16ToFloatN(from.data(), to.data(),
-                               std::min(from.size(), to.size()));
+  BFloat16ToFloatN(from.data(), to.data(), std::min(from.size(), to.size()));
 }
 
 Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,

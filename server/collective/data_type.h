@@ -1,11 +1,8 @@
 // Element types and reduction operators of the collectives, and the 16-bit
-// float conversions they need. The element types are server/base's
-// DataType, named here so collective code can say collective::DataType.
-//
-// fp16 (IEEE binary16) and bf16 (bfloat16) are stored as 16-bit values and
-// widened to fp32 for arithmetic; narrowing rounds to nearest, ties to even,
-// keeps NaN (quieted) and infinities, overflows to infinity and produces fp16
-// subnormals. Free functions; thread-safe.
+// float conversions they need. The element types (server/base/data_type.h)
+// and the conversions (server/base/float16.h) are server/base's, named here
+// so collective code can say collective::DataType. Free functions;
+// thread-safe.
 #ifndef STARLING_SERVER_COLLECTIVE_DATA_TYPE_H_
 #define STARLING_SERVER_COLLECTIVE_DATA_TYPE_H_
 
@@ -14,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/base/data_type.h"
+#include "server/base/float16.h"
 
 namespace starling {
 namespace collective {
@@ -37,29 +35,17 @@ absl::string_view ReduceOpName(ReduceOp op);
 // Inverse of ReduceOpName ("avg" accepted). InvalidArgument otherwise.
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
-// IEEE binary16 <-> float. Widening is exact.
-float HalfToFloat(uint16_t half);
-uint16_t FloatToHalf(float value);
-
-// bfloat16 <-> float. Widening is exact.
-float BFloat16ToFloat(uint16_t bf16);
-uint16_t FloatToBFloat16(float value);
-
-// The same conversions over n elements (the ...N names), `to[i] =
-// f(from[i])` (the float16
-// ones use the CPU's F16C instructions, 8 at a time, where it has them:
-// the same values for every finite input, infinities and zeros; a NaN stays
-// a NaN). `from` and `to` must not overlap.
-void HalfToFloatN(const uint16_t* from, float* to, size_t n);
-void FloatToHalfN(const float* from, uint16_t* to, size_t n);
-void BFloat16ToFloatN(const uint16_t* from, float* to, size_t n);
-void FloatToBFloat16N(const float* from, uint16_t* to, size_t n);
-
-// n elements of `type` (float32, float16 or bfloat16) at `from` as float32
-// into `to` (a copy for float32), and back. REQUIRES: one of those types;
-// no overlap.
-void ToFloat32(DataType type, const void* from, float* to, size_t n);
-void FromFloat32(DataType type, const float* from, void* to, size_t n);
+// The 16-bit float conversions: server/base/float16.h.
+using ::starling::BFloat16ToFloat;
+using ::starling::BFloat16ToFloatN;
+using ::starling::FloatToBFloat16;
+using ::starling::FloatToBFloat16N;
+using ::starling::FloatToHalf;
+using ::starling::FloatToHalfN;
+using ::starling::FromFloat32;
+using ::starling::HalfToFloat;
+using ::starling::HalfToFloatN;
+using ::starling::ToFloat32;
 
 }  // namespace collective
 }  // namespace starling
