@@ -5,8 +5,6 @@
 // Threads: main (waits for SIGINT/SIGTERM), gRPC's pool (one thread per
 // waiting Join), the failure detector (calls DetectFailures() a few times
 // per heartbeat timeout), and the /metrics server's.
-#include <signal.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -26,9 +24,11 @@
 #include "grpcpp/grpcpp.h"
 #include "server/base/clock.h"
 #include "server/base/command_line.h"
+#include "server/base/grpc_server.h"
 #include "server/base/job_config_checks.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
+#include "server/base/stop_signals.h"
 #include "server/base/systemd_notify.h"
 #include "server/base/version.h"
 #include "server/coordinator/coordinator.h"
@@ -179,24 +179,6 @@ int CheckPorts(const HostPort& listen, int metrics_port) {
   return 0;
 }
 
-// The coordinator's gRPC service on `address` (--listen).
-absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(
-    const std::string& address, CoordinatorService* service) {
-  grpc::ServerBuilder builder;
-  // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
-  // share the port silently.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int bound_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve gRPC on ", address, " (--listen)"));
-  }
-  return server;
-}
 
 int Main(int argc, char** argv) {
   StartProgram(
@@ -230,13 +212,8 @@ int Main(int argc, char** argv) {
     return code;
   }
 
-  // SIGINT/SIGTERM are taken by sigwait() below; block them before any
-  // thread starts so that every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before any thread starts, so that every thread inherits the mask.
+  const sigset_t signals = BlockStopSignals();
 
   RealClock clock;
   metrics::MetricsRegistry registry;
@@ -267,7 +244,7 @@ int Main(int argc, char** argv) {
   CoordinatorService service(coordinator->get());
   const std::string address = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      Serve(address, &service);
+      ServeGrpc(address, &service, "--listen");
   if (!server.ok()) return Fail(1, server.status().message());
   serving.store(true);
 
@@ -294,8 +271,7 @@ int Main(int argc, char** argv) {
   std::thread detector(RunFailureDetector, coordinator->get(),
                        options.heartbeat_timeout, &stop_detector);
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForStopSignal(signals);
   STARLING_LOG(INFO) << "received signal " << signal_number
                      << ", shutting down";
   serving.store(false);

@@ -1,7 +1,5 @@
 // starling-node: one machine's node daemon (DESIGN.md "The three
 // processes"). See --help and node_daemon.h (which lists its threads).
-#include <signal.h>
-
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -15,8 +13,10 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/base/command_line.h"
+#include "server/base/grpc_server.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
+#include "server/base/stop_signals.h"
 #include "server/base/systemd_notify.h"
 #include "server/base/version.h"
 #include "server/base/worker_socket.h"
@@ -152,20 +152,8 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
 absl::StatusOr<std::unique_ptr<grpc::Server>> ServeAdmin(
     const NodeOptions& options, NodeAdminService* admin) {
   if (options.admin_port <= 0) return nullptr;
-  grpc::ServerBuilder builder;
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int bound_port = 0;
-  const std::string address =
-      absl::StrCat(options.data_host, ":", options.admin_port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.RegisterService(admin);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve gRPC on ", address, " (--admin_port)"));
-  }
-  return server;
+  return ServeGrpc(absl::StrCat(options.data_host, ":", options.admin_port),
+                   admin, "--admin_port");
 }
 
 int Main(int argc, char** argv) {
@@ -198,11 +186,7 @@ int Main(int argc, char** argv) {
     }
   }
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockStopSignals();
 
   metrics::MetricsRegistry registry;
   absl::Status status =
@@ -258,8 +242,7 @@ int Main(int argc, char** argv) {
       absl::StrCat("rank ", (*daemon)->rank(), " of job ", options.job_id));
   if (!status.ok()) STARLING_LOG(WARNING) << status.message();
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForStopSignal(signals);
   STARLING_LOG(INFO) << "received signal " << signal_number
                      << ", shutting down";
   set_not_ready("shutting down");
