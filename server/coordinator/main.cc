@@ -179,7 +179,6 @@ int CheckPorts(const HostPort& listen, int metrics_port) {
   return 0;
 }
 
-
 int Main(int argc, char** argv) {
   StartProgram(
       {kProgram, "server/coordinator/main.cc", kStarlingVersion,
