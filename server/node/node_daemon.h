@@ -4,10 +4,11 @@
 // coordinator (rank, peers, config), starts heartbeating, opens the TCP
 // transport and a Communicator to the peers, and serves local workers on
 // the unix socket. Training runs follow one another on the same daemon
-// (SyncEngine: runs, worker slots, the synchronous step; PsEngine:
-// parameter-server mode); each run's shard and optimizer state exist from
-// its start to its end. The daemon is the SyncEngine's RunRendezvous: it
-// begins and ends runs with the coordinator.
+// (RunManager: runs, worker slots, rounds); the job's mode picks the engine
+// its pushes and pulls go to (SyncEngine: the synchronous step; PsEngine:
+// the shard owners). Each run's shard and optimizer state exist from its
+// start to its end. The daemon is the RunManager's RunRendezvous: it begins
+// and ends runs with the coordinator.
 //
 // Threads:
 //   - the TCP transport's event loop(s) (server/transport/tcp);

@@ -1,7 +1,7 @@
-// RunHistory: the runs a SyncEngine ended, newest last, and what a request
+// RunHistory: the runs a RunManager ended, newest last, and what a request
 // of an ended run is told.
 //
-// Thread-compatible: SyncEngine holds it under its mutex (ABSL_GUARDED_BY).
+// Thread-compatible: RunManager holds it under its mutex (ABSL_GUARDED_BY).
 #ifndef STARLING_SERVER_NODE_RUN_RUN_HISTORY_H_
 #define STARLING_SERVER_NODE_RUN_RUN_HISTORY_H_
 

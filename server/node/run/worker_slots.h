@@ -1,4 +1,4 @@
-// WorkerSlots: the local worker slots of a SyncEngine and the rounds queued
+// WorkerSlots: the local worker slots of a RunManager and the rounds queued
 // in them.
 //
 // A daemon has `local_workers` slots, one per worker index. A slot is empty,
@@ -16,7 +16,7 @@
 // Time comes in as arguments (`now`), so that the grace can be tested
 // without waiting.
 //
-// Thread-compatible: SyncEngine holds it under its mutex (ABSL_GUARDED_BY),
+// Thread-compatible: RunManager holds it under its mutex (ABSL_GUARDED_BY),
 // and every call runs under that lock. Nothing here blocks or replies.
 #ifndef STARLING_SERVER_NODE_RUN_WORKER_SLOTS_H_
 #define STARLING_SERVER_NODE_RUN_WORKER_SLOTS_H_
