@@ -128,7 +128,7 @@ absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
   return absl::OkStatus();
 }
 
-absl::Status Inbox::ApplyPiece(Region* region, EarlyPiece* piece) {
+absl::Status Inbox::ApplyPiece(Region* region, EarlyPiece* piece) const {
   const uint64_t length = piece->data.size();
   if (piece->offset > region->memory.size() ||
       length > region->memory.size() - piece->offset) {

@@ -149,8 +149,10 @@ class Inbox {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Retired and not registered: its writes are dropped.
   bool Stale(RegionId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ApplyPiece(Region* region, EarlyPiece* piece)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies a complete early piece into its region. Reads only the piece
+  // and the region's memory (fixed at registration): no lock needed, and
+  // RegisterRegion calls it with none held.
+  absl::Status ApplyPiece(Region* region, EarlyPiece* piece) const;
   void DropPiece(RegionId region, EarlyPiece* piece)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpin(Region* region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
