@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -37,8 +38,30 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   STARLING_ASSIGN_OR_RETURN(CoordinatorMetrics metrics,
                             CoordinatorMetrics::Register(registry));
   metrics.expected_nodes->Set(options.expected_nodes);
-  return std::unique_ptr<Coordinator>(
+  std::optional<proto::CoordinatorState> state;
+  std::unique_ptr<StateFile> state_file;
+  if (!options.state_file.empty()) {
+    state_file = std::make_unique<StateFile>(options.state_file);
+    STARLING_ASSIGN_OR_RETURN(state, state_file->Read());
+    if (state.has_value() && state->job_id() != options.job_id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the coordinator state file ", options.state_file,
+                       " records job '", state->job_id(), "', not '",
+                       options.job_id, "' (--state_file: one file per job)"));
+    }
+  }
+  std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(options), clock, metrics));
+  if (state_file != nullptr) {
+    if (state.has_value()) {
+      absl::MutexLock lock(&coordinator->mu_);
+      coordinator->RestoreLocked(*state);
+    }
+    Coordinator* c = coordinator.get();
+    coordinator->persister_ = std::make_unique<StatePersister>(
+        std::move(state_file), [c] { return c->Snapshot(); });
+  }
+  return coordinator;
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
@@ -48,7 +71,11 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
       metrics_(metrics),
       runs_(options_.parameter_count) {}
 
-Coordinator::~Coordinator() { Shutdown(); }
+Coordinator::~Coordinator() {
+  Shutdown();
+  // Its last write snapshots this coordinator: before the members go.
+  if (persister_ != nullptr) persister_->Stop();
+}
 
 void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
@@ -110,6 +137,10 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
   deadline = std::min(deadline, start + options_.max_join_wait);
   absl::MutexLock lock(&mu_);
   STARLING_RETURN_IF_ERROR(CheckNodeLocked(request, "join"));
+  if (formed_ && restored_) {
+    STARLING_RETURN_IF_ERROR(
+        SettleRestoredGroupLocked(request, deadline, cancelled));
+  }
 
   if (formed_) {
     // The same node asking again (its first answer was lost) gets the same
@@ -206,7 +237,8 @@ void Coordinator::FormGroupLocked() {
   pending_.clear();
   RebuildPlannerLocked();
   formed_ = true;
-  group_epoch_ = 1;
+  // Above every epoch before it, those of groups given up included.
+  ++group_epoch_;
   group_key_.assign(kGroupKeyBytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(group_key_.data()),
                  static_cast<int>(group_key_.size())) != 1) {
@@ -216,9 +248,10 @@ void Coordinator::FormGroupLocked() {
            "data-plane peers authenticate only with a cluster secret, if any";
   }
   UpdateGroupGaugesLocked();
+  MarkDirtyLocked();
   changed_.SignalAll();
   STARLING_LOG(INFO) << "job '" << options_.job_id << "' formed a group of "
-                     << n << " nodes ("
+                     << n << " nodes (epoch " << group_epoch_ << ", "
                      << (options_.parameter_count == 0
                              ? std::string("parameters as declared")
                              : absl::StrCat(options_.parameter_count,
@@ -319,6 +352,13 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
         " peers; its rank must be one of them, with its own data address, "
         "and the epoch >= 1"));
   }
+  if (!formed_ && request.group_epoch() <= group_epoch_) {
+    // This coordinator recorded that epoch, or a later one, and gave it up.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, " (", node.hostname(), ") reports group epoch ",
+        request.group_epoch(), ", which this coordinator gave up (its record ",
+        "is at epoch ", group_epoch_, "); the node joins afresh"));
+  }
   if (!formed_) {
     if (request.peers_size() != options_.expected_nodes) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -342,8 +382,10 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
   member.run = request.run();
   runs_.Adopt(request.run(), request.highest_run_id(),
               static_cast<int>(members_.size()));
+  restored_ = false;
   RebuildPlannerLocked();
   UpdateGroupGaugesLocked();
+  MarkDirtyLocked();
   changed_.SignalAll();
   if (!was_registered || was != proto::NODE_HEALTH_HEALTHY) {
     int registered = 0;
@@ -359,6 +401,150 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
                        << " members registered";
   }
   return JoinResponseLocked(rank);
+}
+
+// --- The state file ----------------------------------------------------------
+
+void Coordinator::MarkDirtyLocked() {
+  if (persister_ != nullptr) persister_->Changed();
+}
+
+absl::Status Coordinator::FlushStateForTesting(absl::Time deadline) {
+  if (persister_ == nullptr) return absl::OkStatus();
+  return persister_->Flush(deadline);
+}
+
+proto::CoordinatorState Coordinator::Snapshot() const {
+  proto::CoordinatorState state;
+  absl::MutexLock lock(&mu_);
+  state.set_job_id(options_.job_id);
+  state.set_version(options_.version);
+  state.set_group_epoch(group_epoch_);
+  if (formed_) {
+    state.set_group_key(group_key_);
+    for (const Member& m : members_) *state.add_members() = m.join;
+    for (const proto::ShardRange& range : shard_map_) {
+      *state.add_shard_map() = range;
+    }
+  }
+  *state.mutable_runs() = runs_.Save();
+  if (highest_iteration_.has_value()) {
+    state.set_has_highest_iteration(true);
+    state.set_highest_iteration(*highest_iteration_);
+  }
+  state.set_last_error(last_error_);
+  return state;
+}
+
+void Coordinator::RestoreLocked(const proto::CoordinatorState& state) {
+  group_epoch_ = state.group_epoch();
+  runs_.Restore(state.runs());
+  last_error_ = state.last_error();
+  if (state.has_highest_iteration()) {
+    highest_iteration_ = state.highest_iteration();
+  }
+  const int n = state.members_size();
+  if (n == 0) return;  // no group had formed
+  shard_map_.assign(state.shard_map().begin(), state.shard_map().end());
+  if (static_cast<int>(shard_map_.size()) != n) {
+    shard_map_ = ComputeShardMap(options_.parameter_count, n);
+  }
+  const absl::Time now = clock_->Now();
+  for (int rank = 0; rank < n; ++rank) {
+    Member member;
+    member.join = state.members(rank);
+    member.local_workers = LocalWorkers(member.join);
+    member.health = proto::NODE_HEALTH_JOINING;
+    member.registered = false;
+    member.last_heartbeat = now;
+    member.shard_elements =
+        shard_map_[rank].end_element() - shard_map_[rank].begin_element();
+    members_.push_back(std::move(member));
+  }
+  group_key_ = state.group_key();
+  formed_ = true;
+  restored_ = true;
+  RebuildPlannerLocked();
+  UpdateGroupGaugesLocked();
+  adopted_from_ =
+      absl::StrCat("the coordinator resumed the group of ", n,
+                   " nodes (group epoch ", group_epoch_, ") it recorded");
+  STARLING_LOG(WARNING) << "job '" << options_.job_id
+                        << "': resumed group epoch " << group_epoch_ << " of "
+                        << n << " nodes and " << runs_.next_run_id() - 1
+                        << " run(s) from the state file " << options_.state_file
+                        << "; waiting for the members to re-register";
+}
+
+absl::Status Coordinator::SettleRestoredGroupLocked(
+    const proto::JoinRequest& request, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  const std::string who = absl::StrCat("node ", request.hostname(), " (",
+                                       request.data_address(), ")");
+  while (formed_ && restored_) {
+    DetectFailuresLocked();
+    bool member = false;
+    bool all_lost = true;
+    for (const Member& m : members_) {
+      member |= m.join.data_address() == request.data_address() &&
+                m.join.hostname() == request.hostname();
+      all_lost &= m.health == proto::NODE_HEALTH_LOST;
+    }
+    if (member || all_lost) {
+      GiveUpRestoredGroupLocked(absl::StrCat(
+          who,
+          member ? " joined afresh: it is a member restarted, not re-registered"
+                 : " joined after every member was LOST"));
+      return absl::OkStatus();
+    }
+    if (shutdown_)
+      return absl::UnavailableError("coordinator is shutting down");
+    const absl::Time now = absl::Now();
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(absl::StrCat(
+          who,
+          " cancelled its join while the resumed group waited for its "
+          "members to re-register"));
+    }
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(who, " cannot join yet: ", adopted_from_,
+                       " and waits up to --heartbeat_timeout (",
+                       Seconds(options_.heartbeat_timeout),
+                       ") for its members to re-register"));
+    }
+    changed_.WaitWithDeadline(&mu_,
+                              std::min(deadline, now + kCancelPollInterval));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::GiveUpRestoredGroupLocked(const std::string& why) {
+  STARLING_LOG(WARNING) << "job '" << options_.job_id
+                        << "': giving up the resumed group epoch "
+                        << group_epoch_ << " (no member re-registered; " << why
+                        << "); the next group forms with epoch "
+                        << group_epoch_ + 1;
+  const uint64_t run_id =
+      runs_.current() != nullptr ? runs_.current()->run_id() : 0;
+  if (runs_.FailCurrent(
+          -1,
+          absl::StrCat("group epoch ", group_epoch_, " was given up: ", why),
+          clock_->Now())) {
+    metrics_.runs_ended->WithLabels({"failed"})->Increment();
+    STARLING_LOG(WARNING) << "run " << run_id << " failed with it";
+  }
+  formed_ = false;
+  restored_ = false;
+  members_.clear();
+  shard_map_.clear();
+  rank_of_join_.clear();
+  group_key_.clear();
+  planner_.reset();
+  adopted_from_.clear();
+  UpdateGroupGaugesLocked();
+  MarkDirtyLocked();
+  changed_.SignalAll();
 }
 
 proto::JoinResponse Coordinator::JoinResponseLocked(int rank) const {
@@ -472,6 +658,7 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
   }
   if (!newly_lost.empty()) {
     UpdateGroupGaugesLocked();
+    MarkDirtyLocked();
     // BeginRun waiters fail at once naming the lost ranks.
     changed_.SignalAll();
   }

@@ -21,11 +21,20 @@
 // Detection runs at the start of every call and whenever the owner calls
 // DetectFailures() (main.cc does, on a timer).
 //
-// Restarts. A coordinator that restarted knows no group: members' calls are
-// answered NotFound and the nodes re-register (Rejoin). The first Rejoin
-// makes it adopt the group the node reports (epoch, peers, shard map, its
-// run); the other members show as JOINING until they re-register too, and
-// are marked LOST if they do not within heartbeat_timeout.
+// Restarts. With a state file (options.state_file, state_file.h) the
+// coordinator records the group (epoch, members, group key, shard map) and
+// the runs whenever they change, on a thread of its own (no lock held
+// while it writes), and a coordinator started on that record resumes it:
+// the members show as JOINING until they re-register (Rejoin), checked
+// against the record, and are marked LOST if they do not within
+// heartbeat_timeout; run ids continue. A restored group that no member
+// re-registers with is given up when a node joins afresh (a restarted
+// member, or anyone once every member is LOST): the next group forms with
+// the epoch after it, so a stale daemon of the old group never matches.
+// Without a state file a restarted coordinator knows no group: members'
+// calls are answered NotFound, and the first Rejoin makes it adopt the
+// group the node reports (epoch, peers, shard map, its run); the others
+// re-register as above.
 //
 // Runs (run_book.h). BeginRun waits until every member asked, then answers
 // all at once: a new run id, the agreed tensor table, the first op sequence
@@ -55,11 +64,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
+#include "proto/coordinator_state.pb.h"
 #include "server/base/clock.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/run_book.h"
 #include "server/coordinator/schedule_planner.h"
+#include "server/coordinator/state_file.h"
+#include "server/coordinator/state_persister.h"
 #include "server/metrics/metrics_registry.h"
 
 namespace starling {
@@ -69,7 +81,9 @@ class Coordinator {
  public:
   // `clock` and `registry` are borrowed and must outlive the coordinator.
   // InvalidArgument for bad options; AlreadyExists if `registry` already
-  // holds the coordinator's metrics.
+  // holds the coordinator's metrics; the state file's errors (DataLoss for
+  // one that is not a whole record), FailedPrecondition for one of another
+  // job.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
       CoordinatorOptions options, const Clock* clock,
       metrics::MetricsRegistry* registry);
@@ -155,11 +169,15 @@ class Coordinator {
   // the ranks newly marked (usually none).
   std::vector<int> DetectFailures();
 
-  // Refuses waiting and later Joins and BeginRuns with Unavailable.
-  // Idempotent.
+  // Refuses waiting and later Joins and BeginRuns with Unavailable; writes
+  // the state file a last time. Idempotent.
   void Shutdown();
 
   const CoordinatorOptions& options() const { return options_; }
+
+  // Waits until the state file holds every change made so far (its write's
+  // error, or DeadlineExceeded); OK at once without a state file.
+  absl::Status FlushStateForTesting(absl::Time deadline);
 
  private:
   struct PendingJoin {
@@ -232,6 +250,22 @@ class Coordinator {
                                 const std::vector<proto::WorkerStatus>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The state file (see above): the record of now, a record resumed, and
+  // a change to record (the persister thread writes the latest).
+  proto::CoordinatorState Snapshot() const;
+  void RestoreLocked(const proto::CoordinatorState& state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkDirtyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fresh Join while the group was restored and no member has
+  // re-registered: gives the group up (see above), or waits (bounded by
+  // `deadline`) for a member to re-register or every one to be LOST.
+  absl::Status SettleRestoredGroupLocked(const proto::JoinRequest& request,
+                                         absl::Time deadline,
+                                         const std::function<bool()>& cancelled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void GiveUpRestoredGroupLocked(const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const CoordinatorOptions options_;
   const Clock* const clock_;
   const CoordinatorMetrics metrics_;
@@ -261,6 +295,13 @@ class Coordinator {
   std::optional<uint64_t> highest_iteration_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   RunBook runs_ ABSL_GUARDED_BY(mu_);
+  // The group came from the state file and none of its members has
+  // re-registered since.
+  bool restored_ ABSL_GUARDED_BY(mu_) = false;
+  // Writes the state file; null without one. Set by Create, before any
+  // call, then constant.
+  std::unique_ptr<StatePersister> persister_;
+
   // The BeginRun round in progress: rank -> its waiting call.
   std::map<int, BeginCall> begin_waiting_ ABSL_GUARDED_BY(mu_);
   // Answers for decided or replaced calls, by call id, until collected.

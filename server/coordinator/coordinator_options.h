@@ -28,6 +28,11 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   // Longest a Join is held waiting for the group, whatever its deadline.
   absl::Duration max_join_wait = absl::Minutes(10);
+  // Where the coordinator records its job (state_file.h): the group, its
+  // epoch and key, the shard map and the runs. A coordinator started on an
+  // existing record resumes it. Empty: nowhere (a restarted coordinator
+  // then learns the group from its members' re-registrations).
+  std::string state_file;
 
   // --- Sent to every node in JoinResponse.config. ---
   proto::JobConfig::Mode mode = proto::JobConfig::MODE_SYNC_SGD;

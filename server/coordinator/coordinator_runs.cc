@@ -135,6 +135,7 @@ void Coordinator::DecideBeginLocked() {
   }
   begin_waiting_.clear();
   changed_.SignalAll();
+  MarkDirtyLocked();
   if (!outcome.ok()) {
     last_error_ =
         absl::StrCat("no run could begin: ", outcome.status().message());
@@ -186,6 +187,7 @@ void Coordinator::EndRunLocked(int rank, const proto::EndRunRequest& request) {
     member.run.set_steps(std::max(member.run.steps(), request.steps()));
     if (!request.error().empty()) member.run.set_error(request.error());
   }
+  if (ended.failed_now || ended.finished_now) MarkDirtyLocked();
   if (ended.failed_now) {
     metrics_.runs_ended->WithLabels({"failed"})->Increment();
     last_error_ = ended.error;

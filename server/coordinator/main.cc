@@ -50,6 +50,12 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
           "a node silent for longer is marked LOST");
 ABSL_FLAG(absl::Duration, max_join_wait, absl::Minutes(10),
           "longest a Join is held waiting for the group to form");
+ABSL_FLAG(std::string, state_file, "",
+          "where the coordinator records the group (epoch, members, key, "
+          "shard map) and the runs at every change (written atomically); a "
+          "coordinator started on an existing record resumes its job. One "
+          "file per job; empty: no record (a restarted coordinator then "
+          "learns the group from the nodes)");
 ABSL_FLAG(int, iterations_per_schedule, 16,
           "K: iterations handed out per GetSchedule call");
 ABSL_FLAG(uint64_t, epochs, 1,
@@ -120,6 +126,7 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
     return absl::InvalidArgumentError("--expected_nodes must be >= 1");
   }
   options->heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options->state_file = absl::GetFlag(FLAGS_state_file);
   options->max_join_wait = absl::GetFlag(FLAGS_max_join_wait);
   options->iterations_per_schedule =
       absl::GetFlag(FLAGS_iterations_per_schedule);

@@ -220,6 +220,61 @@ void RunBook::Adopt(const proto::RunStatus& run, uint64_t highest_run_id,
   if (IsEnded(run.state())) Remember(std::move(adopted));
 }
 
+namespace {
+
+proto::RunRecord ToRecord(const proto::RunStatus& status, int failed_rank,
+                          int64_t failed_step,
+                          const std::vector<bool>& finished) {
+  proto::RunRecord record;
+  *record.mutable_status() = status;
+  record.set_failed_rank(failed_rank);
+  record.set_failed_step(failed_step);
+  for (bool f : finished) record.add_finished(f);
+  return record;
+}
+
+}  // namespace
+
+proto::RunBookState RunBook::Save() const {
+  proto::RunBookState state;
+  state.set_next_run_id(next_run_id_);
+  if (current_.has_value()) {
+    *state.mutable_current() =
+        ToRecord(current_->status, current_->failed_rank, current_->failed_step,
+                 current_->finished);
+  }
+  for (const Run& run : recent_) {
+    *state.add_recent() =
+        ToRecord(run.status, run.failed_rank, run.failed_step, run.finished);
+  }
+  for (const auto& [rank, run_id] : last_ended_) {
+    (*state.mutable_last_ended())[rank] = run_id;
+  }
+  return state;
+}
+
+void RunBook::Restore(const proto::RunBookState& state) {
+  const auto from_record = [](const proto::RunRecord& record) {
+    Run run;
+    run.status = record.status();
+    run.failed_rank = record.failed_rank();
+    run.failed_step = record.failed_step();
+    run.finished.assign(record.finished().begin(), record.finished().end());
+    return run;
+  };
+  next_run_id_ = std::max<uint64_t>(1, state.next_run_id());
+  current_.reset();
+  if (state.has_current()) current_ = from_record(state.current());
+  recent_.clear();
+  for (const proto::RunRecord& record : state.recent()) {
+    recent_.push_back(from_record(record));
+  }
+  last_ended_.clear();
+  for (const auto& [rank, run_id] : state.last_ended()) {
+    last_ended_[rank] = run_id;
+  }
+}
+
 const proto::RunStatus* RunBook::current() const {
   return current_.has_value() ? &current_->status : nullptr;
 }

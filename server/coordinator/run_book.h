@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
+#include "proto/coordinator_state.pb.h"
 
 namespace starling {
 namespace coordinator {
@@ -82,6 +83,12 @@ class RunBook {
   // highest run id it saw; new ids continue above both.
   void Adopt(const proto::RunStatus& run, uint64_t highest_run_id,
              int group_size);
+
+  // The book as the coordinator persists it (proto/coordinator_state.proto),
+  // and back: a restarted coordinator continues the numbering, the current
+  // run and the failures each rank has yet to hear of.
+  proto::RunBookState Save() const;
+  void Restore(const proto::RunBookState& state);
 
   // The current run (RUNNING), or nullptr between runs.
   const proto::RunStatus* current() const;

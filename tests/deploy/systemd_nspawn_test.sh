@@ -276,10 +276,22 @@ else
 fi
 
 # --- 6. kill -9 and restart ------------------------------------------------
-# The coordinator: its replacement serves at once (READY=1) and adopts the
-# running group as the node re-registers; the node stays active throughout.
+# The coordinator: its replacement serves at once (READY=1) and resumes the
+# group from its record in the unit's StateDirectory as the node
+# re-registers; the node stays active throughout.
+in_ct test -s /var/lib/starling/coordinator.state ||
+  die "the coordinator keeps no record in /var/lib/starling (StateDirectory, --state_file)"
 kill_main starling-coordinator.service
 wait_active starling-coordinator.service 30
+resumed=""
+for _ in $(seq 1 100); do
+  resumed=$(in_ct journalctl -u starling-coordinator.service --no-pager -n 80 |
+    grep 'resumed group epoch' | tail -1 || true)
+  [[ -n $resumed ]] && break
+  sleep 0.1
+done
+[[ -n $resumed ]] || die "the restarted coordinator did not resume its record"
+log "coordinator journal: ${resumed#*: }"
 node_pid=$(prop starling-node@0.service MainPID)
 sleep_until=$(($(date +%s) + 3))
 while (( $(date +%s) < sleep_until )); do

@@ -3,7 +3,10 @@
 // heartbeat periods `starlingctl status` shows 3 of 3 nodes healthy, and a
 // training run that was going on across the restart (workers talk only to
 // their daemons) finishes with every worker bit-identical to an
-// uninterrupted run on the same daemons.
+// uninterrupted run on the same daemons. With --state_file the restarted
+// coordinator resumes its own record (the group before any node
+// re-registered, and the run numbering) instead of adopting what the nodes
+// report, and the same holds.
 #include <signal.h>
 
 #include <string>
@@ -23,6 +26,7 @@ namespace testing_node {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kDaemons = 3;
 
@@ -35,7 +39,11 @@ std::vector<ProcessResult> WaitAll(NodeCluster& cluster,
   return results;
 }
 
-TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
+// Kills the coordinator mid-run and starts it again with
+// `coordinator_flags`; checks the group and the run come through whole.
+// Sets `*restarted_stderr` to the restarted coordinator's stderr.
+void RestartMidRun(const std::vector<std::string>& coordinator_flags,
+                   std::string* restarted_stderr) {
   ClusterOptions options;
   options.daemons = kDaemons;
   options.local_workers = 1;
@@ -45,7 +53,8 @@ TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
   options.collective_timeout = absl::Seconds(20);
   const absl::Duration heartbeat_period = options.heartbeat_timeout / 5;
   NodeCluster cluster(options);
-  pid_t coordinator = cluster.StartCoordinatorWith("coordinator", {});
+  pid_t coordinator =
+      cluster.StartCoordinatorWith("coordinator", coordinator_flags);
   cluster.StartDaemons();
   const std::vector<std::string> flags = {"--steps=250", "--step_delay=10ms",
                                           "--timeout=30s"};
@@ -83,7 +92,8 @@ TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
   const ProcessResult killed = cluster.Wait(coordinator, absl::Seconds(5));
   ASSERT_FALSE(killed.timed_out);
   const absl::Time restarted = absl::Now();
-  coordinator = cluster.StartCoordinatorWith("coordinator_restarted", {});
+  coordinator =
+      cluster.StartCoordinatorWith("coordinator_restarted", coordinator_flags);
 
   // starlingctl shows the group as it is within a few heartbeat periods
   // (plus the new coordinator's start-up).
@@ -122,6 +132,25 @@ TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
   for (int d = 0; d < kDaemons; ++d) {
     EXPECT_TRUE(cluster.Alive(cluster.daemon_pid(d))) << "daemon " << d;
   }
+  *restarted_stderr = cluster.Stderr(coordinator);
+}
+
+TEST(CoordinatorRestart, RestartedCoordinatorLearnsTheRunningGroup) {
+  std::string restarted;
+  RestartMidRun({}, &restarted);
+  EXPECT_THAT(restarted, HasSubstr("adopted the running group"));
+}
+
+TEST(CoordinatorRestart, RestartedCoordinatorResumesItsRecord) {
+  const std::string record = TempPath("coordinator.state");
+  std::string restarted;
+  RestartMidRun({absl::StrCat("--state_file=", record)}, &restarted);
+  EXPECT_THAT(restarted,
+              HasSubstr(absl::StrCat("resumed group epoch 1 of ", kDaemons,
+                                     " nodes and 2 run(s) from the state "
+                                     "file ",
+                                     record)));
+  EXPECT_THAT(restarted, Not(HasSubstr("adopted")));
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+// A coordinator with a state file records its job and a coordinator started
+// on that record resumes it: the group, its key, its epoch and the run
+// numbering; a record no member comes back to is given up, and the next
+// group takes the epoch after it.
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/base/clock.h"
+#include "server/base/status_matchers.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_test_util.h"
+#include "server/metrics/metrics_registry.h"
+
+namespace starling {
+namespace coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class CoordinatorStateTest : public ::testing::Test {
+ protected:
+  CoordinatorOptions Options(int nodes) {
+    CoordinatorOptions options = TestOptions(nodes);
+    const char* dir = std::getenv("TEST_TMPDIR");
+    options.state_file = absl::StrCat(
+        dir != nullptr ? dir : "/tmp", "/",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+        ".state");
+    return options;
+  }
+
+  // A coordinator on `options`, with a registry of its own (a restarted
+  // process registers its metrics afresh).
+  absl::StatusOr<std::unique_ptr<Coordinator>> Start(
+      const CoordinatorOptions& options) {
+    registries_.push_back(std::make_unique<metrics::MetricsRegistry>());
+    return Coordinator::Create(options, &clock_, registries_.back().get());
+  }
+
+  // Forms a group of `nodes`, begins run 1 on it, and stops (the record
+  // written): the coordinator a restart replaces.
+  void FormRunAndStop(const CoordinatorOptions& options, int nodes) {
+    ASSERT_OK_AND_ASSIGN(auto first, Start(options));
+    for (auto& r : JoinAll(first.get(), nodes)) {
+      ASSERT_OK(r.status());
+      joins_.push_back(*r);
+    }
+    std::vector<proto::BeginRunRequest> requests;
+    for (int rank = 0; rank < nodes; ++rank) requests.push_back(BeginFor(rank));
+    for (const auto& answer : BeginAll(first.get(), requests)) {
+      ASSERT_OK(answer.status());
+      EXPECT_EQ(answer->run_id(), 1u);
+    }
+    ASSERT_OK(first->FlushStateForTesting(absl::Now() + absl::Seconds(10)));
+  }
+
+  // Rank `rank` re-registers as a node that finished run 1 and declares
+  // the next (it reports no run id: the numbering must come from the
+  // record).
+  proto::RejoinRequest RejoinFor(int rank) {
+    const proto::JoinResponse& join = joins_[rank];
+    proto::RejoinRequest request;
+    *request.mutable_node() = JoinRequestFor(rank);
+    request.set_rank(join.rank());
+    request.set_group_epoch(join.group_epoch());
+    *request.mutable_peers() = join.peers();
+    *request.mutable_shard_map() = join.shard_map();
+    return request;
+  }
+
+  FakeClock clock_;
+  std::vector<std::unique_ptr<metrics::MetricsRegistry>> registries_;
+  std::vector<proto::JoinResponse> joins_;
+};
+
+TEST_F(CoordinatorStateTest, ARestartResumesTheGroupItsKeyAndTheRunNumbers) {
+  const CoordinatorOptions options = Options(3);
+  FormRunAndStop(options, 3);
+  ASSERT_FALSE(joins_[0].group_key().empty());
+
+  ASSERT_OK_AND_ASSIGN(auto restarted, Start(options));
+  // Before anyone re-registers, the record alone gives the group.
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, restarted->GetJobStatus({}));
+  EXPECT_EQ(status.group_epoch(), 1u);
+  ASSERT_EQ(status.nodes_size(), 3);
+  for (const proto::NodeStatus& node : status.nodes()) {
+    EXPECT_EQ(node.peer().health(), proto::NODE_HEALTH_JOINING);
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_OK_AND_ASSIGN(proto::JoinResponse again,
+                         restarted->Rejoin(RejoinFor(rank)));
+    EXPECT_EQ(again.rank(), rank);
+    EXPECT_EQ(again.group_epoch(), 1u);
+    // The data plane's key survives: a node that re-forms later proves the
+    // same one.
+    EXPECT_EQ(again.group_key(), joins_[rank].group_key());
+  }
+  std::vector<proto::BeginRunRequest> requests;
+  for (int rank = 0; rank < 3; ++rank) requests.push_back(BeginFor(rank));
+  for (const auto& answer : BeginAll(restarted.get(), requests)) {
+    ASSERT_OK(answer.status());
+    EXPECT_EQ(answer->run_id(), 2u) << "run ids continue from the record";
+  }
+}
+
+TEST_F(CoordinatorStateTest, ARejoinThatDiffersFromTheRecordIsRefused) {
+  const CoordinatorOptions options = Options(2);
+  FormRunAndStop(options, 2);
+  ASSERT_OK_AND_ASSIGN(auto restarted, Start(options));
+  proto::RejoinRequest forged = RejoinFor(1);
+  forged.mutable_peers(0)->set_data_address("10.9.9.9:29500");
+  EXPECT_THAT(
+      restarted->Rejoin(forged),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("10.9.9.9:29500"),
+                     HasSubstr("this coordinator runs group epoch 1"))));
+}
+
+TEST_F(CoordinatorStateTest, AMemberJoiningAfreshGivesTheRecordedGroupUp) {
+  const CoordinatorOptions options = Options(2);
+  FormRunAndStop(options, 2);
+  const std::string old_key = joins_[0].group_key();
+  ASSERT_OK_AND_ASSIGN(auto restarted, Start(options));
+  // Every member restarted (a whole-job restart): they join, not rejoin.
+  std::vector<proto::JoinResponse> fresh;
+  for (auto& r : JoinAll(restarted.get(), 2)) {
+    ASSERT_OK(r.status());
+    fresh.push_back(*r);
+  }
+  EXPECT_EQ(fresh[0].group_epoch(), 2u);
+  EXPECT_NE(fresh[0].group_key(), old_key);
+  // A daemon of the given-up group that wakes up cannot bring it back.
+  EXPECT_THAT(restarted->Rejoin(RejoinFor(0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("group epoch 1")));
+  // The run of the given-up group failed; run ids go on.
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, restarted->GetJobStatus({}));
+  ASSERT_GE(status.recent_runs_size(), 1);
+  EXPECT_EQ(status.recent_runs(0).run_id(), 1u);
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FAILED);
+  std::vector<proto::BeginRunRequest> requests;
+  for (int rank = 0; rank < 2; ++rank) {
+    proto::BeginRunRequest request = BeginFor(rank);
+    request.set_group_epoch(2);
+    requests.push_back(request);
+  }
+  for (const auto& answer : BeginAll(restarted.get(), requests)) {
+    ASSERT_OK(answer.status());
+    EXPECT_EQ(answer->run_id(), 2u);
+  }
+}
+
+TEST_F(CoordinatorStateTest, AStrangerWaitsUntilTheRecordedMembersAreLost) {
+  const CoordinatorOptions options = Options(1);
+  FormRunAndStop(options, 1);
+  ASSERT_OK_AND_ASSIGN(auto restarted, Start(options));
+  const proto::JoinRequest stranger = JoinRequestFor(7);
+  EXPECT_THAT(
+      restarted->Join(stranger, absl::Now() + absl::Milliseconds(300)),
+      StatusIs(absl::StatusCode::kDeadlineExceeded,
+               AllOf(HasSubstr("node-7"), HasSubstr("resumed the group"),
+                     HasSubstr("re-register"))));
+  // The recorded member never comes back: past the heartbeat timeout it is
+  // LOST, and the group is given up for the one that forms now.
+  clock_.Advance(options.heartbeat_timeout + absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(
+      proto::JoinResponse joined,
+      restarted->Join(stranger, absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(joined.group_epoch(), 2u);
+  EXPECT_EQ(joined.peers(0).hostname(), "node-7");
+}
+
+TEST_F(CoordinatorStateTest, ARecordThatDoesNotCheckStopsTheStart) {
+  const CoordinatorOptions options = Options(1);
+  {
+    std::ofstream out(options.state_file, std::ios::trunc);
+    out << "starling-coordinator-state 1\ngarbage";
+  }
+  EXPECT_THAT(Start(options), StatusIs(absl::StatusCode::kDataLoss,
+                                       HasSubstr(options.state_file)));
+}
+
+TEST_F(CoordinatorStateTest, AnotherJobsRecordIsRefused) {
+  CoordinatorOptions options = Options(1);
+  FormRunAndStop(options, 1);
+  options.job_id = "job-b";
+  EXPECT_THAT(Start(options),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("records job 'job-a', not 'job-b'"),
+                             HasSubstr("--state_file"))));
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace starling
