@@ -181,14 +181,26 @@ systemd-nspawn -D "$ROOT" --boot --register=no --keep-unit --console=passive \
   --private-network \
   --machine="$MACHINE" "${bind[@]}" > "$RUN/console.log" 2>&1 &
 NSPAWN_PID=$!
+# The container's init is the descendant of systemd-nspawn running systemd:
+# nspawn forks a helper first (which forks the init and may still be there),
+# so the first child found is not necessarily it.
+container_init() {
+  local pid child
+  for pid in $(pgrep -P "$NSPAWN_PID" || true); do
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == systemd ]] && { echo "$pid"; return; }
+    for child in $(pgrep -P "$pid" || true); do
+      [[ $(cat "/proc/$child/comm" 2>/dev/null) == systemd ]] && { echo "$child"; return; }
+    done
+  done
+}
 INIT=
 for _ in $(seq 1 100); do
-  INIT=$(pgrep -P "$NSPAWN_PID" | head -1 || true)
+  INIT=$(container_init)
   [[ -n $INIT ]] && break
   kill -0 "$NSPAWN_PID" 2>/dev/null || { cat "$RUN/console.log"; die "systemd-nspawn exited"; }
   sleep 0.1
 done
-[[ -n $INIT ]] || die "no container init after 10 s"
+[[ -n $INIT ]] || { cat "$RUN/console.log"; die "no container init (systemd) after 10 s"; }
 in_ct() { nsenter -t "$INIT" -a "$@"; }
 boot_start=$(date +%s.%N)
 # The manager answers once its private socket exists; then wait for boot.

@@ -25,7 +25,7 @@ cd "$(dirname "$0")/../.." || exit 2
 HARNESSES=(
   "frame_fuzzer|tests/fuzz/frame_fuzzer.cc server/transport/inbox.cc server/transport/frame_receiver.cc server/transport/retired_regions.cc|"
   "handshake_fuzzer|tests/fuzz/handshake_fuzzer.cc server/transport/auth.cc server/transport/tcp/handshaker.cc|libcrypto"
-  "worker_request_fuzzer|tests/fuzz/worker_request_fuzzer.cc server/node/worker/worker_request_check.cc proto/tensor_table.cc proto/data_type.cc server/base/data_type.cc bazel-bin/proto/common.pb.cc bazel-bin/proto/coordinator.pb.cc bazel-bin/proto/worker.pb.cc|protobuf"
+  "worker_request_fuzzer|tests/fuzz/worker_request_fuzzer.cc server/node/worker/worker_request_check.cc server/base/tensor_table.cc server/base/proto_data_type.cc server/base/data_type.cc bazel-bin/proto/common.pb.cc bazel-bin/proto/coordinator.pb.cc bazel-bin/proto/worker.pb.cc|protobuf"
 )
 COMMON_SRCS=(
   server/base/logging.cc
