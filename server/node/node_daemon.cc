@@ -164,6 +164,7 @@ absl::Status NodeDaemon::OpenDataPlane() {
   tcp.listen_fd = data_listen_fd_.release();  // the transport owns it now
   tcp.cluster_secret = options_.cluster_secret;
   tcp.group_key = join_.group_key();
+  tcp.group_epoch = join_.group_epoch();
   tcp.insecure = options_.insecure;
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));

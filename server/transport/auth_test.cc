@@ -97,14 +97,15 @@ std::string Hex(const Proof& proof) {
       reinterpret_cast<const char*>(proof.data()), proof.size()));
 }
 
-// The wire spec pinned (frame_format.md, "Authentication"): values computed
-// independently with Python's hmac module.
+// The wire spec pinned (frame_format.md, "Authentication"; 32-byte HELLO
+// bodies since version 4): values computed independently with Python's
+// hmac module.
 TEST(Proof, IsHmacSha256OfLabelAndTranscript) {
   const std::string secret = "correct horse battery staple";
   EXPECT_EQ(Hex(ComputeProof(secret, ProofRole::kConnect, SampleTranscript())),
-            "372574279913aff429d58b1b4f60d9614b92e15b2a128e0c66f2b5baca278251");
+            "55c0ffd6258d9d10d62917769a1e6c56cb058968a60fdb2cfff9dd4f1544d430");
   EXPECT_EQ(Hex(ComputeProof(secret, ProofRole::kAccept, SampleTranscript())),
-            "b9b4255667f7139c107d732220b63ec3abbf1e3c0f6c9c96e94df890877aadc6");
+            "4808374050e7711757fb6a31b0b890fdbb9de2848f8d828f3d1e975e3ea5f21b");
 }
 
 TEST(Proof, VerifiesOnlyTheSameSecretRoleAndTranscript) {

@@ -16,11 +16,12 @@ namespace transport {
 inline constexpr uint32_t kFrameMagic = 0x474C5453;  // "STLG"
 // Version 2 retired ACK frames: a write completes when the sender's kernel
 // has taken it. Version 3 added the authenticated handshake (CHALLENGE,
-// PROOF, WELCOME; frame_format.md).
-inline constexpr uint8_t kProtocolVersion = 3;
+// PROOF, WELCOME; frame_format.md). Version 4 added the group epoch to the
+// HELLO body: a connection belongs to one group epoch.
+inline constexpr uint8_t kProtocolVersion = 4;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kMaxErrorMessageBytes = 1024;
-inline constexpr size_t kHelloBodyBytes = 24;
+inline constexpr size_t kHelloBodyBytes = 32;
 inline constexpr size_t kChallengeBodyBytes = 40;
 inline constexpr size_t kProofBodyBytes = 32;
 

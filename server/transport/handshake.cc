@@ -23,7 +23,9 @@ void EncodeHelloFrame(const Hello& hello, uint8_t (&out)[kHelloFrameBytes]) {
   PutLittleEndian32(hello.socket_index, body + 8);
   PutLittleEndian32(hello.sockets_per_peer, body + 12);
   PutLittleEndian32(hello.receiver_rank, body + 16);
-  PutLittleEndian32(Crc32c(body, 20), body + 20);
+  PutLittleEndian32(static_cast<uint32_t>(hello.group_epoch), body + 20);
+  PutLittleEndian32(static_cast<uint32_t>(hello.group_epoch >> 32), body + 24);
+  PutLittleEndian32(Crc32c(body, 28), body + 28);
 }
 
 absl::StatusOr<Hello> DecodeHelloFrame(absl::Span<const uint8_t> bytes) {
@@ -38,8 +40,8 @@ absl::StatusOr<Hello> DecodeHelloFrame(absl::Span<const uint8_t> bytes) {
                      kHelloFrameBytes, " bytes"));
   }
   const uint8_t* body = bytes.data() + kFrameHeaderBytes;
-  const uint32_t stored = GetLittleEndian32(body + 20);
-  if (stored != Crc32c(body, 20)) {
+  const uint32_t stored = GetLittleEndian32(body + 28);
+  if (stored != Crc32c(body, 28)) {
     return absl::DataLossError("HELLO body checksum mismatch");
   }
   Hello hello;
@@ -49,6 +51,8 @@ absl::StatusOr<Hello> DecodeHelloFrame(absl::Span<const uint8_t> bytes) {
   hello.socket_index = GetLittleEndian32(body + 8);
   hello.sockets_per_peer = GetLittleEndian32(body + 12);
   hello.receiver_rank = GetLittleEndian32(body + 16);
+  hello.group_epoch = static_cast<uint64_t>(GetLittleEndian32(body + 20)) |
+                      static_cast<uint64_t>(GetLittleEndian32(body + 24)) << 32;
   return hello;
 }
 
@@ -68,6 +72,16 @@ absl::Status CheckHello(const Hello& local, const Hello& remote,
     return absl::FailedPreconditionError(absl::StrCat(
         "protocol version mismatch: ", their_name, " speaks version ",
         remote.version, ", ", my_name, " speaks version ", local.version));
+  }
+  if (remote.group_epoch != local.group_epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group epoch mismatch: ", their_name, " is in group epoch ",
+        remote.group_epoch, ", ", my_name, " in group epoch ",
+        local.group_epoch,
+        remote.group_epoch < local.group_epoch
+            ? " (it belongs to a group the coordinator re-formed since)"
+            : " (this daemon belongs to a group the coordinator re-formed "
+              "since)"));
   }
   if (remote.group_size != local.group_size) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -26,6 +26,9 @@ struct Hello {
   uint32_t socket_index = 0;
   uint32_t sockets_per_peer = 1;
   uint32_t receiver_rank = 0;
+  // The coordinator's group epoch the sender's group has (0: none given,
+  // e.g. a transport created without a coordinator).
+  uint64_t group_epoch = 0;
 };
 
 // HELLO header and body, ready to send.
@@ -42,9 +45,9 @@ using RankNamer = std::function<std::string(int rank)>;
 // it answers or answered with). `expected_sender` is the rank this side
 // connected to, or -1 on the accepting side, where any rank above
 // local.sender_rank may connect. FailedPrecondition naming both sides for a
-// protocol version, group size or sockets-per-peer mismatch, an unknown or
-// unexpected sender rank, a socket index out of range, or a HELLO meant for
-// another rank.
+// protocol version, group epoch, group size or sockets-per-peer mismatch,
+// an unknown or unexpected sender rank, a socket index out of range, or a
+// HELLO meant for another rank.
 absl::Status CheckHello(const Hello& local, const Hello& remote,
                         int expected_sender, const RankNamer& name);
 

@@ -38,6 +38,35 @@ TEST(Handshake, HelloRoundTrips) {
   EXPECT_EQ(hello.socket_index, 1u);
 }
 
+TEST(Handshake, TheGroupEpochRoundTripsInAllItsBits) {
+  Hello sent = MakeHello(3, 1);
+  sent.group_epoch = (uint64_t{7} << 32) | 5;  // both halves matter
+  uint8_t frame[kHelloFrameBytes];
+  EncodeHelloFrame(sent, frame);
+  ASSERT_OK_AND_ASSIGN(Hello hello, DecodeHelloFrame(frame));
+  EXPECT_EQ(hello.group_epoch, sent.group_epoch);
+}
+
+TEST(Handshake, APeerOfAnotherGroupEpochIsRefusedNamingBoth) {
+  Hello local = MakeHello(1, 3);
+  local.group_epoch = 3;
+  Hello stale = MakeHello(3, 1);
+  stale.group_epoch = 2;
+  EXPECT_THAT(
+      CheckHello(local, stale, -1, Name),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("group epoch mismatch"),
+                     HasSubstr("rank 3 (127.0.0.1:7003) is in group epoch 2"),
+                     HasSubstr("rank 1 (127.0.0.1:7001) in group epoch 3"),
+                     HasSubstr("it belongs to a group the coordinator "
+                               "re-formed since"))));
+  // The stale side, answered by the newer group, learns it is the stale one.
+  EXPECT_THAT(CheckHello(stale, local, 1, Name),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("this daemon belongs to a group the "
+                                 "coordinator re-formed since")));
+}
+
 TEST(Handshake, CorruptBodyIsDataLoss) {
   uint8_t frame[kHelloFrameBytes];
   EncodeHelloFrame(MakeHello(3, 1), frame);

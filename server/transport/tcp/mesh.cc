@@ -106,6 +106,7 @@ HandshakeConfig HandshakeConfigFor(const TcpOptions& options,
   config.local.sender_rank = options.rank;
   config.local.group_size = options.peers.size();
   config.local.sockets_per_peer = options.sockets_per_peer;
+  config.local.group_epoch = options.group_epoch;
   // The cluster secret and the group key: a peer must know both.
   config.secret = options.cluster_secret + options.group_key;
   config.group_key_only =

@@ -281,6 +281,31 @@ TEST(Mesh, DifferentSecretsFailNamingTheFix) {
                              HasSubstr("last refused"))));
 }
 
+TEST(Mesh, ADaemonOfAnOlderGroupEpochIsRefused) {
+  // Rank 1 still has the answer of a group the coordinator re-formed since.
+  PortReservation ports(2);
+  absl::StatusOr<std::unique_ptr<TcpTransport>> results[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r) {
+    threads[r] = std::thread([&, r] {
+      TcpOptions options = TestOptions(ports.peers(), r);
+      options.group_epoch = r == 0 ? 3 : 2;
+      options.connect_timeout = absl::Seconds(r == 0 ? 1 : 10);
+      results[r] = TcpTransport::Create(options);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   AllOf(HasSubstr("group epoch mismatch"),
+                                         HasSubstr("is in group epoch 2"),
+                                         HasSubstr("in group epoch 3"),
+                                         HasSubstr("re-formed since"))));
+  EXPECT_THAT(results[0],
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("waiting for connections from rank 1"),
+                             HasSubstr("group epoch mismatch"))));
+}
+
 // An IPv4 address of this host that is not loopback, if it has one.
 std::string NonLoopbackAddress() {
   struct ifaddrs* list = nullptr;

@@ -47,6 +47,10 @@ struct TcpOptions {
   // control plane, so without a cluster_secret peers are still accepted
   // only from loopback addresses, unless `insecure`.
   std::string group_key;
+  // The coordinator's group epoch of this group (JoinResponse.group_epoch):
+  // every connection's HELLO carries it, and a peer of another epoch (a
+  // daemon of a group re-formed since) is refused, naming both epochs.
+  uint64_t group_epoch = 0;
 
   // With no cluster_secret: accept peers from any address, unauthenticated
   // (a trusted network only; the caller should log a warning). Ignored when
