@@ -58,8 +58,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
       coordinator->RestoreLocked(*state);
     }
     Coordinator* c = coordinator.get();
+    metrics::CounterFamily* writes = c->metrics_.state_writes;
     coordinator->persister_ = std::make_unique<StatePersister>(
-        std::move(state_file), [c] { return c->Snapshot(); });
+        std::move(state_file), [c] { return c->Snapshot(); },
+        [writes](const absl::Status& written) {
+          writes->WithLabels({written.ok() ? "ok" : "failed"})->Increment();
+        });
   }
   return coordinator;
 }
@@ -674,6 +678,7 @@ void Coordinator::UpdateGroupGaugesLocked() {
   }
   metrics_.group_size->Set(healthy);
   metrics_.degraded->Set(degraded ? 1 : 0);
+  metrics_.group_epoch->Set(static_cast<double>(formed_ ? group_epoch_ : 0));
 }
 
 void Coordinator::NoteIterationLocked(Member* member, uint64_t iteration) {

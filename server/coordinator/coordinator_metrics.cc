@@ -85,6 +85,18 @@ absl::StatusOr<CoordinatorMetrics> CoordinatorMetrics::Register(
                            "Training runs ended, by outcome: finished on "
                            "every rank, or failed.",
                            {"state"}));
+  STARLING_ASSIGN_OR_RETURN(
+      metrics::GaugeFamily * group_epoch,
+      registry->AddGauge("starling_coordinator_group_epoch",
+                         "The group's epoch: a new one at every membership "
+                         "change (0 before a group forms)."));
+  m.group_epoch = group_epoch->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      m.state_writes,
+      registry->AddCounter("starling_coordinator_state_writes_total",
+                           "Writes of the coordinator's record of its job "
+                           "(--state_file), by result: ok or failed.",
+                           {"result"}));
   return m;
 }
 

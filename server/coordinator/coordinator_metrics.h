@@ -50,6 +50,10 @@ struct CoordinatorMetrics {
   metrics::GaugeFamily* workers = nullptr;
   metrics::Counter* runs_started = nullptr;
   metrics::CounterFamily* runs_ended = nullptr;
+  // The group epoch (0 before a group forms) and the state file's writes
+  // by result ("ok", "failed").
+  metrics::Gauge* group_epoch = nullptr;
+  metrics::CounterFamily* state_writes = nullptr;
 };
 
 }  // namespace coordinator

@@ -18,6 +18,7 @@
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_test_util.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/metrics/text_format.h"
 
 namespace starling {
 namespace coordinator {
@@ -25,6 +26,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class CoordinatorStateTest : public ::testing::Test {
  protected:
@@ -157,6 +159,14 @@ TEST_F(CoordinatorStateTest, AMemberJoiningAfreshGivesTheRecordedGroupUp) {
     ASSERT_OK(answer.status());
     EXPECT_EQ(answer->run_id(), 2u);
   }
+  // The metrics say which epoch runs and that the record is being written.
+  ASSERT_OK(restarted->FlushStateForTesting(absl::Now() + absl::Seconds(10)));
+  const std::string text =
+      metrics::EncodeTextFormat(registries_.back()->Collect());
+  EXPECT_THAT(text, HasSubstr("starling_coordinator_group_epoch 2\n"));
+  EXPECT_THAT(text, HasSubstr("starling_coordinator_state_writes_total{"
+                              "result=\"ok\"}"));
+  EXPECT_THAT(text, Not(HasSubstr("result=\"failed\"")));
 }
 
 TEST_F(CoordinatorStateTest, AStrangerWaitsUntilTheRecordedMembersAreLost) {

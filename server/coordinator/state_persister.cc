@@ -9,8 +9,11 @@ namespace coordinator {
 
 StatePersister::StatePersister(
     std::unique_ptr<StateFile> file,
-    std::function<proto::CoordinatorState()> snapshot)
-    : file_(std::move(file)), snapshot_(std::move(snapshot)) {
+    std::function<proto::CoordinatorState()> snapshot,
+    std::function<void(const absl::Status&)> on_written)
+    : file_(std::move(file)),
+      snapshot_(std::move(snapshot)),
+      on_written_(std::move(on_written)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -66,6 +69,7 @@ void StatePersister::Loop() {
                          << file_->path() << " again";
     }
     reported = written;
+    if (on_written_ != nullptr) on_written_(written);
     absl::MutexLock lock(&mu_);
     done_ = version;
     error_ = written;

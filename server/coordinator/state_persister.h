@@ -30,8 +30,11 @@ namespace coordinator {
 
 class StatePersister {
  public:
+  // `on_written` (may be null) is told each write's result, on the
+  // persister's thread.
   StatePersister(std::unique_ptr<StateFile> file,
-                 std::function<proto::CoordinatorState()> snapshot);
+                 std::function<proto::CoordinatorState()> snapshot,
+                 std::function<void(const absl::Status&)> on_written = nullptr);
   // Stop().
   ~StatePersister();
   StatePersister(const StatePersister&) = delete;
@@ -53,6 +56,7 @@ class StatePersister {
 
   const std::unique_ptr<StateFile> file_;
   const std::function<proto::CoordinatorState()> snapshot_;
+  const std::function<void(const absl::Status&)> on_written_;
   std::thread thread_;
 
   absl::Mutex mu_;
