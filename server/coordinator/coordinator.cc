@@ -282,6 +282,20 @@ void Coordinator::RebuildPlannerLocked() {
 
 // --- Re-registration after a coordinator restart ----------------------------
 
+void Coordinator::AddAwaitedMemberLocked(proto::JoinRequest join,
+                                         absl::Time now) {
+  const size_t rank = members_.size();
+  Member member;
+  member.join = std::move(join);
+  member.local_workers = LocalWorkers(member.join);
+  member.health = proto::NODE_HEALTH_JOINING;
+  member.registered = false;
+  member.last_heartbeat = now;
+  member.shard_elements =
+      shard_map_[rank].end_element() - shard_map_[rank].begin_element();
+  members_.push_back(std::move(member));
+}
+
 void Coordinator::AdoptGroupLocked(const proto::RejoinRequest& request) {
   const int n = request.peers_size();
   const absl::Time now = clock_->Now();
@@ -292,17 +306,12 @@ void Coordinator::AdoptGroupLocked(const proto::RejoinRequest& request) {
   }
   for (int rank = 0; rank < n; ++rank) {
     const proto::PeerInfo& peer = request.peers(rank);
-    Member member;
-    member.join.set_job_id(options_.job_id);
-    member.join.set_hostname(peer.hostname());
-    member.join.set_data_address(peer.data_address());
-    member.join.set_admin_address(peer.admin_address());
-    member.health = proto::NODE_HEALTH_JOINING;
-    member.registered = false;
-    member.last_heartbeat = now;
-    member.shard_elements =
-        shard_map_[rank].end_element() - shard_map_[rank].begin_element();
-    members_.push_back(std::move(member));
+    proto::JoinRequest join;
+    join.set_job_id(options_.job_id);
+    join.set_hostname(peer.hostname());
+    join.set_data_address(peer.data_address());
+    join.set_admin_address(peer.admin_address());
+    AddAwaitedMemberLocked(std::move(join), now);
   }
   group_epoch_ = request.group_epoch();
   formed_ = true;
@@ -455,15 +464,7 @@ void Coordinator::RestoreLocked(const proto::CoordinatorState& state) {
   }
   const absl::Time now = clock_->Now();
   for (int rank = 0; rank < n; ++rank) {
-    Member member;
-    member.join = state.members(rank);
-    member.local_workers = LocalWorkers(member.join);
-    member.health = proto::NODE_HEALTH_JOINING;
-    member.registered = false;
-    member.last_heartbeat = now;
-    member.shard_elements =
-        shard_map_[rank].end_element() - shard_map_[rank].begin_element();
-    members_.push_back(std::move(member));
+    AddAwaitedMemberLocked(state.members(rank), now);
   }
   group_key_ = state.group_key();
   formed_ = true;

@@ -227,6 +227,10 @@ class Coordinator {
   void FormGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdoptGroupLocked(const proto::RejoinRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a restart: the next rank's member as recorded or reported, JOINING
+  // until it re-registers (its silence counted from `now`).
+  void AddAwaitedMemberLocked(proto::JoinRequest join, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSameGroupLocked(const proto::RejoinRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildPlannerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
