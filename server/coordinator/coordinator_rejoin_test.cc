@@ -29,16 +29,8 @@ class CoordinatorRejoinTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(
         auto first,
         Coordinator::Create(TestOptions(nodes), &clock_, &first_registry_));
-    for (auto& r : JoinAll(first.get(), nodes)) {
-      ASSERT_OK(r.status());
-      joins_.push_back(*r);
-    }
-    std::vector<proto::BeginRunRequest> requests;
-    for (int rank = 0; rank < nodes; ++rank) requests.push_back(BeginFor(rank));
-    for (const auto& answer : BeginAll(first.get(), requests)) {
-      ASSERT_OK(answer.status());
-      EXPECT_EQ(answer->run_id(), 1u);
-    }
+    joins_ = FormAndBeginRunOne(first.get(), nodes);
+    ASSERT_EQ(joins_.size(), static_cast<size_t>(nodes));
     first.reset();
     ASSERT_OK_AND_ASSIGN(
         coordinator_,

@@ -52,16 +52,8 @@ class CoordinatorStateTest : public ::testing::Test {
   // written): the coordinator a restart replaces.
   void FormRunAndStop(const CoordinatorOptions& options, int nodes) {
     ASSERT_OK_AND_ASSIGN(auto first, Start(options));
-    for (auto& r : JoinAll(first.get(), nodes)) {
-      ASSERT_OK(r.status());
-      joins_.push_back(*r);
-    }
-    std::vector<proto::BeginRunRequest> requests;
-    for (int rank = 0; rank < nodes; ++rank) requests.push_back(BeginFor(rank));
-    for (const auto& answer : BeginAll(first.get(), requests)) {
-      ASSERT_OK(answer.status());
-      EXPECT_EQ(answer->run_id(), 1u);
-    }
+    joins_ = FormAndBeginRunOne(first.get(), nodes);
+    ASSERT_EQ(joins_.size(), static_cast<size_t>(nodes));
     ASSERT_OK(first->FlushStateForTesting(absl::Now() + absl::Seconds(10)));
   }
 

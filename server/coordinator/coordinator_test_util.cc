@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/base/status_matchers.h"
 
 namespace starling {
 namespace coordinator {
@@ -84,6 +86,24 @@ std::vector<absl::StatusOr<proto::BeginRunResponse>> BeginAll(
   }
   for (std::thread& t : threads) t.join();
   return answers;
+}
+
+std::vector<proto::JoinResponse> FormAndBeginRunOne(Coordinator* coordinator,
+                                                    int nodes) {
+  std::vector<proto::JoinResponse> joins;
+  for (auto& r : JoinAll(coordinator, nodes)) {
+    EXPECT_OK(r.status());
+    if (!r.ok()) return {};
+    joins.push_back(*r);
+  }
+  std::vector<proto::BeginRunRequest> requests;
+  for (int rank = 0; rank < nodes; ++rank) requests.push_back(BeginFor(rank));
+  for (const auto& answer : BeginAll(coordinator, requests)) {
+    EXPECT_OK(answer.status());
+    if (!answer.ok()) return {};
+    EXPECT_EQ(answer->run_id(), 1u);
+  }
+  return joins;
 }
 
 proto::EndRunRequest EndFor(int rank, uint64_t run_id,

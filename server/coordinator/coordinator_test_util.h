@@ -38,6 +38,12 @@ std::vector<absl::StatusOr<proto::BeginRunResponse>> BeginAll(
     Coordinator* coordinator, const std::vector<proto::BeginRunRequest>& ranks,
     absl::Time deadline = absl::InfiniteFuture());
 
+// Forms a group of `nodes` (JoinAll) and begins run 1 on every rank
+// (BeginAll); returns the join answers by node, empty if a join or the
+// begin failed (the failure is a test failure, EXPECTed here).
+std::vector<proto::JoinResponse> FormAndBeginRunOne(Coordinator* coordinator,
+                                                    int nodes);
+
 proto::EndRunRequest EndFor(int rank, uint64_t run_id,
                             proto::RunStatus::State state, int64_t steps,
                             const std::string& error = "",

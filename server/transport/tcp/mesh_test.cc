@@ -260,17 +260,10 @@ TEST(Mesh, SecretGroupFormsAndMovesData) {
 
 TEST(Mesh, DifferentSecretsFailNamingTheFix) {
   PortReservation ports(2);
-  absl::StatusOr<std::unique_ptr<TcpTransport>> results[2];
-  std::thread threads[2];
-  for (int r = 0; r < 2; ++r) {
-    threads[r] = std::thread([&, r] {
-      TcpOptions options = TestOptions(ports.peers(), r);
-      options.cluster_secret = r == 0 ? "alpha" : "beta";
-      options.connect_timeout = absl::Seconds(r == 0 ? 1 : 10);
-      results[r] = TcpTransport::Create(options);
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  const auto results = CreateEachOn(ports.peers(), [](TcpOptions& options) {
+    options.cluster_secret = options.rank == 0 ? "alpha" : "beta";
+    options.connect_timeout = absl::Seconds(options.rank == 0 ? 1 : 10);
+  });
   EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kUnauthenticated,
                                    AllOf(HasSubstr("rank 0 ("),
                                          HasSubstr("failed the cluster-secret"),
@@ -284,17 +277,10 @@ TEST(Mesh, DifferentSecretsFailNamingTheFix) {
 TEST(Mesh, ADaemonOfAnOlderGroupEpochIsRefused) {
   // Rank 1 still has the answer of a group the coordinator re-formed since.
   PortReservation ports(2);
-  absl::StatusOr<std::unique_ptr<TcpTransport>> results[2];
-  std::thread threads[2];
-  for (int r = 0; r < 2; ++r) {
-    threads[r] = std::thread([&, r] {
-      TcpOptions options = TestOptions(ports.peers(), r);
-      options.group_epoch = r == 0 ? 3 : 2;
-      options.connect_timeout = absl::Seconds(r == 0 ? 1 : 10);
-      results[r] = TcpTransport::Create(options);
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  const auto results = CreateEachOn(ports.peers(), [](TcpOptions& options) {
+    options.group_epoch = options.rank == 0 ? 3 : 2;
+    options.connect_timeout = absl::Seconds(options.rank == 0 ? 1 : 10);
+  });
   EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kFailedPrecondition,
                                    AllOf(HasSubstr("group epoch mismatch"),
                                          HasSubstr("is in group epoch 2"),
@@ -333,19 +319,11 @@ TEST(Mesh, NonLoopbackPeersNeedASecretOrInsecure) {
   std::vector<PeerAddress> peers = ports.peers();
   for (PeerAddress& peer : peers) peer.host = host;
   auto form = [&](const std::function<void(TcpOptions&)>& tweak) {
-    std::vector<absl::StatusOr<std::unique_ptr<TcpTransport>>> results(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        TcpOptions options = TestOptions(peers, r);
-        options.listen_host = "0.0.0.0";
-        options.connect_timeout = absl::Seconds(r == 0 ? 1 : 5);
-        tweak(options);
-        results[r] = TcpTransport::Create(options);
-      });
-    }
-    for (auto& thread : threads) thread.join();
-    return results;
+    return CreateEachOn(peers, [&](TcpOptions& options) {
+      options.listen_host = "0.0.0.0";
+      options.connect_timeout = absl::Seconds(options.rank == 0 ? 1 : 5);
+      tweak(options);
+    });
   };
   const auto fix =
       AllOf(HasSubstr("--cluster_secret_file"), HasSubstr("--insecure"));

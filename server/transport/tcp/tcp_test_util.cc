@@ -51,7 +51,7 @@ absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroup(
   return CreateGroupOn(ports.peers(), tweak);
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroupOn(
+std::vector<absl::StatusOr<std::unique_ptr<TcpTransport>>> CreateEachOn(
     const std::vector<PeerAddress>& peers,
     const std::function<void(TcpOptions&)>& tweak) {
   const int n = peers.size();
@@ -65,6 +65,15 @@ absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroupOn(
     });
   }
   for (auto& thread : threads) thread.join();
+  return results;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroupOn(
+    const std::vector<PeerAddress>& peers,
+    const std::function<void(TcpOptions&)>& tweak) {
+  const int n = peers.size();
+  std::vector<absl::StatusOr<std::unique_ptr<TcpTransport>>> results =
+      CreateEachOn(peers, tweak);
   std::vector<std::unique_ptr<TcpTransport>> group;
   for (int r = 0; r < n; ++r) {
     if (!results[r].ok()) return results[r].status();

@@ -42,6 +42,12 @@ absl::StatusOr<std::vector<std::unique_ptr<TcpTransport>>> CreateGroupOn(
     const std::vector<PeerAddress>& peers,
     const std::function<void(TcpOptions&)>& tweak = nullptr);
 
+// Every rank's own result, by rank, for tests of formations that fail
+// (each rank's error names what it saw).
+std::vector<absl::StatusOr<std::unique_ptr<TcpTransport>>> CreateEachOn(
+    const std::vector<PeerAddress>& peers,
+    const std::function<void(TcpOptions&)>& tweak = nullptr);
+
 }  // namespace tcp
 }  // namespace transport
 }  // namespace starling
