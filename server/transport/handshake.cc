@@ -60,6 +60,24 @@ absl::Status CheckHello(const Hello& local, const Hello& remote,
                         int expected_sender, const RankNamer& name) {
   const int me = static_cast<int>(local.sender_rank);
   const std::string my_name = name(me);
+  // The epoch first: after a re-formation the ranks and the group size
+  // change with it, and the side that is ahead must learn that its peer is
+  // behind (Unavailable: it dials again until the peer re-formed too), not
+  // that the peer does not know its rank.
+  if (remote.group_epoch != local.group_epoch) {
+    // Its rank number means another daemon in this side's list: named by
+    // number and epoch only.
+    const std::string what =
+        absl::StrCat("group epoch mismatch: rank ", remote.sender_rank,
+                     " of group epoch ", remote.group_epoch, " reached ",
+                     my_name, " of group epoch ", local.group_epoch);
+    if (remote.group_epoch < local.group_epoch) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, " (it belongs to a group the coordinator re-formed since)"));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        what, " (this daemon has not re-formed yet; its peer dials again)"));
+  }
   // Only a known rank may be named through `name`.
   if (remote.sender_rank >= local.group_size) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -72,16 +90,6 @@ absl::Status CheckHello(const Hello& local, const Hello& remote,
     return absl::FailedPreconditionError(absl::StrCat(
         "protocol version mismatch: ", their_name, " speaks version ",
         remote.version, ", ", my_name, " speaks version ", local.version));
-  }
-  if (remote.group_epoch != local.group_epoch) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group epoch mismatch: ", their_name, " is in group epoch ",
-        remote.group_epoch, ", ", my_name, " in group epoch ",
-        local.group_epoch,
-        remote.group_epoch < local.group_epoch
-            ? " (it belongs to a group the coordinator re-formed since)"
-            : " (this daemon belongs to a group the coordinator re-formed "
-              "since)"));
   }
   if (remote.group_size != local.group_size) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -44,8 +44,10 @@ using RankNamer = std::function<std::string(int rank)>;
 // Checks the HELLO `remote` received by the rank that sent `local` (the one
 // it answers or answered with). `expected_sender` is the rank this side
 // connected to, or -1 on the accepting side, where any rank above
-// local.sender_rank may connect. FailedPrecondition naming both sides for a
-// protocol version, group epoch, group size or sockets-per-peer mismatch,
+// local.sender_rank may connect. Unavailable naming both sides when
+// `remote` is of a later group epoch (this side has not re-formed yet: the
+// peer may try again); FailedPrecondition naming both sides for an earlier
+// group epoch, a protocol version, group size or sockets-per-peer mismatch,
 // an unknown or unexpected sender rank, a socket index out of range, or a
 // HELLO meant for another rank.
 absl::Status CheckHello(const Hello& local, const Hello& remote,

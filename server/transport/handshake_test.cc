@@ -52,19 +52,33 @@ TEST(Handshake, APeerOfAnotherGroupEpochIsRefusedNamingBoth) {
   local.group_epoch = 3;
   Hello stale = MakeHello(3, 1);
   stale.group_epoch = 2;
-  EXPECT_THAT(
-      CheckHello(local, stale, -1, Name),
-      StatusIs(absl::StatusCode::kFailedPrecondition,
-               AllOf(HasSubstr("group epoch mismatch"),
-                     HasSubstr("rank 3 (127.0.0.1:7003) is in group epoch 2"),
-                     HasSubstr("rank 1 (127.0.0.1:7001) in group epoch 3"),
-                     HasSubstr("it belongs to a group the coordinator "
-                               "re-formed since"))));
-  // The stale side, answered by the newer group, learns it is the stale one.
-  EXPECT_THAT(CheckHello(stale, local, 1, Name),
+  EXPECT_THAT(CheckHello(local, stale, -1, Name),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("this daemon belongs to a group the "
-                                 "coordinator re-formed since")));
+                       AllOf(HasSubstr("group epoch mismatch"),
+                             HasSubstr("rank 3 of group epoch 2 reached rank 1 "
+                                       "(127.0.0.1:7001) of group epoch 3"),
+                             HasSubstr("it belongs to a group the coordinator "
+                                       "re-formed since"))));
+  // The side behind, reached by the newer group, says so as Unavailable:
+  // the newer side dials again until this one has re-formed too.
+  EXPECT_THAT(CheckHello(stale, local, 1, Name),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("rank 1 of group epoch 3 reached rank 3 "
+                                       "(127.0.0.1:7003) of group epoch 2"),
+                             HasSubstr("has not re-formed yet"))));
+}
+
+TEST(Handshake, TheEpochIsCheckedBeforeTheRanksOfTheGroup) {
+  // After a re-formation a rank of the new group may not exist in the old.
+  Hello local = MakeHello(1, 3);
+  local.group_epoch = 3;
+  local.group_size = 2;
+  Hello ahead = MakeHello(4, 1);
+  ahead.group_epoch = 4;
+  ahead.group_size = 5;
+  EXPECT_THAT(CheckHello(local, ahead, -1, Name),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("rank 4 of group epoch 4 reached")));
 }
 
 TEST(Handshake, CorruptBodyIsDataLoss) {

@@ -21,8 +21,9 @@ namespace {
 // What one connecting attempt ended with.
 struct Attempt {
   absl::StatusOr<ScopedFd> fd;
-  // The connection failed below the handshake (closed, reset, timed out)
-  // without a refusal: another attempt may succeed.
+  // The connection failed below the handshake (closed, reset, timed out),
+  // or the peer refused it for being behind (an earlier group epoch):
+  // another attempt may succeed.
   bool retry = false;
 };
 
@@ -91,6 +92,9 @@ Attempt TryDial(const TcpOptions& options, int peer, int socket_index,
     (void)SendAllUntil(fd.get(), out.data(), out.size(),
                        std::min(deadline, absl::Now() + absl::Seconds(1)), who);
   }
+  // Unavailable: the peer is of an earlier group epoch (handshake.h); it
+  // re-forms too, and answers a later attempt.
+  attempt.retry = absl::IsUnavailable(status);
   attempt.fd = status;
   return attempt;
 }

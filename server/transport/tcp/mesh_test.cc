@@ -283,13 +283,52 @@ TEST(Mesh, ADaemonOfAnOlderGroupEpochIsRefused) {
   });
   EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kFailedPrecondition,
                                    AllOf(HasSubstr("group epoch mismatch"),
-                                         HasSubstr("is in group epoch 2"),
-                                         HasSubstr("in group epoch 3"),
+                                         HasSubstr("of group epoch 2 reached"),
+                                         HasSubstr("of group epoch 3"),
                                          HasSubstr("re-formed since"))));
   EXPECT_THAT(results[0],
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        AllOf(HasSubstr("waiting for connections from rank 1"),
                              HasSubstr("group epoch mismatch"))));
+}
+
+TEST(Mesh, ADaemonAheadDialsUntilItsPeerHasReFormed) {
+  // Rank 1 learnt of group epoch 3 first; rank 0 still forms epoch 2 on the
+  // same port, refuses rank 1 as ahead of it and gives up, then forms
+  // epoch 3: rank 1's dialling meanwhile must not have given up.
+  PortReservation ports(2);
+  absl::StatusOr<std::unique_ptr<TcpTransport>> ahead;
+  std::thread dialler([&] {
+    TcpOptions options = TestOptions(ports.peers(), 1);
+    options.group_epoch = 3;
+    options.connect_timeout = absl::Seconds(20);
+    ahead = TcpTransport::Create(options);
+  });
+  TcpOptions behind = TestOptions(ports.peers(), 0);
+  behind.group_epoch = 2;
+  behind.connect_timeout = absl::Seconds(1);
+  EXPECT_THAT(TcpTransport::Create(behind),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("waiting for connections from rank 1"),
+                             HasSubstr("has not re-formed yet"))));
+  behind.group_epoch = 3;
+  behind.connect_timeout = absl::Seconds(20);
+  absl::StatusOr<std::unique_ptr<TcpTransport>> reformed =
+      TcpTransport::Create(behind);
+  dialler.join();
+  ASSERT_OK(reformed.status());
+  ASSERT_OK(ahead.status());
+  // The mesh of epoch 3 carries a message.
+  const std::string text = "epoch 3";
+  ASSERT_OK((*ahead)->SendControl(
+      0, 7,
+      absl::MakeConstSpan(reinterpret_cast<const std::byte*>(text.data()),
+                          text.size())));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<std::byte> got,
+      (*reformed)->RecvControl(1, 7, absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()),
+            text);
 }
 
 // An IPv4 address of this host that is not loopback, if it has one.
