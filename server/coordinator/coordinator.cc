@@ -145,24 +145,11 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
     STARLING_RETURN_IF_ERROR(
         SettleRestoredGroupLocked(request, deadline, cancelled));
   }
-
   if (formed_) {
-    // The same node asking again (its first answer was lost) gets the same
-    // answer, until it is heard from (then it has it); anyone else is
-    // turned away.
-    for (size_t rank = 0; rank < members_.size(); ++rank) {
-      const Member& m = members_[rank];
-      if (m.join.data_address() == request.data_address() &&
-          m.join.hostname() == request.hostname() &&
-          m.health != proto::NODE_HEALTH_LOST && !m.heard_from) {
-        return JoinResponseLocked(static_cast<int>(rank));
-      }
-    }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", options_.job_id, "' already formed its group of ",
-        members_.size(), " nodes (group epoch ", group_epoch_, "); node ",
-        request.hostname(), " (", request.data_address(),
-        ") cannot join: re-forming a group is not supported yet"));
+    DetectFailuresLocked();
+    STARLING_ASSIGN_OR_RETURN(std::optional<proto::JoinResponse> again,
+                              LateJoinLocked(request));
+    if (again.has_value()) return *std::move(again);
   }
   for (const PendingJoin& p : pending_) {
     if (p.request.data_address() == request.data_address()) {
@@ -176,19 +163,45 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
 
   const uint64_t id = next_call_id_++;
   pending_.push_back({id, request});
-  STARLING_LOG(INFO) << "node " << request.hostname() << " ("
-                     << request.data_address() << ", version "
-                     << request.version() << ") joined job '" << options_.job_id
-                     << "': " << RendezvousProgressLocked();
-  if (static_cast<int>(pending_.size()) == options_.expected_nodes) {
-    FormGroupLocked();
+  if (formed_) {
+    STARLING_LOG(INFO) << "node " << request.hostname() << " ("
+                       << request.data_address()
+                       << ") asks to join the running group of job '"
+                       << options_.job_id << "' (group epoch " << group_epoch_
+                       << ", " << members_.size()
+                       << " members); the group re-forms with it between runs";
+    ReformIfDueLocked();
+  } else {
+    STARLING_LOG(INFO) << "node " << request.hostname() << " ("
+                       << request.data_address() << ", version "
+                       << request.version() << ") joined job '"
+                       << options_.job_id
+                       << "': " << RendezvousProgressLocked();
+    if (static_cast<int>(pending_.size()) == options_.expected_nodes) {
+      FormGroupLocked();
+    }
   }
 
-  while (!formed_ && !shutdown_) {
+  const auto waiting = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::any_of(pending_.begin(), pending_.end(),
+                       [id](const PendingJoin& p) { return p.id == id; });
+  };
+  while (waiting() && !shutdown_) {
     const absl::Time now = absl::Now();
     const bool gave_up = cancelled && cancelled();
     if (gave_up || now >= deadline) {
-      const std::string progress = RendezvousProgressLocked();
+      const std::string progress =
+          formed_ ? absl::StrCat(
+                        "the running group (epoch ", group_epoch_,
+                        ") takes new nodes between runs and ",
+                        runs_.current() != nullptr
+                            ? absl::StrCat("run ", runs_.current()->run_id(),
+                                           " is running")
+                            : std::string("is waiting"),
+                        reform_blocked_.empty()
+                            ? std::string()
+                            : absl::StrCat(" (", reform_blocked_, ")"))
+                  : RendezvousProgressLocked();
       pending_.erase(
           std::find_if(pending_.begin(), pending_.end(),
                        [id](const PendingJoin& p) { return p.id == id; }));
@@ -198,47 +211,130 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
                          " cancelled its join while waiting: ", progress));
       }
       return absl::DeadlineExceededError(
-          absl::StrCat("job '", options_.job_id, "' did not form within ",
+          absl::StrCat("job '", options_.job_id, "' did not ",
+                       formed_ ? "take the node in" : "form", " within ",
                        Seconds(now - start), ": ", progress));
     }
     absl::Time wake = deadline;
-    if (cancelled) wake = std::min(wake, now + kCancelPollInterval);
+    // A waiting late joiner looks again: a run ends, a grace passes.
+    if (cancelled || formed_) wake = std::min(wake, now + kCancelPollInterval);
     changed_.WaitWithDeadline(&mu_, wake);
+    if (formed_) ReformIfDueLocked();
   }
-  if (!formed_) return absl::UnavailableError("coordinator is shutting down");
-  for (const auto& [join_id, rank] : rank_of_join_) {
-    if (join_id == id) return JoinResponseLocked(rank);
+  if (waiting()) return absl::UnavailableError("coordinator is shutting down");
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    if (members_[rank].join.data_address() == request.data_address() &&
+        members_[rank].join.hostname() == request.hostname()) {
+      return JoinResponseLocked(static_cast<int>(rank));
+    }
   }
   if (!adopted_from_.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", request.hostname(), " (", request.data_address(),
                      ") cannot join: ", adopted_from_));
   }
-  return absl::InternalError(absl::StrCat("join ", id, " of node ",
-                                          request.hostname(),
-                                          " has no rank in the formed group"));
+  return absl::UnavailableError(
+      absl::StrCat("node ", request.hostname(), " (", request.data_address(),
+                   ") was taken into group epoch ", group_epoch_,
+                   " and dropped again before its answer; it joins again"));
+}
+
+absl::StatusOr<std::optional<proto::JoinResponse>> Coordinator::LateJoinLocked(
+    const proto::JoinRequest& request) {
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    Member& m = members_[rank];
+    if (m.join.data_address() != request.data_address()) continue;
+    if (m.join.hostname() != request.hostname()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "node ", request.hostname(), " cannot join with data address ",
+          request.data_address(), ": it is ", DescribeLocked(rank),
+          "'s in group epoch ", group_epoch_));
+    }
+    // The same node asking again (its first answer was lost) gets the same
+    // answer, until it is heard from (then it has it).
+    if (m.health != proto::NODE_HEALTH_LOST && !m.heard_from) {
+      return std::optional<proto::JoinResponse>(
+          JoinResponseLocked(static_cast<int>(rank)));
+    }
+    // Otherwise it restarted: its old self is gone, whatever the grace.
+    if (m.health != proto::NODE_HEALTH_LOST) {
+      MarkLostLocked(static_cast<int>(rank),
+                     "restarted (it joined afresh while a member)");
+    }
+    m.lost_since = absl::InfinitePast();
+    return std::optional<proto::JoinResponse>();
+  }
+  int staying = 0;
+  for (const Member& m : members_) {
+    staying += m.health != proto::NODE_HEALTH_LOST ? 1 : 0;
+  }
+  if (staying + static_cast<int>(pending_.size()) >= options_.expected_nodes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", options_.job_id, "' has its full group of ",
+        options_.expected_nodes, " nodes (group epoch ", group_epoch_,
+        ", --expected_nodes); node ", request.hostname(), " (",
+        request.data_address(), ") cannot join"));
+  }
+  return std::optional<proto::JoinResponse>();
 }
 
 void Coordinator::FormGroupLocked() {
-  std::sort(pending_.begin(), pending_.end(),
-            [](const PendingJoin& a, const PendingJoin& b) {
-              return std::tie(a.request.hostname(), a.request.data_address()) <
-                     std::tie(b.request.hostname(), b.request.data_address());
-            });
-  const int n = static_cast<int>(pending_.size());
-  shard_map_ = ComputeShardMap(options_.parameter_count, n);
+  std::vector<PendingJoin> joins;
+  joins.swap(pending_);
+  InstallGroupLocked({}, std::move(joins));
+  reformed_because_.clear();
+  STARLING_LOG(INFO) << "job '" << options_.job_id << "' formed a group of "
+                     << members_.size() << " nodes (epoch " << group_epoch_
+                     << ", "
+                     << (options_.parameter_count == 0
+                             ? std::string("parameters as declared")
+                             : absl::StrCat(options_.parameter_count,
+                                            " parameters"))
+                     << ", " << planner_->total_workers() << " workers, "
+                     << planner_->iterations_per_epoch()
+                     << " iterations per epoch)";
+  LogRanksLocked();
+}
+
+void Coordinator::LogRanksLocked() const {
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    STARLING_LOG(INFO) << "  " << DescribeLocked(static_cast<int>(rank))
+                       << " shard [" << shard_map_[rank].begin_element() << ", "
+                       << shard_map_[rank].end_element() << ")";
+  }
+}
+
+void Coordinator::InstallGroupLocked(std::vector<Member> survivors,
+                                     std::vector<PendingJoin> joins) {
   const absl::Time now = clock_->Now();
-  for (int rank = 0; rank < n; ++rank) {
+  for (PendingJoin& join : joins) {
     Member member;
-    member.join = pending_[rank].request;
+    member.join = std::move(join.request);
+    member.join.clear_wait_timeout_ms();
+    survivors.push_back(std::move(member));
+  }
+  std::vector<Member> group = std::move(survivors);
+  std::sort(group.begin(), group.end(), [](const Member& a, const Member& b) {
+    return std::tie(a.join.hostname(), a.join.data_address()) <
+           std::tie(b.join.hostname(), b.join.data_address());
+  });
+  const int n = static_cast<int>(group.size());
+  shard_map_ = ComputeShardMap(options_.parameter_count, n);
+  members_.clear();
+  for (int rank = 0; rank < n; ++rank) {
+    // A member carried over keeps who it is and whether it re-registered
+    // since a coordinator restart; the rest starts afresh in the epoch.
+    Member member;
+    member.join = std::move(group[rank].join);
+    member.health = group[rank].health;
+    member.registered = group[rank].registered;
+    member.carried_over = group[rank].carried_over;
     member.local_workers = LocalWorkers(member.join);
     member.last_heartbeat = now;
     member.shard_elements =
         shard_map_[rank].end_element() - shard_map_[rank].begin_element();
     members_.push_back(std::move(member));
-    rank_of_join_.emplace_back(pending_[rank].id, rank);
   }
-  pending_.clear();
   RebuildPlannerLocked();
   formed_ = true;
   // Above every epoch before it, those of groups given up included.
@@ -251,23 +347,96 @@ void Coordinator::FormGroupLocked() {
         << "no random bytes for the group key (OpenSSL RAND_bytes failed): "
            "data-plane peers authenticate only with a cluster secret, if any";
   }
+  reform_blocked_.clear();
   UpdateGroupGaugesLocked();
   MarkDirtyLocked();
   changed_.SignalAll();
-  STARLING_LOG(INFO) << "job '" << options_.job_id << "' formed a group of "
-                     << n << " nodes (epoch " << group_epoch_ << ", "
-                     << (options_.parameter_count == 0
-                             ? std::string("parameters as declared")
-                             : absl::StrCat(options_.parameter_count,
-                                            " parameters"))
-                     << ", " << planner_->total_workers() << " workers, "
-                     << planner_->iterations_per_epoch()
-                     << " iterations per epoch)";
-  for (int rank = 0; rank < n; ++rank) {
-    STARLING_LOG(INFO) << "  " << DescribeLocked(rank) << " shard ["
-                       << shard_map_[rank].begin_element() << ", "
-                       << shard_map_[rank].end_element() << ")";
+}
+
+bool Coordinator::ReformIfDueLocked() {
+  if (!formed_ || restored_ || shutdown_) return false;
+  const absl::Time now = clock_->Now();
+  bool drop_due = false;
+  bool lost_in_grace = false;
+  for (const Member& m : members_) {
+    if (m.health != proto::NODE_HEALTH_LOST) continue;
+    if (now - m.lost_since >= options_.rejoin_grace) {
+      drop_due = true;
+    } else {
+      lost_in_grace = true;
+    }
   }
+  if (!drop_due) {
+    // Only nodes to take in: between runs, and not while a LOST member may
+    // still come back.
+    if (pending_.empty() || lost_in_grace || runs_.current() != nullptr ||
+        !begin_waiting_.empty()) {
+      return false;
+    }
+  }
+  // Every LOST member leaves (one still in its grace too: a group is not
+  // re-formed around a member that does not answer).
+  std::vector<Member> survivors;
+  std::vector<std::string> changes;
+  std::map<std::string, std::string> dropped;
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    const Member& m = members_[rank];
+    if (m.health != proto::NODE_HEALTH_LOST) {
+      survivors.push_back(m);
+      survivors.back().carried_over = true;
+      continue;
+    }
+    const std::string why =
+        absl::StrCat(DescribeLocked(static_cast<int>(rank)), " of group epoch ",
+                     group_epoch_, " dropped: ", m.lost_why);
+    changes.push_back(why);
+    dropped[m.join.data_address()] = why;
+  }
+  for (const PendingJoin& p : pending_) {
+    changes.push_back(absl::StrCat("node ", p.request.hostname(), " (",
+                                   p.request.data_address(), ") taken in"));
+  }
+  const int n = static_cast<int>(survivors.size() + pending_.size());
+  if (n < options_.min_nodes) {
+    const std::string blocked =
+        absl::StrCat("re-forming would leave ", n, " node", n == 1 ? "" : "s",
+                     ", fewer than --min_nodes=", options_.min_nodes);
+    if (blocked != reform_blocked_) {
+      reform_blocked_ = blocked;
+      STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << blocked
+                            << "; the group stays degraded until nodes join";
+    }
+    return false;
+  }
+  const uint64_t from = group_epoch_;
+  const size_t was = members_.size();
+  const std::string why =
+      absl::StrCat("the group re-formed (epoch ", from, " -> ", from + 1, ": ",
+                   absl::StrJoin(changes, "; "), ")");
+  const uint64_t run_id =
+      runs_.current() != nullptr ? runs_.current()->run_id() : 0;
+  if (runs_.FailCurrent(-1, why, now)) {
+    metrics_.runs_ended->WithLabels({"failed"})->Increment();
+    STARLING_LOG(WARNING) << "run " << run_id << " failed: " << why;
+  }
+  for (const auto& [rank, call] : begin_waiting_) {
+    begin_answers_.emplace(
+        call.id, absl::UnavailableError(absl::StrCat(
+                     "no run can begin in group epoch ", from, ": ", why)));
+  }
+  begin_waiting_.clear();
+  std::vector<PendingJoin> joins;
+  joins.swap(pending_);
+  InstallGroupLocked(std::move(survivors), std::move(joins));
+  dropped_ = std::move(dropped);
+  reformed_because_ = absl::StrJoin(changes, "; ");
+  metrics_.reformations->WithLabels({drop_due ? "node_lost" : "node_joined"})
+      ->Increment();
+  STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << why << "; "
+                        << was << " -> " << members_.size() << " nodes, "
+                        << planner_->total_workers() << " workers";
+  LogRanksLocked();
+  return true;
 }
 
 void Coordinator::RebuildPlannerLocked() {
@@ -365,6 +534,9 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
         " peers; its rank must be one of them, with its own data address, "
         "and the epoch >= 1"));
   }
+  if (formed_ && request.group_epoch() < group_epoch_) {
+    return MoveToCurrentEpochLocked(request);
+  }
   if (!formed_ && request.group_epoch() <= group_epoch_) {
     // This coordinator recorded that epoch, or a later one, and gave it up.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -414,6 +586,48 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
                        << " members registered";
   }
   return JoinResponseLocked(rank);
+}
+
+absl::StatusOr<proto::JoinResponse> Coordinator::MoveToCurrentEpochLocked(
+    const proto::RejoinRequest& request) {
+  const proto::JoinRequest& node = request.node();
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    Member& member = members_[rank];
+    if (member.join.data_address() != node.data_address() ||
+        member.join.hostname() != node.hostname() || !member.carried_over ||
+        member.heard_from) {
+      continue;
+    }
+    member.join = node;
+    member.join.clear_wait_timeout_ms();
+    member.local_workers = LocalWorkers(node);
+    member.registered = true;
+    member.health = proto::NODE_HEALTH_HEALTHY;
+    member.last_heartbeat = clock_->Now();
+    // Its run was of the old group; it begins the next one in this.
+    member.run = proto::RunStatus();
+    runs_.Adopt(proto::RunStatus(), request.highest_run_id(),
+                static_cast<int>(members_.size()));
+    restored_ = false;
+    RebuildPlannerLocked();
+    UpdateGroupGaugesLocked();
+    MarkDirtyLocked();
+    changed_.SignalAll();
+    STARLING_LOG(INFO) << "rank " << request.rank() << " of group epoch "
+                       << request.group_epoch() << " (" << node.hostname()
+                       << ") is " << DescribeLocked(static_cast<int>(rank))
+                       << " of group epoch " << group_epoch_;
+    return JoinResponseLocked(static_cast<int>(rank));
+  }
+  const auto dropped = dropped_.find(node.data_address());
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", request.rank(), " (", node.hostname(), ", ", node.data_address(),
+      ") of group epoch ", request.group_epoch(),
+      " is not a member of group epoch ", group_epoch_,
+      dropped != dropped_.end()
+          ? absl::StrCat(" (", dropped->second, ")")
+          : std::string(" (the group re-formed without it)"),
+      "; it joins afresh"));
 }
 
 // --- The state file ----------------------------------------------------------
@@ -543,7 +757,6 @@ void Coordinator::GiveUpRestoredGroupLocked(const std::string& why) {
   restored_ = false;
   members_.clear();
   shard_map_.clear();
-  rank_of_join_.clear();
   group_key_.clear();
   planner_.reset();
   adopted_from_.clear();
@@ -558,6 +771,7 @@ proto::JoinResponse Coordinator::JoinResponseLocked(int rank) const {
   response.set_group_size(static_cast<int32_t>(members_.size()));
   response.set_group_epoch(group_epoch_);
   response.set_group_key(group_key_);
+  response.set_reformed_because(reformed_because_);
   for (size_t r = 0; r < members_.size(); ++r) {
     proto::PeerInfo* peer = response.add_peers();
     peer->set_rank(static_cast<int32_t>(r));
@@ -589,16 +803,17 @@ absl::StatusOr<Coordinator::Member*> Coordinator::MemberLocked(
         RendezvousProgressLocked(),
         "); a member of a running group re-registers (Rejoin)"));
   }
-  if (rank < 0 || rank >= static_cast<int>(members_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " from rank ", rank, ", but the group has ranks 0..",
-                     members_.size() - 1));
-  }
+  // The epoch first: the ranks of another epoch are other ranks.
   if (group_epoch != 0 && group_epoch != group_epoch_) {
     return absl::NotFoundError(
         absl::StrCat(what, " from rank ", rank, " of group epoch ", group_epoch,
                      ", but this coordinator runs group epoch ", group_epoch_,
                      "; re-register (Rejoin)"));
+  }
+  if (rank < 0 || rank >= static_cast<int>(members_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " from rank ", rank, ", but the group has ranks 0..",
+                     members_.size() - 1));
   }
   Member* member = &members_[rank];
   if (!member->registered) {
@@ -611,8 +826,9 @@ absl::StatusOr<Coordinator::Member*> Coordinator::MemberLocked(
 }
 
 absl::StatusOr<Coordinator::Member*> Coordinator::LiveMemberLocked(
-    int rank, absl::string_view what) {
-  STARLING_ASSIGN_OR_RETURN(Member * member, MemberLocked(rank, 0, what));
+    int rank, uint64_t group_epoch, absl::string_view what) {
+  STARLING_ASSIGN_OR_RETURN(Member * member,
+                            MemberLocked(rank, group_epoch, what));
   if (member->health == proto::NODE_HEALTH_LOST) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, " from ", DescribeLocked(rank),
@@ -645,29 +861,41 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
     if (m.health == proto::NODE_HEALTH_LOST) continue;
     const absl::Duration silent = now - m.last_heartbeat;
     if (silent <= options_.heartbeat_timeout) continue;
-    m.health = proto::NODE_HEALTH_LOST;
     newly_lost.push_back(static_cast<int>(rank));
-    last_error_ = absl::StrCat(
-        DescribeLocked(rank),
-        " lost: ", m.registered ? "no heartbeat" : "did not re-register",
-        " for ", Seconds(silent), " (timeout ",
-        Seconds(options_.heartbeat_timeout), ")");
-    STARLING_LOG(ERROR) << last_error_ << "; the group is degraded";
-    metrics_.node_failures->Increment();
-    const uint64_t run_id =
-        runs_.current() != nullptr ? runs_.current()->run_id() : 0;
-    if (runs_.FailCurrent(static_cast<int>(rank), last_error_, now)) {
-      metrics_.runs_ended->WithLabels({"failed"})->Increment();
-      STARLING_LOG(ERROR) << "run " << run_id << " failed: " << last_error_;
-    }
+    MarkLostLocked(
+        static_cast<int>(rank),
+        absl::StrCat(m.registered ? "no heartbeat" : "did not re-register",
+                     " for ", Seconds(silent), " (timeout ",
+                     Seconds(options_.heartbeat_timeout), ")"));
   }
-  if (!newly_lost.empty()) {
-    UpdateGroupGaugesLocked();
-    MarkDirtyLocked();
-    // BeginRun waiters fail at once naming the lost ranks.
-    changed_.SignalAll();
-  }
+  ReformIfDueLocked();
   return newly_lost;
+}
+
+void Coordinator::MarkLostLocked(int rank, const std::string& why) {
+  const absl::Time now = clock_->Now();
+  Member& m = members_[rank];
+  m.health = proto::NODE_HEALTH_LOST;
+  m.lost_since = now;
+  last_error_ = absl::StrCat(DescribeLocked(rank), " lost: ", why);
+  m.lost_why = why;
+  STARLING_LOG(ERROR) << last_error_ << "; the group is degraded"
+                      << (options_.rejoin_grace > absl::ZeroDuration()
+                              ? absl::StrCat(" (it keeps its rank for ",
+                                             Seconds(options_.rejoin_grace),
+                                             ", --rejoin_grace)")
+                              : std::string());
+  metrics_.node_failures->Increment();
+  const uint64_t run_id =
+      runs_.current() != nullptr ? runs_.current()->run_id() : 0;
+  if (runs_.FailCurrent(rank, last_error_, now)) {
+    metrics_.runs_ended->WithLabels({"failed"})->Increment();
+    STARLING_LOG(ERROR) << "run " << run_id << " failed: " << last_error_;
+  }
+  UpdateGroupGaugesLocked();
+  MarkDirtyLocked();
+  // BeginRun waiters fail at once naming the lost ranks.
+  changed_.SignalAll();
 }
 
 void Coordinator::UpdateGroupGaugesLocked() {
@@ -761,7 +989,14 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
       EndRunLocked(request.rank(), ended);
     }
   }
+  const proto::RunStatus reported = member->run;
   DetectFailuresLocked();
+  if (request.group_epoch() != 0 && request.group_epoch() != group_epoch_) {
+    // The group re-formed just now: the sender learns its new place by
+    // re-registering, as any member of the old epoch does.
+    return MemberLocked(request.rank(), request.group_epoch(), "heartbeat")
+        .status();
+  }
 
   proto::HeartbeatResponse response;
   response.set_group_epoch(group_epoch_);
@@ -769,7 +1004,7 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   response.set_degraded(!lost.empty());
   for (int rank : lost) response.add_lost_ranks(rank);
   for (proto::RunFailure& failure :
-       runs_.FailuresFor(request.rank(), member->run)) {
+       runs_.FailuresFor(request.rank(), reported)) {
     *response.add_failed_runs() = std::move(failure);
   }
   return response;

@@ -16,10 +16,22 @@
 // counted in starling_coordinator_node_failures_total, recorded as the job's
 // last error, and the current run fails. The group is degraded while a
 // member is LOST. Heartbeat answers tell survivors the lost ranks. A LOST
-// member that heartbeats again with the right group epoch is HEALTHY again
-// (logged); the data plane does not re-form yet (group_epoch leaves room).
-// Detection runs at the start of every call and whenever the owner calls
-// DetectFailures() (main.cc does, on a timer).
+// member that heartbeats again within options.rejoin_grace is HEALTHY
+// again (logged). Detection runs at the start of every call and whenever
+// the owner calls DetectFailures() (main.cc does, on a timer).
+//
+// Re-formation (proto/coordinator.proto). A member LOST for rejoin_grace is
+// dropped and the group re-forms from the others with the next epoch: ranks
+// re-numbered as at formation, a new shard map, group key and schedule,
+// the run in progress failed, waiting BeginRuns answered Unavailable. A
+// node that joins after formation is taken the same way once no run is
+// running or beginning and no member is LOST within its grace (its Join
+// waits until then, bounded by its deadline); a member that joins afresh
+// has restarted, and its old self is LOST (and dropped) at once. Nodes
+// beyond expected_nodes are refused; a re-formation that would leave fewer
+// than min_nodes waits (the group stays degraded). Members learn of the new
+// epoch from their next call: NotFound for the old epoch, then Rejoin with
+// the old epoch returns their place in the new group.
 //
 // Restarts. With a state file (options.state_file, state_file.h) the
 // coordinator records the group (epoch, members, group key, shard map) and
@@ -100,8 +112,7 @@ class Coordinator {
   //   InvalidArgument     wrong job id; missing hostname or data address;
   //                       bad capabilities
   //   FailedPrecondition  version differs (names both versions); the group
-  //                       has formed already (unless the same node asks
-  //                       again: then it gets its answer again)
+  //                       has expected_nodes members already
   //   AlreadyExists       another waiting node has the same data address
   //   DeadlineExceeded    the group did not form in time (says how many of
   //                       how many nodes have joined)
@@ -118,7 +129,8 @@ class Coordinator {
   //                       peers it lists, its own address differs)
   //   FailedPrecondition  version differs; the node's group differs from
   //                       the one this coordinator runs (epoch, size or
-  //                       addresses), or its size from expected_nodes
+  //                       addresses), or its size from expected_nodes; the
+  //                       group re-formed without the node (it joins afresh)
   //   Unavailable         the coordinator is shutting down
   absl::StatusOr<proto::JoinResponse> Rejoin(
       const proto::RejoinRequest& request);
@@ -165,8 +177,9 @@ class Coordinator {
   absl::StatusOr<proto::JobStatus> GetJobStatus(
       const proto::GetJobStatusRequest& request);
 
-  // Marks members silent for longer than heartbeat_timeout LOST; returns
-  // the ranks newly marked (usually none).
+  // Marks members silent for longer than heartbeat_timeout LOST and
+  // re-forms the group when it is due; returns the ranks newly marked
+  // (usually none).
   std::vector<int> DetectFailures();
 
   // Refuses waiting and later Joins and BeginRuns with Unavailable; writes
@@ -188,8 +201,18 @@ class Coordinator {
     proto::JoinRequest join;
     int local_workers = 1;
     proto::NodeHealth health = proto::NODE_HEALTH_HEALTHY;
+    // When it was marked LOST (the grace counts from here); InfinitePast
+    // for a member that restarted (dropped at once).
+    absl::Time lost_since = absl::InfiniteFuture();
+    // Why ("no heartbeat for 6s (timeout 5s)").
+    std::string lost_why;
     // False after an adoption until this member re-registered (JOINING).
     bool registered = true;
+    // A member of the epoch before, carried into this one by a
+    // re-formation: it learns its new place by a Rejoin with the old epoch
+    // (until it is heard from in this one). A member that entered by a
+    // Join has its answer already.
+    bool carried_over = false;
     absl::Time last_heartbeat;
     // A heartbeat came since the group formed: the member has its join
     // answer, so a join in its name is not a retry (and gets no group key).
@@ -222,9 +245,32 @@ class Coordinator {
                                        absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MemberLocked, and FailedPrecondition while it is LOST.
-  absl::StatusOr<Member*> LiveMemberLocked(int rank, absl::string_view what)
+  absl::StatusOr<Member*> LiveMemberLocked(int rank, uint64_t group_epoch,
+                                           absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Join after formation: the same node asking again gets its answer; a
+  // member that restarted is marked LOST; a node that does not fit is
+  // refused. OK: the caller adds it to pending_.
+  absl::StatusOr<std::optional<proto::JoinResponse>> LateJoinLocked(
+      const proto::JoinRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-forms the group (see above) if it is due; true if it did.
+  bool ReformIfDueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The group of `survivors` (members carried over: who they are, their
+  // health and registration kept) and `joins`, sorted into ranks here, with
+  // the next epoch and a new key.
+  void InstallGroupLocked(std::vector<Member> survivors,
+                          std::vector<PendingJoin> joins)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks `rank` LOST for `why` (logged, counted, the job's last error; the
+  // current run fails).
+  void MarkLostLocked(int rank, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Rejoin of an earlier epoch: the node's place in the group now, or
+  // FailedPrecondition when the group re-formed without it.
+  absl::StatusOr<proto::JoinResponse> MoveToCurrentEpochLocked(
+      const proto::RejoinRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdoptGroupLocked(const proto::RejoinRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a restart: the next rank's member as recorded or reported, JOINING
@@ -292,8 +338,13 @@ class Coordinator {
   std::string group_key_ ABSL_GUARDED_BY(mu_);
   // Index = rank.
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
-  // Join id -> rank, for the Joins that were waiting when the group formed.
-  std::vector<std::pair<uint64_t, int>> rank_of_join_ ABSL_GUARDED_BY(mu_);
+  // Why the group last re-formed (JoinResponse.reformed_because).
+  std::string reformed_because_ ABSL_GUARDED_BY(mu_);
+  // Why the last due re-formation could not happen (logged once).
+  std::string reform_blocked_ ABSL_GUARDED_BY(mu_);
+  // Who left the group at the last re-formation, and why (for the
+  // refusal of their Rejoin): data address -> reason.
+  std::map<std::string, std::string> dropped_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::ShardRange> shard_map_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SchedulePlanner> planner_ ABSL_GUARDED_BY(mu_);
   std::optional<uint64_t> highest_iteration_ ABSL_GUARDED_BY(mu_);

@@ -97,6 +97,13 @@ absl::StatusOr<CoordinatorMetrics> CoordinatorMetrics::Register(
                            "Writes of the coordinator's record of its job "
                            "(--state_file), by result: ok or failed.",
                            {"result"}));
+  STARLING_ASSIGN_OR_RETURN(
+      m.reformations,
+      registry->AddCounter("starling_coordinator_reformations_total",
+                           "Times the group re-formed with a new epoch, by "
+                           "cause: node_lost (members dropped) or "
+                           "node_joined (nodes taken in).",
+                           {"cause"}));
   return m;
 }
 

@@ -18,6 +18,11 @@
 //   runs_started_total             counter   training runs begun
 //   runs_ended_total{state}        counter   runs ended: finished (on every
 //                                            rank) or failed (first failure)
+//   group_epoch                    gauge     the group's epoch
+//   reformations_total{cause}      counter   groups re-formed: node_lost
+//                                            (one or more dropped) or
+//                                            node_joined (taken in only)
+//   state_writes_total{result}     counter   writes of the state file
 //
 // The pointers are owned by the registry. Thread-safe (metrics are).
 #ifndef STARLING_SERVER_COORDINATOR_COORDINATOR_METRICS_H_
@@ -54,6 +59,8 @@ struct CoordinatorMetrics {
   // by result ("ok", "failed").
   metrics::Gauge* group_epoch = nullptr;
   metrics::CounterFamily* state_writes = nullptr;
+  // Re-formations by cause ("node_lost", "node_joined").
+  metrics::CounterFamily* reformations = nullptr;
 };
 
 }  // namespace coordinator

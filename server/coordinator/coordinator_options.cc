@@ -38,6 +38,16 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
         absl::StrCat(absl::FormatDuration(options->heartbeat_timeout),
                      " is not positive"));
   }
+  if (options->rejoin_grace < absl::ZeroDuration()) {
+    return Invalid("rejoin_grace",
+                   absl::StrCat(absl::FormatDuration(options->rejoin_grace),
+                                " is negative"));
+  }
+  if (options->min_nodes < 1 || options->min_nodes > options->expected_nodes) {
+    return Invalid("min_nodes",
+                   absl::StrCat(options->min_nodes, " is not in 1..",
+                                options->expected_nodes, " (expected_nodes)"));
+  }
   if (options->max_join_wait <= absl::ZeroDuration()) {
     return Invalid("max_join_wait", "must be positive");
   }

@@ -26,6 +26,14 @@ struct CoordinatorOptions {
   int expected_nodes = 0;
   // A member silent for longer than this is marked LOST.
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // How long a LOST member keeps its rank, waiting for it to come back,
+  // before the group re-forms without it (zero: at once). A member that
+  // restarts (joins afresh) is replaced at once whatever the grace.
+  absl::Duration rejoin_grace = absl::ZeroDuration();
+  // The fewest members a re-formed group may have (1 <= min_nodes <=
+  // expected_nodes): below it the group stays degraded, its runs refused,
+  // until enough nodes join again.
+  int min_nodes = 1;
   // Longest a Join is held waiting for the group, whatever its deadline.
   absl::Duration max_join_wait = absl::Minutes(10);
   // Where the coordinator records its job (state_file.h): the group, its

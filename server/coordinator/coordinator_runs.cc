@@ -169,6 +169,8 @@ absl::Status Coordinator::EndRun(const proto::EndRunRequest& request) {
   STARLING_RETURN_IF_ERROR(
       MemberLocked(request.rank(), request.group_epoch(), what).status());
   EndRunLocked(request.rank(), request);
+  // Nodes waiting to join are taken in once the run ended.
+  ReformIfDueLocked();
   return absl::OkStatus();
 }
 
@@ -211,8 +213,10 @@ absl::StatusOr<proto::Schedule> Coordinator::GetSchedule(
                  absl::StrCat("schedule request from rank ", request.rank())));
   absl::MutexLock lock(&mu_);
   DetectFailuresLocked();
-  STARLING_RETURN_IF_ERROR(
-      LiveMemberLocked(request.rank(), "schedule request").status());
+  STARLING_RETURN_IF_ERROR(LiveMemberLocked(request.rank(),
+                                            request.group_epoch(),
+                                            "schedule request")
+                               .status());
   metrics_.schedule_requests->Increment();
   return planner_->Plan(request.rank(), request.next_iteration());
 }
@@ -233,8 +237,9 @@ absl::Status Coordinator::ReportStep(const proto::StepReport& request) {
   }
   absl::MutexLock lock(&mu_);
   DetectFailuresLocked();
-  STARLING_ASSIGN_OR_RETURN(Member * member,
-                            LiveMemberLocked(request.rank(), what));
+  STARLING_ASSIGN_OR_RETURN(
+      Member * member,
+      LiveMemberLocked(request.rank(), request.group_epoch(), what));
   NoteIterationLocked(member, request.iteration());
   const std::vector<std::string> rank = {absl::StrCat(request.rank())};
   if (!request.error().empty()) {
@@ -344,6 +349,19 @@ absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
       *node->add_workers() = worker;
     }
     *node->mutable_run() = m.run;
+  }
+  // Nodes waiting to join the running group (taken in between runs), after
+  // the members, rank -1.
+  for (const PendingJoin& p : pending_) {
+    proto::NodeStatus* node = status.add_nodes();
+    proto::PeerInfo* peer = node->mutable_peer();
+    peer->set_rank(-1);
+    peer->set_hostname(p.request.hostname());
+    peer->set_data_address(p.request.data_address());
+    peer->set_admin_address(p.request.admin_address());
+    peer->set_health(proto::NODE_HEALTH_JOINING);
+    node->set_local_workers(LocalWorkers(p.request));
+    node->set_version(p.request.version());
   }
   status.set_healthy_nodes(healthy);
   status.set_degraded(degraded);

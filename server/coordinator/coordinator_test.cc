@@ -38,6 +38,8 @@ CoordinatorOptions TestOptions(int nodes) {
   options.partitions_per_epoch = 40;
   options.epochs = 2;
   options.iterations_per_schedule = 4;
+  // A LOST member keeps its rank (re-formation: coordinator_reform_test).
+  options.rejoin_grace = absl::Hours(1);
   return options;
 }
 
@@ -185,28 +187,32 @@ TEST_F(CoordinatorTest, WrongJobIdIsRefused) {
                        "'job-b', but this coordinator runs job 'job-a'"));
 }
 
-TEST_F(CoordinatorTest, JoinAfterTheGroupFormedIsRefusedButARetryIsAnswered) {
+TEST_F(CoordinatorTest, JoinToAFullGroupIsRefusedButARetryIsAnswered) {
   Create(1);
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse first,
                        coordinator_->Join(JoinRequestFor(0), Soon()));
   EXPECT_THAT(coordinator_->Join(JoinRequestFor(1), Soon()),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("job 'job-a' already formed its group of 1 "
-                                 "nodes")));
+                       HasSubstr("job 'job-a' has its full group of 1 nodes "
+                                 "(group epoch 1, --expected_nodes); node "
+                                 "node-1 (10.0.0.1:29500) cannot join")));
   // The same node asking again (its answer was lost) gets it again.
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse again,
                        coordinator_->Join(JoinRequestFor(0), Soon()));
   EXPECT_EQ(again.SerializeAsString(), first.SerializeAsString());
-  // Once it heartbeats it has its answer: a join in its name is someone
-  // else's, and gets neither the answer nor the group's key.
+  // Once it heartbeats it has its answer: a join in its name is the node
+  // restarted, taken back in a new group epoch with a new key (the old
+  // one is never handed out again).
   proto::HeartbeatRequest beat;
   beat.set_job_id("job-a");
   beat.set_rank(0);
   beat.set_group_epoch(first.group_epoch());
   ASSERT_OK(coordinator_->Heartbeat(beat).status());
-  EXPECT_THAT(coordinator_->Join(JoinRequestFor(0), Soon()),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("already formed its group")));
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse restarted,
+                       coordinator_->Join(JoinRequestFor(0), Soon()));
+  EXPECT_EQ(restarted.group_epoch(), 2u);
+  EXPECT_EQ(restarted.rank(), 0);
+  EXPECT_NE(restarted.group_key(), first.group_key());
 }
 
 TEST_F(CoordinatorTest, JoinPastItsDeadlineSaysHowManyJoined) {

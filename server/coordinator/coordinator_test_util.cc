@@ -17,6 +17,9 @@ CoordinatorOptions TestOptions(int nodes) {
   options.optimizer = "adam";
   options.partitions_per_epoch = 40;
   options.iterations_per_schedule = 4;
+  // A LOST member keeps its rank: the tests of detection, revival and
+  // restarts see the group they formed; re-formation's tests set their own.
+  options.rejoin_grace = absl::Hours(1);
   return options;
 }
 

@@ -17,7 +17,8 @@
 namespace starling {
 namespace coordinator {
 
-// Job "job-a" of `nodes` nodes, parameter count 0 (as declared).
+// Job "job-a" of `nodes` nodes, parameter count 0 (as declared); a LOST
+// member keeps its rank for an hour (rejoin_grace).
 CoordinatorOptions TestOptions(int nodes);
 
 proto::JoinRequest JoinRequestFor(int i, int local_workers = 1);

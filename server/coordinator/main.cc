@@ -48,6 +48,12 @@ ABSL_FLAG(int, expected_nodes, 0,
           "(required)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
           "a node silent for longer is marked LOST");
+ABSL_FLAG(absl::Duration, rejoin_grace, absl::ZeroDuration(),
+          "how long a LOST node keeps its rank before the group re-forms "
+          "without it (0: at once); a node that restarts is replaced at once");
+ABSL_FLAG(int, min_nodes, 1,
+          "the fewest nodes a re-formed group may have (1..expected_nodes); "
+          "below it the group stays degraded until nodes join again");
 ABSL_FLAG(absl::Duration, max_join_wait, absl::Minutes(10),
           "longest a Join is held waiting for the group to form");
 ABSL_FLAG(std::string, state_file, "",
@@ -126,6 +132,8 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
     return absl::InvalidArgumentError("--expected_nodes must be >= 1");
   }
   options->heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options->rejoin_grace = absl::GetFlag(FLAGS_rejoin_grace);
+  options->min_nodes = absl::GetFlag(FLAGS_min_nodes);
   options->state_file = absl::GetFlag(FLAGS_state_file);
   options->max_join_wait = absl::GetFlag(FLAGS_max_join_wait);
   options->iterations_per_schedule =
@@ -197,7 +205,10 @@ int Main(int argc, char** argv) {
            "[--metrics_port=29401] ...\n\n"
            "Forms the group once N node daemons joined (ranks by hostname, "
            "then address), marks nodes LOST after --heartbeat_timeout without "
-           "a heartbeat, hands out K iterations per schedule request, and "
+           "a heartbeat and re-forms the group without them (a new group "
+           "epoch, ranks re-numbered) after --rejoin_grace; a node that "
+           "joins later (a restarted daemon) is taken in between runs. It "
+           "hands out K iterations per schedule request, and "
            "serves Prometheus metrics at http://HOST:METRICS_PORT/metrics. "
            "Runs follow one another on the same daemons: each begins when "
            "every node's workers ended their declarations (BeginRun) and "

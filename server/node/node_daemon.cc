@@ -1,9 +1,12 @@
 #include "server/node/node_daemon.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -46,9 +49,39 @@ NodeDaemon::NodeDaemon(NodeOptions options, NodeMetrics metrics,
 
 NodeDaemon::~NodeDaemon() { Stop(); }
 
-std::string NodeDaemon::Self() const {
-  return absl::StrCat("rank ", join_.rank(), " (", options_.data_host, ":",
+std::string NodeDaemon::SelfAt(int rank) const {
+  return absl::StrCat("rank ", rank, " (", options_.data_host, ":",
                       options_.data_port, ")");
+}
+
+std::string NodeDaemon::Self() const { return SelfAt(rank()); }
+
+proto::JoinResponse NodeDaemon::group() const {
+  absl::MutexLock lock(&mu_);
+  return group_;
+}
+
+std::shared_ptr<NodeDaemon::Plane> NodeDaemon::plane() const {
+  absl::MutexLock lock(&mu_);
+  return plane_;
+}
+
+absl::Status NodeDaemon::NoPlane() const {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) {
+    return absl::UnavailableError(
+        absl::StrCat("daemon ", SelfAt(group_.rank()), " is shutting down"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "daemon ", SelfAt(group_.rank()),
+      " is forming the data plane of group epoch ", group_.group_epoch(),
+      " (the group re-formed); try again in a moment"));
+}
+
+void NodeDaemon::Refuse(const WorkerHandle& worker,
+                        const proto::WorkerRequest& request,
+                        const absl::Status& why) {
+  worker.responder->Reply(request.id(), why);
 }
 
 absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
@@ -98,6 +131,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
   callbacks.on_run_failed = [d](const proto::RunFailure& failure) {
     d->OnRunFailed(failure);
   };
+  callbacks.on_regroup = [d](const proto::JoinResponse& group) {
+    d->OnRegroup(group);
+  };
   STARLING_ASSIGN_OR_RETURN(
       daemon->link_,
       CoordinatorLink::Create(std::move(link), std::move(callbacks)));
@@ -108,7 +144,15 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
   // take a while, and the coordinator must not take this node for dead
   // meanwhile.
   STARLING_RETURN_IF_ERROR(daemon->Join());
-  STARLING_RETURN_IF_ERROR(daemon->OpenDataPlane());
+  STARLING_ASSIGN_OR_RETURN(daemon->traffic_,
+                            MeteredTransport::Register(registry));
+  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Plane> plane,
+                            daemon->OpenDataPlane(daemon->group()));
+  {
+    absl::MutexLock lock(&daemon->mu_);
+    daemon->plane_ = std::move(plane);
+  }
+  daemon->regroup_thread_ = std::thread([d] { d->RegroupLoop(); });
   daemon->worker_server_->Serve(daemon.get());
   return daemon;
 }
@@ -131,45 +175,59 @@ absl::Status NodeDaemon::Listen() {
 }
 
 absl::Status NodeDaemon::Join() {
-  STARLING_ASSIGN_OR_RETURN(join_, link_->Join());
+  STARLING_ASSIGN_OR_RETURN(proto::JoinResponse joined, link_->Join());
+  config_ = joined.config();
+  {
+    absl::MutexLock lock(&mu_);
+    // A re-formation told before this (OnRegroup) is of a later epoch.
+    if (joined.group_epoch() > group_.group_epoch()) group_ = joined;
+  }
   // The coordinator checks the same table at its start-up; a coordinator of
   // another build could still send what this daemon cannot run.
-  absl::Status config = proto::CheckJobConfig(join_.config());
+  absl::Status config = proto::CheckJobConfig(config_);
   if (!config.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the coordinator ", options_.coordinator, " sent a job config this ",
         "daemon cannot run: ", config.message()));
   }
-  if (join_.config().staleness() < 0) {
+  if (config_.staleness() < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the coordinator ", options_.coordinator, " sent a job config this ",
-        "daemon cannot run: staleness ", join_.config().staleness(),
-        " is negative"));
+        "daemon cannot run: staleness ", config_.staleness(), " is negative"));
   }
   return absl::OkStatus();
 }
 
-absl::Status NodeDaemon::OpenDataPlane() {
-  const proto::JobConfig& config = join_.config();
-  const int rank = join_.rank();
-  const int size = join_.group_size();
+absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
+    const proto::JoinResponse& group) {
+  const proto::JobConfig& config = config_;
+  const int rank = group.rank();
+  const int size = group.group_size();
+  auto plane = std::make_shared<Plane>(this);
+  plane->group = group;
+  plane->self = SelfAt(rank);
   transport::tcp::TcpOptions tcp;
   tcp.rank = rank;
-  for (const proto::PeerInfo& peer : join_.peers()) {
+  for (const proto::PeerInfo& peer : group.peers()) {
     STARLING_ASSIGN_OR_RETURN(std::vector<transport::PeerAddress> parsed,
                               transport::ParsePeerList(peer.data_address(), 0));
     tcp.peers.push_back(parsed[0]);
   }
   tcp.connect_timeout = std::max(options_.join_timeout, absl::Seconds(5));
-  tcp.listen_fd = data_listen_fd_.release();  // the transport owns it now
+  // The transport owns a duplicate: the port stays bound between planes.
+  const int listen_fd = ::fcntl(data_listen_fd_.get(), F_DUPFD_CLOEXEC, 0);
+  if (listen_fd < 0) {
+    return absl::InternalError(absl::StrCat(
+        "cannot duplicate the data port's socket: ", std::strerror(errno)));
+  }
+  tcp.listen_fd = listen_fd;
   tcp.cluster_secret = options_.cluster_secret;
-  tcp.group_key = join_.group_key();
-  tcp.group_epoch = join_.group_epoch();
+  tcp.group_key = group.group_key();
+  tcp.group_epoch = group.group_epoch();
   tcp.insecure = options_.insecure;
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));
-  STARLING_ASSIGN_OR_RETURN(
-      transport_, MeteredTransport::Create(std::move(tcp_t), registry_));
+  plane->transport = MeteredTransport::Create(std::move(tcp_t), traffic_);
   collectives_->SetGroup(rank, size);
   metrics_.rank->Set(rank);
   collective::CommunicatorOptions comm_options;
@@ -182,28 +240,21 @@ absl::Status NodeDaemon::OpenDataPlane() {
     comm_options.timeout = absl::Milliseconds(config.collective_timeout_ms());
   }
   STARLING_ASSIGN_OR_RETURN(
-      comm_, collective::Communicator::Create(transport_.get(), comm_options));
-
+      plane->comm,
+      collective::Communicator::Create(plane->transport.get(), comm_options));
   metrics_.group_size->Set(size);
 
-  runs_ = MakeRuns(config, comm_options.timeout);
-  absl::MutexLock lock(&mu_);
-  serving_ = true;
-  return absl::OkStatus();
-}
-
-std::unique_ptr<RunManager> NodeDaemon::MakeRuns(const proto::JobConfig& config,
-                                                 absl::Duration timeout) {
+  const absl::Duration timeout = comm_options.timeout;
   RunManagerOptions run_options;
   run_options.local_workers = options_.local_workers;
   run_options.timeout = timeout;
   run_options.grace = options_.worker_grace;
   run_options.optimizer = config.optimizer();
   run_options.learning_rate = static_cast<float>(config.learning_rate());
-  run_options.self = Self();
-  auto runs = std::make_unique<RunManager>(
-      run_options, comm_.get(), transport_.get(), &metrics_, this,
-      [this](int64_t step, const absl::Status& status) {
+  run_options.self = plane->self;
+  plane->runs = std::make_unique<RunManager>(
+      run_options, plane->comm.get(), plane->transport.get(), &metrics_,
+      plane.get(), [this](int64_t step, const absl::Status& status) {
         OnStep(step, status);
       });
   // The one place the job's mode picks its engine (proto/job_config_checks:
@@ -211,12 +262,12 @@ std::unique_ptr<RunManager> NodeDaemon::MakeRuns(const proto::JobConfig& config,
   if (proto::UsesShardOwners(config.mode())) {
     PsEngineOptions ps_options;
     ps_options.timeout = timeout;
-    ps_options.self = Self();
+    ps_options.self = plane->self;
     ps_options.hogwild = config.mode() == proto::JobConfig::MODE_HOGWILD_EASGD;
     ps_options.round_robin =
         config.mode() == proto::JobConfig::MODE_ROUND_ROBIN_EASGD;
-    engine_ = std::make_unique<PsEngine>(ps_options, runs.get(),
-                                         transport_.get(), &metrics_);
+    plane->engine = std::make_unique<PsEngine>(
+        ps_options, plane->runs.get(), plane->transport.get(), &metrics_);
   } else {
     SyncEngineOptions sync_options;
     sync_options.timeout = timeout;
@@ -224,39 +275,49 @@ std::unique_ptr<RunManager> NodeDaemon::MakeRuns(const proto::JobConfig& config,
     sync_options.staleness = config.mode() == proto::JobConfig::MODE_ASYNC_SGD
                                  ? config.staleness()
                                  : 0;
-    sync_options.self = Self();
-    engine_ = std::make_unique<SyncEngine>(sync_options, runs.get(),
-                                           comm_.get(), &metrics_);
+    sync_options.self = plane->self;
+    plane->engine = std::make_unique<SyncEngine>(
+        sync_options, plane->runs.get(), plane->comm.get(), &metrics_);
   }
-  runs->Start(engine_.get());
-  engine_->Start();
-  return runs;
+  plane->runs->Start(plane->engine.get());
+  plane->engine->Start();
+  return plane;
 }
 
-void NodeDaemon::Stop() {
+NodeDaemon::Plane::~Plane() {
+  Stop(absl::OkStatus());
+  // The manager and the engine call each other: both stopped above.
+  runs.reset();
+  engine.reset();
+  comm.reset();
+  transport.reset();
+}
+
+void NodeDaemon::Plane::Stop(const absl::Status& why) {
   {
-    absl::MutexLock lock(&mu_);
-    if (stopped_) return;
-    stopped_ = true;
+    absl::MutexLock lock(&stop_mu);
+    if (stopped) return;
+    stopped = true;
   }
-  // The link first: it cancels a begin-run request the step thread may be
-  // waiting in and makes a last try at the queued reports. Then the runs
-  // and their engine: that wakes pushes and pulls waiting in workers'
-  // reader threads, which the worker server then joins.
-  if (link_ != nullptr) link_->Stop();
-  if (runs_ != nullptr) runs_->Stop();
-  if (engine_ != nullptr) engine_->Stop();
-  if (worker_server_ != nullptr) worker_server_->Stop();
-  data_listen_fd_ = transport::tcp::ScopedFd();  // if the group never formed
+  // The runs first: that fails the run and wakes pushes and pulls waiting
+  // in workers' reader threads; then the engine.
+  if (runs != nullptr) runs->Stop(why);
+  if (engine != nullptr) engine->Stop();
 }
 
-absl::StatusOr<RunRendezvous::Begun> NodeDaemon::BeginRun(
+absl::StatusOr<RunRendezvous::Begun> NodeDaemon::Plane::BeginRun(
     const std::vector<proto::TensorSpec>& tensors,
     const std::string& local_error, int local_workers, uint64_t next_op_seq,
     absl::Time deadline) {
-  STARLING_ASSIGN_OR_RETURN(proto::BeginRunResponse response,
-                            link_->BeginRun(tensors, local_error, local_workers,
-                                            next_op_seq, deadline));
+  if (daemon->link_->group_epoch() != group.group_epoch()) {
+    return absl::UnavailableError(absl::StrCat(
+        "the group re-formed (group epoch ", group.group_epoch(), " -> ",
+        daemon->link_->group_epoch(), "); the run begins in the new group"));
+  }
+  STARLING_ASSIGN_OR_RETURN(
+      proto::BeginRunResponse response,
+      daemon->link_->BeginRun(tensors, local_error, local_workers, next_op_seq,
+                              deadline));
   Begun begun;
   begun.run_id = response.run_id();
   begun.first_op_seq = response.first_op_seq();
@@ -264,14 +325,139 @@ absl::StatusOr<RunRendezvous::Begun> NodeDaemon::BeginRun(
   return begun;
 }
 
-void NodeDaemon::EndRun(const proto::RunStatus& run) {
+void NodeDaemon::Plane::EndRun(const proto::RunStatus& run) {
   if (!run.error().empty()) {
-    absl::MutexLock lock(&mu_);
-    last_error_ = run.error();
+    absl::MutexLock lock(&daemon->mu_);
+    daemon->last_error_ = run.error();
   }
-  link_->EndRun(run, run.state() == proto::RunStatus::STATE_FAILED
-                         ? static_cast<int64_t>(run.steps())
-                         : -1);
+  daemon->link_->EndRun(run,
+                        run.state() == proto::RunStatus::STATE_FAILED
+                            ? static_cast<int64_t>(run.steps())
+                            : -1,
+                        group.group_epoch());
+}
+
+void NodeDaemon::Stop() {
+  std::shared_ptr<Plane> plane;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    plane = plane_;
+  }
+  // The link first: it cancels a begin-run request the step thread may be
+  // waiting in and makes a last try at the queued reports. Then the plane
+  // (its runs and engine): that wakes pushes and pulls waiting in workers'
+  // reader threads, which the worker server then joins.
+  if (link_ != nullptr) link_->Stop();
+  if (regroup_thread_.joinable()) regroup_thread_.join();
+  if (plane != nullptr) plane->Stop(absl::OkStatus());
+  if (worker_server_ != nullptr) worker_server_->Stop();
+  {
+    absl::MutexLock lock(&mu_);
+    plane = std::move(plane_);
+  }
+  plane.reset();
+  data_listen_fd_ = transport::tcp::ScopedFd();
+}
+
+// --- Re-formation
+// -------------------------------------------------------------
+
+void NodeDaemon::OnRegroup(const proto::JoinResponse& group) {
+  absl::MutexLock lock(&mu_);
+  if (next_group_.has_value() &&
+      next_group_->group_epoch() >= group.group_epoch()) {
+    return;
+  }
+  next_group_ = group;
+}
+
+void NodeDaemon::RegroupLoop() {
+  while (true) {
+    proto::JoinResponse group;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](NodeDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
+            return d->stopped_ || d->next_group_.has_value();
+          },
+          this));
+      if (stopped_) return;
+      group = *std::move(next_group_);
+      next_group_.reset();
+    }
+    absl::Status status = Regroup(group);
+    if (!status.ok()) {
+      STARLING_LOG(ERROR) << "cannot form the data plane of group epoch "
+                          << group.group_epoch() << " as rank " << group.rank()
+                          << ": " << status.message()
+                          << "; waiting for the coordinator's next group";
+      absl::MutexLock lock(&mu_);
+      last_error_ = std::string(status.message());
+    }
+  }
+}
+
+absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
+  std::shared_ptr<Plane> old;
+  uint64_t old_epoch;
+  int old_rank;
+  {
+    absl::MutexLock lock(&mu_);
+    if (group.group_epoch() <= group_.group_epoch() && plane_ != nullptr) {
+      return absl::OkStatus();  // this epoch's plane stands already
+    }
+    old = std::move(plane_);
+    old_epoch = group_.group_epoch();
+    old_rank = group_.rank();
+    group_ = group;
+  }
+  const absl::Status why = absl::UnavailableError(absl::StrCat(
+      "the group re-formed (group epoch ", old_epoch, " -> ",
+      group.group_epoch(),
+      group.reformed_because().empty()
+          ? std::string()
+          : absl::StrCat(": ", group.reformed_because()),
+      "): daemon ", SelfAt(old_rank), " is now rank ", group.rank(), " of ",
+      group.group_size(),
+      "; this run ended with its group, the next one begins in the new"));
+  metrics_.regroups->Increment();
+  const absl::Time start = absl::Now();
+  if (old != nullptr) {
+    // The old group's run ends here with `why`; its plane stops (its
+    // transport is closed once its last user let go).
+    old->Stop(why);
+    old.reset();
+  }
+  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Plane> plane, OpenDataPlane(group));
+  std::vector<WorkerHandle> attached;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || group_.group_epoch() != group.group_epoch()) {
+      return absl::OkStatus();  // stopping, or a later group came meanwhile
+    }
+    plane_ = plane;
+    for (const auto& [session, worker] : attached_) attached.push_back(worker);
+  }
+  // The attached workers stay: they begin their next run in this plane.
+  for (const WorkerHandle& worker : attached) {
+    proto::HelloReply ignored;
+    absl::Status status = plane->runs->Attach(worker, &ignored);
+    if (!status.ok() && !absl::IsAlreadyExists(status)) {
+      STARLING_LOG(WARNING)
+          << "worker '" << worker.name << "' (index " << worker.index
+          << ") is not served in the new group: " << status.message();
+    }
+  }
+  metrics_.attached_workers->Set(plane->runs->attached_workers());
+  STARLING_LOG(INFO) << "serving as rank " << group.rank() << " of "
+                     << group.group_size() << " in group epoch "
+                     << group.group_epoch() << " (data plane formed in "
+                     << absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                         absl::Milliseconds(1)))
+                     << ", " << attached.size() << " worker(s) attached)";
+  return absl::OkStatus();
 }
 
 void NodeDaemon::OnStep(int64_t step, const absl::Status& status) {
@@ -285,21 +471,23 @@ void NodeDaemon::OnStep(int64_t step, const absl::Status& status) {
 }
 
 void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!serving_) return;
-  }
+  std::shared_ptr<Plane> p = plane();
+  if (p == nullptr) return;
+  // A plane of an earlier epoch than the link's reports nothing of it.
+  if (p->group.group_epoch() != link_->group_epoch()) return;
+  RunManager* runs = p->runs.get();
+  MeteredTransport* transport = p->transport.get();
   // Sync modes: steps applied; parameter-server mode: updates of the shard.
-  const proto::RunStatus run = runs_->run_status();
+  const proto::RunStatus run = runs->run_status();
   request->set_iteration(static_cast<uint64_t>(std::max<int64_t>(
       0, run.state() == proto::RunStatus::STATE_RUNNING ? run.steps() : 0)));
-  std::shared_ptr<Run> current = runs_->current_run();
+  std::shared_ptr<Run> current = runs->current_run();
   if (current != nullptr) {
     request->set_shard_bytes(current->store->ShardBytes());
     request->set_optimizer_state_bytes(current->optimizer->StateBytes());
   }
   int missing = 0;
-  for (const proto::WorkerStatus& w : runs_->workers()) {
+  for (const proto::WorkerStatus& w : runs->workers()) {
     missing += w.state() == proto::WorkerStatus::STATE_MISSING ? 1 : 0;
     *request->add_workers() = w;
   }
@@ -310,22 +498,20 @@ void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
                            ? static_cast<double>(run.run_id())
                            : 0);
   metrics_.registered_memory_bytes->Set(
-      static_cast<double>(transport_->registered_bytes() +
+      static_cast<double>(transport->registered_bytes() +
                           pool_bytes_.load(std::memory_order_relaxed)));
-  const uint64_t dropped = transport_->stale_writes_dropped();
-  if (dropped > stale_writes_reported_) {
+  const uint64_t dropped = transport->stale_writes_dropped();
+  if (dropped > p->stale_writes_reported) {
     metrics_.stale_writes_dropped->Increment(
-        static_cast<double>(dropped - stale_writes_reported_));
-    stale_writes_reported_ = dropped;
+        static_cast<double>(dropped - p->stale_writes_reported));
+    p->stale_writes_reported = dropped;
   }
 }
 
 void NodeDaemon::OnRunFailed(const proto::RunFailure& failure) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!serving_) return;
-  }
-  runs_->AbortRun(
+  std::shared_ptr<Plane> p = plane();
+  if (p == nullptr || p->group.group_epoch() != link_->group_epoch()) return;
+  p->runs->AbortRun(
       failure.run_id(),
       absl::AbortedError(absl::StrCat("the coordinator reports run ",
                                       failure.run_id(), " failed on rank ",
@@ -333,18 +519,18 @@ void NodeDaemon::OnRunFailed(const proto::RunFailure& failure) {
 }
 
 void NodeDaemon::OnLostRanks(const std::vector<int>& lost_ranks) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!serving_) return;
-  }
+  std::shared_ptr<Plane> p = plane();
+  // The ranks are of the link's epoch.
+  if (p == nullptr || p->group.group_epoch() != link_->group_epoch()) return;
+  MeteredTransport* transport = p->transport.get();
   for (int lost : lost_ranks) {
-    if (lost == join_.rank() || lost < 0 || lost >= transport_->size()) {
+    if (lost == p->group.rank() || lost < 0 || lost >= transport->size()) {
       continue;
     }
-    if (transport_->PeerStatus(lost).ok()) {
-      transport_->AbortPeer(
+    if (transport->PeerStatus(lost).ok()) {
+      transport->AbortPeer(
           lost, absl::UnavailableError(absl::StrCat("the coordinator reports ",
-                                                    transport_->PeerName(lost),
+                                                    transport->PeerName(lost),
                                                     " LOST (no heartbeat)")));
     }
   }
@@ -360,22 +546,28 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
           absl::StrCat("daemon ", Self(), " is shutting down"));
     }
   }
-  STARLING_RETURN_IF_ERROR(runs_->Attach(worker, &reply));
-  metrics_.attached_workers->Set(runs_->attached_workers());
+  std::shared_ptr<Plane> p = plane();
+  if (p == nullptr) return NoPlane();
+  STARLING_RETURN_IF_ERROR(p->runs->Attach(worker, &reply));
+  {
+    absl::MutexLock lock(&mu_);
+    attached_[worker.session] = worker;
+  }
+  metrics_.attached_workers->Set(p->runs->attached_workers());
   if (worker.pool != nullptr) {
     pool_bytes_.fetch_add(worker.pool->size_bytes(), std::memory_order_relaxed);
   }
-  reply.set_rank(join_.rank());
-  reply.set_group_size(join_.group_size());
+  reply.set_rank(p->group.rank());
+  reply.set_group_size(p->group.group_size());
   reply.set_local_workers(options_.local_workers);
   reply.set_daemon_address(
       absl::StrCat(options_.data_host, ":", options_.data_port));
-  reply.set_parameter_count(join_.config().parameter_count());
-  reply.set_mode(join_.config().mode());
-  reply.set_staleness(join_.config().mode() == proto::JobConfig::MODE_ASYNC_SGD
-                          ? join_.config().staleness()
+  reply.set_parameter_count(config_.parameter_count());
+  reply.set_mode(config_.mode());
+  reply.set_staleness(config_.mode() == proto::JobConfig::MODE_ASYNC_SGD
+                          ? config_.staleness()
                           : 0);
-  *reply.mutable_job() = join_.config();
+  *reply.mutable_job() = config_;
   reply.mutable_job()->clear_tensors();
   STARLING_LOG(INFO) << "worker '" << hello.worker_name() << "' (index "
                      << worker.index << ", pid " << worker.pid << ") attached"
@@ -389,13 +581,19 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
 void NodeDaemon::Detach(const WorkerHandle& worker) {
   STARLING_LOG(INFO) << "worker '" << worker.name << "' (index " << worker.index
                      << ") detached";
-  runs_->Detach(worker);
-  metrics_.attached_workers->Set(runs_->attached_workers());
+  {
+    absl::MutexLock lock(&mu_);
+    attached_.erase(worker.session);
+  }
   if (worker.pool != nullptr) {
     pool_bytes_.fetch_sub(worker.pool->size_bytes(), std::memory_order_relaxed);
   }
+  std::shared_ptr<Plane> p = plane();
+  if (p == nullptr) return;
+  p->runs->Detach(worker);
+  metrics_.attached_workers->Set(p->runs->attached_workers());
   // A worker that left a running run unfinished holds its slot as missing.
-  for (const proto::WorkerStatus& w : runs_->workers()) {
+  for (const proto::WorkerStatus& w : p->runs->workers()) {
     if (w.index() == worker.index &&
         w.state() == proto::WorkerStatus::STATE_MISSING) {
       metrics_.worker_failures->Increment();
@@ -409,30 +607,40 @@ void NodeDaemon::Detach(const WorkerHandle& worker) {
 proto::CollectivesReply NodeDaemon::Collectives() const {
   const absl::Time now = absl::Now();
   proto::CollectivesReply reply = collectives_->Snapshot(now);
-  *reply.mutable_local() = runs_->LocalRounds(now);
+  if (std::shared_ptr<Plane> p = plane(); p != nullptr) {
+    *reply.mutable_local() = p->runs->LocalRounds(now);
+  }
   return reply;
 }
 
 void NodeDaemon::Handle(const WorkerHandle& worker,
                         const proto::WorkerRequest& request) {
+  if (request.kind_case() == proto::WorkerRequest::kSchedule) {
+    AnswerSchedule(worker, request);
+    return;
+  }
+  std::shared_ptr<Plane> p = plane();
+  if (p == nullptr) {
+    Refuse(worker, request, NoPlane());
+    return;
+  }
+  RunManager* runs = p->runs.get();
+  RunEngine* engine = p->engine.get();
   switch (request.kind_case()) {
     case proto::WorkerRequest::kDeclareTensor:
-      runs_->Declare(worker, request);
+      runs->Declare(worker, request);
       return;
     case proto::WorkerRequest::kCommitTensors:
     case proto::WorkerRequest::kAllReduce:
     case proto::WorkerRequest::kBarrier:
     case proto::WorkerRequest::kFinish:
-      runs_->Submit(worker, request);
+      runs->Submit(worker, request);
       return;
     case proto::WorkerRequest::kPushGradients:
-      engine_->Push(worker, request);
+      engine->Push(worker, request);
       return;
     case proto::WorkerRequest::kPullParameters:
-      engine_->Pull(worker, request);
-      return;
-    case proto::WorkerRequest::kSchedule:
-      AnswerSchedule(worker, request);
+      engine->Pull(worker, request);
       return;
     default:
       worker.responder->Reply(
@@ -461,7 +669,7 @@ void NodeDaemon::AnswerSchedule(const WorkerHandle& worker,
 
 absl::StatusOr<proto::Schedule> NodeDaemon::ScheduleFrom(
     uint64_t next_iteration) {
-  const int64_t timeout_ms = join_.config().collective_timeout_ms();
+  const int64_t timeout_ms = config_.collective_timeout_ms();
   const absl::Time deadline =
       absl::Now() + (timeout_ms > 0 ? absl::Milliseconds(timeout_ms)
                                     : kDefaultScheduleTimeout);
@@ -508,33 +716,36 @@ absl::StatusOr<proto::Schedule> NodeDaemon::ScheduleFrom(
 
 proto::NodeStatusReply NodeDaemon::Status() const {
   proto::NodeStatusReply reply;
-  reply.set_rank(join_.rank());
   reply.set_version(kStarlingVersion);
   reply.set_transport("tcp");
   reply.set_local_workers(options_.local_workers);
+  std::shared_ptr<Plane> p;
   {
     absl::MutexLock lock(&mu_);
+    reply.set_rank(group_.rank());
     reply.set_last_error(last_error_);
-    if (!serving_) return reply;
+    p = plane_;
   }
-  const proto::RunStatus run = runs_->run_status();
+  if (p == nullptr) return reply;
+  RunManager* runs = p->runs.get();
+  const proto::RunStatus run = runs->run_status();
   *reply.mutable_run() = run;
   if (run.state() == proto::RunStatus::STATE_RUNNING) {
     reply.set_iteration(
         static_cast<uint64_t>(std::max<int64_t>(0, run.steps())));
   }
-  std::shared_ptr<Run> current = runs_->current_run();
+  std::shared_ptr<Run> current = runs->current_run();
   if (current != nullptr) {
     reply.set_shard_bytes(current->store->ShardBytes());
     reply.set_optimizer_state_bytes(current->optimizer->StateBytes());
   }
   int attached = 0;
-  for (const proto::WorkerStatus& w : runs_->workers()) {
+  for (const proto::WorkerStatus& w : runs->workers()) {
     attached += w.state() == proto::WorkerStatus::STATE_ATTACHED ? 1 : 0;
     *reply.add_workers() = w;
   }
   reply.set_attached_workers(attached);
-  for (const proto::RunStatus& r : runs_->recent_runs()) {
+  for (const proto::RunStatus& r : runs->recent_runs()) {
     *reply.add_recent_runs() = r;
   }
   return reply;
@@ -542,16 +753,14 @@ proto::NodeStatusReply NodeDaemon::Status() const {
 
 proto::ListShardsReply NodeDaemon::Shards() const {
   proto::ListShardsReply reply;
-  std::shared_ptr<Run> run;
-  {
-    absl::MutexLock lock(&mu_);
-    if (serving_) run = runs_->current_run();
-  }
+  std::shared_ptr<Plane> p = plane();
+  if (p == nullptr) return reply;
+  std::shared_ptr<Run> run = p->runs->current_run();
   if (run == nullptr) return reply;  // no run: no shard
   // This rank's parts: one per bucket of the synchronous step, one flat
   // shard for the shard owners.
   const std::vector<std::pair<uint64_t, uint64_t>> owned =
-      engine_->OwnedRanges(*run);
+      p->engine->OwnedRanges(*run);
   for (const auto& [begin, end] : owned) {
     for (const TensorLayout::Entry& entry : run->layout.tensors) {
       const uint64_t b = std::max<uint64_t>(begin, entry.offset);
@@ -559,7 +768,7 @@ proto::ListShardsReply NodeDaemon::Shards() const {
       if (b >= e) continue;
       proto::ShardInfo* info = reply.add_shards();
       info->set_tensor(entry.spec.name());
-      info->mutable_range()->set_rank(join_.rank());
+      info->mutable_range()->set_rank(p->group.rank());
       info->mutable_range()->set_begin_element(b);
       info->mutable_range()->set_end_element(e);
       info->set_dtype(entry.spec.dtype());
@@ -572,12 +781,14 @@ proto::ListShardsReply NodeDaemon::Shards() const {
 
 proto::GroupReply NodeDaemon::Group() const {
   proto::GroupReply reply;
-  reply.set_group_epoch(join_.group_epoch());
-  for (int r = 0; r < join_.peers_size(); ++r) {
+  std::shared_ptr<Plane> p = plane();
+  const proto::JoinResponse joined = p != nullptr ? p->group : group();
+  reply.set_group_epoch(joined.group_epoch());
+  for (int r = 0; r < joined.peers_size(); ++r) {
     proto::PeerInfo* peer = reply.add_peers();
-    *peer = join_.peers(r);
-    if (r != join_.rank() && transport_ != nullptr &&
-        !transport_->PeerStatus(r).ok()) {
+    *peer = joined.peers(r);
+    if (r != joined.rank() && p != nullptr &&
+        !p->transport->PeerStatus(r).ok()) {
       peer->set_health(proto::NODE_HEALTH_LOST);
     }
   }

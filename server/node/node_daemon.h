@@ -1,14 +1,20 @@
 // NodeDaemon: one machine's Starling daemon (DESIGN.md "The three
 // processes"), a long-running service. Start() binds the worker socket and
 // the data port first (a clash fails before the group forms), joins the
-// coordinator (rank, peers, config), starts heartbeating, opens the TCP
-// transport and a Communicator to the peers, and serves local workers on
-// the unix socket. Training runs follow one another on the same daemon
-// (RunManager: runs, worker slots, rounds); the job's mode picks the engine
-// its pushes and pulls go to (SyncEngine: the synchronous step; PsEngine:
-// the shard owners). Each run's shard and optimizer state exist from its
-// start to its end. The daemon is the RunManager's RunRendezvous: it begins
-// and ends runs with the coordinator.
+// coordinator (rank, peers, config), starts heartbeating, opens the data
+// plane of its group and serves local workers on the unix socket.
+//
+// The data plane (Plane) is one group epoch's: the TCP transport and a
+// Communicator to the peers, the RunManager (runs, one after another;
+// worker slots; rounds) and the engine of the job's mode its pushes and
+// pulls go to (SyncEngine: the synchronous step; PsEngine: the shard
+// owners). Each run's shard and optimizer state exist from its start to
+// its end. When the coordinator re-forms the group (a member lost, a node
+// taken in; proto/coordinator.proto), the daemon replaces its plane whole:
+// the old group's run ends with an error naming the new epoch, the old
+// plane stops, and a new one is built for this daemon's rank in the new
+// group (on the regroup thread; the data port stays bound throughout);
+// the attached workers stay attached and begin their next run in it.
 //
 // Threads:
 //   - the TCP transport's event loop(s) (server/transport/tcp);
@@ -25,7 +31,9 @@
 //     before the mesh forms): heartbeats (shard and optimizer-state bytes,
 //     workers, the run), re-registration after a coordinator restart,
 //     step reports and run ends; it aborts peers the coordinator reports
-//     lost and runs it reports failed;
+//     lost and runs it reports failed, and joins afresh when the group
+//     re-formed without this node;
+//   - the regroup thread: builds the plane of a re-formed group;
 //   - the TCP transport's acceptor (handshakes, each on its own deadline);
 //   - gRPC's threads for the NodeAdmin service (node_admin_service.h);
 //   - main.cc's /metrics server thread, and main, which waits for a signal.
@@ -37,8 +45,11 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -69,7 +80,7 @@
 namespace starling {
 namespace node {
 
-class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
+class NodeDaemon : public WorkerRequestHandler {
  public:
   // Joins and starts serving. `registry` is borrowed and must outlive the
   // daemon. Errors, each one line:
@@ -93,8 +104,9 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   // Stops serving workers, the engines and the heartbeat. Idempotent.
   void Stop();
 
-  int rank() const { return join_.rank(); }
-  const proto::JoinResponse& group() const { return join_; }
+  // This daemon's rank and group now (the group of its current plane).
+  int rank() const { return group().rank(); }
+  proto::JoinResponse group() const;
 
   // For the NodeAdmin service.
   proto::NodeStatusReply Status() const;
@@ -110,23 +122,58 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
               const proto::WorkerRequest& request) override;
   void Detach(const WorkerHandle& worker) override;
 
-  // RunRendezvous (the step thread): the coordinator's BeginRun / EndRun.
-  absl::StatusOr<Begun> BeginRun(const std::vector<proto::TensorSpec>& tensors,
-                                 const std::string& local_error,
-                                 int local_workers, uint64_t next_op_seq,
-                                 absl::Time deadline) override;
-  void EndRun(const proto::RunStatus& run) override;
-
  private:
+  // One group epoch's data plane (see above). Built whole, then constant;
+  // shared by the threads that use it, stopped when replaced.
+  struct Plane : public RunRendezvous {
+    explicit Plane(NodeDaemon* daemon) : daemon(daemon) {}
+    ~Plane() override;
+    // Fails the running run with `why`, wakes every waiting request and
+    // joins the plane's threads. Idempotent.
+    void Stop(const absl::Status& why);
+    // RunRendezvous: this plane's runs, begun and ended in its epoch.
+    absl::StatusOr<Begun> BeginRun(
+        const std::vector<proto::TensorSpec>& tensors,
+        const std::string& local_error, int local_workers, uint64_t next_op_seq,
+        absl::Time deadline) override;
+    void EndRun(const proto::RunStatus& run) override;
+
+    NodeDaemon* const daemon;
+    proto::JoinResponse group;
+    std::string self;  // "rank 2 (127.0.0.1:29502)"
+    std::unique_ptr<MeteredTransport> transport;
+    std::unique_ptr<collective::Communicator> comm;
+    // Each calls the other; both are stopped before either goes.
+    std::unique_ptr<RunManager> runs;
+    std::unique_ptr<RunEngine> engine;
+    // transport->stale_writes_dropped() already added to the metric.
+    // Confined to the coordinator link's thread (FillHeartbeat).
+    uint64_t stale_writes_reported = 0;
+    absl::Mutex stop_mu;
+    bool stopped ABSL_GUARDED_BY(stop_mu) = false;
+  };
+
   NodeDaemon(NodeOptions options, NodeMetrics metrics,
              std::shared_ptr<CollectiveMonitor> collectives,
              metrics::MetricsRegistry* registry);
   absl::Status Listen();
   absl::Status Join();
-  absl::Status OpenDataPlane();
-  // The run manager with the engine of the job's mode (engine_), started.
-  std::unique_ptr<RunManager> MakeRuns(const proto::JobConfig& config,
-                                       absl::Duration timeout);
+  // The plane of `group` (connected to its peers), started.
+  absl::StatusOr<std::shared_ptr<Plane>> OpenDataPlane(
+      const proto::JoinResponse& group);
+  // The plane now; null before the first and while a re-formed group's is
+  // being built.
+  std::shared_ptr<Plane> plane() const;
+  // The coordinator link told of a re-formed group (any thread): queued for
+  // the regroup thread.
+  void OnRegroup(const proto::JoinResponse& group);
+  void RegroupLoop();
+  absl::Status Regroup(const proto::JoinResponse& group);
+  // The request's worker gets `why` (no plane to serve it).
+  static void Refuse(const WorkerHandle& worker,
+                     const proto::WorkerRequest& request,
+                     const absl::Status& why);
+  absl::Status NoPlane() const;
   // CoordinatorLink callbacks (the link's thread).
   void FillHeartbeat(proto::HeartbeatRequest* request);
   void OnLostRanks(const std::vector<int>& lost_ranks);
@@ -138,7 +185,9 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   void AnswerSchedule(const WorkerHandle& worker,
                       const proto::WorkerRequest& request);
   absl::StatusOr<proto::Schedule> ScheduleFrom(uint64_t next_iteration);
+  // "rank 2 (127.0.0.1:29502)", of the plane now.
   std::string Self() const;
+  std::string SelfAt(int rank) const;
 
   // One schedule asked of the coordinator: pending until `done`.
   struct CachedSchedule {
@@ -153,23 +202,25 @@ class NodeDaemon : public WorkerRequestHandler, public RunRendezvous {
   // Bytes of the attached workers' pools (the daemon maps them).
   std::atomic<uint64_t> pool_bytes_{0};
   std::unique_ptr<CoordinatorLink> link_;
-  proto::JoinResponse join_;  // set by Start(), then immutable
-  // Bound before joining; the transport takes it (OpenDataPlane).
+  // The job (the same in every group epoch); set by Start(), then constant.
+  proto::JobConfig config_;
+  // Bound before joining, for the daemon's life; each plane's transport
+  // listens on a duplicate of it.
   transport::tcp::ScopedFd data_listen_fd_;
-  // transport_->stale_writes_dropped() already added to the metric.
-  // Confined to the coordinator link's thread (FillHeartbeat).
-  uint64_t stale_writes_reported_ = 0;
-  std::unique_ptr<MeteredTransport> transport_;
-  std::unique_ptr<collective::Communicator> comm_;
-  // Each calls the other; both are stopped before either goes.
-  std::unique_ptr<RunManager> runs_;
-  std::unique_ptr<RunEngine> engine_;
+  // The transport's traffic counters, registered once for every plane.
+  MeteredTransport::Counters traffic_;
   std::unique_ptr<WorkerServer> worker_server_;
+  std::thread regroup_thread_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  // Set once the data plane is open (the heartbeat thread starts before).
-  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<Plane> plane_ ABSL_GUARDED_BY(mu_);
+  // The group of the last plane built or being built (its epoch orders
+  // re-formations) and the next one to build.
+  proto::JoinResponse group_ ABSL_GUARDED_BY(mu_);
+  std::optional<proto::JoinResponse> next_group_ ABSL_GUARDED_BY(mu_);
+  // Attached workers by session, re-attached to each new plane.
+  std::map<uint64_t, WorkerHandle> attached_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
 
   // The last few schedules by next_iteration, oldest first: every local

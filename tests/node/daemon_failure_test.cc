@@ -1,9 +1,9 @@
 // kill -9 of one daemon mid-run: the survivors' workers fail with an error
-// naming the lost rank, nothing hangs, and the coordinator reports the node
-// LOST. Survivors learn of the loss from the data plane (the closed
-// connection) and from each other (a rank whose step failed tells the
-// others at once), never by waiting out the collective timeout for a
-// healthy rank.
+// naming the lost rank, nothing hangs, and the coordinator marks the node
+// LOST and re-forms the group without it. Survivors learn of the loss from the
+// data plane (the closed connection) and from each other (a rank whose step
+// failed tells the others at once), never by waiting out the collective timeout
+// for a healthy rank.
 #include <signal.h>
 
 #include <string>
@@ -63,24 +63,37 @@ void KillOneDaemonMidRun(const ClusterOptions& options, absl::Duration bound) {
   }
   EXPECT_LT(absl::Now() - killed, bound);
 
-  const bool lost = cluster.WaitForJob(
+  // The coordinator marked it LOST and re-formed the group without it
+  // (--rejoin_grace 0): epoch 2, the survivors re-numbered.
+  const bool reformed = cluster.WaitForJob(
       absl::Seconds(10),
       [&options](const proto::JobStatus& s) {
-        return s.nodes_size() == options.daemons &&
-               s.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
+        return s.group_epoch() == 2 && s.nodes_size() == options.daemons - 1;
       },
       &status);
-  EXPECT_TRUE(lost) << "the coordinator did not mark rank 3 LOST";
-  if (lost) {
+  EXPECT_TRUE(reformed) << "the coordinator did not re-form without rank 3\n"
+                        << cluster.ServerLogs();
+  if (reformed) {
     EXPECT_EQ(status.healthy_nodes(), options.daemons - 1);
+    EXPECT_THAT(status.last_error(),
+                HasSubstr(absl::StrCat(
+                    "rank 3 (node3, 127.0.0.1:", cluster.data_port(kVictim),
+                    ") lost: no heartbeat")));
   }
 
-  // A survivor's admin view of the group shows the dead peer lost.
+  // A survivor's admin view of the group is the new one, without it.
   proto::GroupReply group;
   std::string error;
-  ASSERT_TRUE(cluster.NodeGroup(0, &group, &error)) << error;
-  ASSERT_EQ(group.peers_size(), options.daemons);
-  EXPECT_EQ(group.peers(kVictim).health(), proto::NODE_HEALTH_LOST);
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up &&
+         !(cluster.NodeGroup(0, &group, &error) && group.group_epoch() == 2)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(group.group_epoch(), 2u) << error << cluster.ServerLogs();
+  ASSERT_EQ(group.peers_size(), options.daemons - 1);
+  for (const proto::PeerInfo& peer : group.peers()) {
+    EXPECT_NE(peer.hostname(), "node3");
+  }
 }
 
 ClusterOptions FourDaemons() {

@@ -192,50 +192,15 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::Join() {
           absl::StrCat("already joined job ", options_.job_id));
     }
   }
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + options_.join_timeout;
   const std::string what = absl::StrCat("joining job ", options_.job_id);
-  proto::JoinRequest request = identity_;
-  absl::Time last_log = absl::InfinitePast();
-  absl::Duration pause = kFirstRetry;
-  // The first failure says why (a refused connection, a DNS failure); later
-  // ones may only say that an attempt ran out of time.
-  grpc::Status first_cause;
-  proto::JoinResponse response;
-  const absl::Status cancelled =
-      absl::CancelledError(absl::StrCat(what, ": the daemon is stopping"));
-  while (true) {
-    request.set_wait_timeout_ms(std::max<int64_t>(
-        1, absl::ToInt64Milliseconds(deadline - absl::Now())));
-    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
-      return stub_->Join(context, request, &response);
-    });
-    const grpc::Status& status = call.status;
-    if (call.outcome == Outcome::kOk) break;
-    if (call.outcome == Outcome::kStopping) return cancelled;
-    if (call.outcome != Outcome::kRetry) {
-      return FromGrpcStatus(status, absl::StrCat(what, " at the coordinator ",
-                                                 options_.coordinator));
-    }
-    if (first_cause.ok()) first_cause = status;
-    const absl::Time now = absl::Now();
-    if (now >= deadline ||
-        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      const bool same = status.error_code() == first_cause.error_code() &&
-                        status.error_message() == first_cause.error_message();
-      return absl::UnavailableError(absl::StrCat(
-          "could not reach the coordinator at ", options_.coordinator,
-          " within ", absl::FormatDuration(options_.join_timeout), " (", what,
-          "): ", Cause(first_cause),
-          same ? "" : absl::StrCat("; last attempt: ", Cause(status))));
-    }
-    LogRetry(&last_log, what, status);
-    if (!PauseUntil(std::min(deadline, now + pause))) return cancelled;
-    pause = std::min(2 * pause, kMaxRetry);
-  }
+  STARLING_ASSIGN_OR_RETURN(
+      proto::JoinResponse response,
+      AskToJoin(options_.join_timeout, what));
 
   absl::MutexLock lock(&mu_);
-  if (stopping_) return cancelled;
+  if (stopping_) {
+    return absl::CancelledError(absl::StrCat(what, ": the daemon is stopping"));
+  }
   join_ = response;
   joined_ = true;
   const int64_t interval_ms = response.config().heartbeat_interval_ms();
@@ -253,6 +218,103 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::Join() {
                      << ") at the coordinator " << options_.coordinator
                      << "; heartbeats every " << absl::FormatDuration(period_);
   return response;
+}
+
+absl::StatusOr<proto::JoinResponse> CoordinatorLink::AskToJoin(
+    absl::Duration timeout, const std::string& what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  proto::JoinRequest request = identity_;
+  absl::Time last_log = absl::InfinitePast();
+  absl::Duration pause = kFirstRetry;
+  // The first failure says why (a refused connection, a DNS failure); later
+  // ones may only say that an attempt ran out of time.
+  grpc::Status first_cause;
+  proto::JoinResponse response;
+  const absl::Status cancelled =
+      absl::CancelledError(absl::StrCat(what, ": the daemon is stopping"));
+  while (true) {
+    request.set_wait_timeout_ms(std::max<int64_t>(
+        1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
+      return stub_->Join(context, request, &response);
+    });
+    const grpc::Status& status = call.status;
+    if (call.outcome == Outcome::kOk) return response;
+    if (call.outcome == Outcome::kStopping) return cancelled;
+    if (call.outcome != Outcome::kRetry) {
+      return FromGrpcStatus(status, absl::StrCat(what, " at the coordinator ",
+                                                 options_.coordinator));
+    }
+    if (first_cause.ok()) first_cause = status;
+    const absl::Time now = absl::Now();
+    if (now >= deadline ||
+        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      const bool same = status.error_code() == first_cause.error_code() &&
+                        status.error_message() == first_cause.error_message();
+      return absl::UnavailableError(absl::StrCat(
+          "could not reach the coordinator at ", options_.coordinator,
+          " within ", absl::FormatDuration(timeout), " (", what,
+          "): ", Cause(first_cause),
+          same ? "" : absl::StrCat("; last attempt: ", Cause(status))));
+    }
+    LogRetry(&last_log, what, status);
+    if (!PauseUntil(std::min(deadline, now + pause))) return cancelled;
+    pause = std::min(2 * pause, kMaxRetry);
+  }
+}
+
+void CoordinatorLink::JoinAfresh() {
+  const std::string what =
+      absl::StrCat("joining job ", options_.job_id, " afresh");
+  absl::Time last_log = absl::InfinitePast();
+  while (true) {
+    absl::StatusOr<proto::JoinResponse> joined =
+        AskToJoin(options_.join_timeout, what);
+    if (joined.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        join_afresh_needed_ = false;
+        rejoin_needed_ = false;
+      }
+      Regroup(*joined, "joined afresh");
+      return;
+    }
+    if (absl::IsCancelled(joined.status())) return;
+    const absl::Time now = absl::Now();
+    if (now - last_log >= options_.retry_log_interval) {
+      last_log = now;
+      STARLING_LOG(WARNING)
+          << "this node is not a member of job " << options_.job_id
+          << "'s group; " << joined.status().message() << "; asking again";
+    }
+    // The coordinator held the join until its deadline (a run is going
+    // on): ask again at once. Otherwise pause before asking again.
+    if (!absl::IsDeadlineExceeded(joined.status()) &&
+        !PauseUntil(now + kMaxRetry)) {
+      return;
+    }
+  }
+}
+
+void CoordinatorLink::Regroup(const proto::JoinResponse& group,
+                              absl::string_view how) {
+  proto::JoinResponse was;
+  {
+    absl::MutexLock lock(&mu_);
+    // Another thread adopted it already.
+    if (group.group_epoch() <= join_.group_epoch()) return;
+    was = join_;
+    join_ = group;
+    last_run_ = proto::RunStatus();
+    changed_.SignalAll();
+  }
+  STARLING_LOG(WARNING) << "the group of job " << options_.job_id
+                        << " re-formed: this node is rank " << group.rank()
+                        << " of " << group.group_size() << " in group epoch "
+                        << group.group_epoch() << " (was rank " << was.rank()
+                        << " of " << was.group_size() << " in group epoch "
+                        << was.group_epoch() << "; " << how << ")";
+  if (callbacks_.on_regroup) callbacks_.on_regroup(group);
 }
 
 // --- Runs -------------------------------------------------------------------
@@ -320,6 +382,11 @@ absl::StatusOr<CoordinatorLink::CallResult> CoordinatorLink::CallRetrying(
   absl::Time last_log = absl::InfinitePast();
   absl::Duration pause = kFirstRetry;
   grpc::Status last;
+  uint64_t epoch;
+  {
+    absl::MutexLock lock(&mu_);
+    epoch = join_.group_epoch();
+  }
   while (true) {
     const absl::Time now = absl::Now();
     if (now >= deadline) {
@@ -329,6 +396,9 @@ absl::StatusOr<CoordinatorLink::CallResult> CoordinatorLink::CallRetrying(
           absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1))),
           last.ok() ? std::string() : absl::StrCat(": ", Cause(last))));
     }
+    if (std::optional<CallResult> moved = Regrouped(epoch, what)) {
+      return *moved;
+    }
     const CallResult call = Call(deadline, rpc);
     switch (call.outcome) {
       case Outcome::kOk:
@@ -337,6 +407,9 @@ absl::StatusOr<CoordinatorLink::CallResult> CoordinatorLink::CallRetrying(
         return call;
       case Outcome::kRejoin:
         if (Rejoin().ok()) continue;
+        if (std::optional<CallResult> moved = Regrouped(epoch, what)) {
+          return *moved;
+        }
         break;
       case Outcome::kRetry:
         break;
@@ -353,6 +426,26 @@ absl::StatusOr<CoordinatorLink::CallResult> CoordinatorLink::CallRetrying(
   }
 }
 
+std::optional<CoordinatorLink::CallResult> CoordinatorLink::Regrouped(
+    uint64_t epoch, absl::string_view what) {
+  absl::MutexLock lock(&mu_);
+  if (join_afresh_needed_) {
+    return CallResult{
+        grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("this node was dropped from group epoch ", epoch,
+                         " and joins afresh; ", what, " was of that group")),
+        Outcome::kFailed};
+  }
+  if (join_.group_epoch() == epoch) return std::nullopt;
+  return CallResult{
+      grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                   absl::StrCat("the group re-formed (group epoch ", epoch,
+                                " -> ", join_.group_epoch(), "); ", what,
+                                " was of the old group")),
+      Outcome::kFailed};
+}
+
 absl::StatusOr<proto::Schedule> CoordinatorLink::GetSchedule(
     uint64_t next_iteration, absl::Time deadline) {
   proto::GetScheduleRequest request;
@@ -364,6 +457,7 @@ absl::StatusOr<proto::Schedule> CoordinatorLink::GetSchedule(
           options_.coordinator, " before the node joined the job"));
     }
     request.set_rank(join_.rank());
+    request.set_group_epoch(join_.group_epoch());
   }
   request.set_job_id(options_.job_id);
   request.set_next_iteration(next_iteration);
@@ -392,8 +486,10 @@ absl::StatusOr<proto::Schedule> CoordinatorLink::GetSchedule(
   }
 }
 
-void CoordinatorLink::EndRun(const proto::RunStatus& run, int64_t failed_step) {
+void CoordinatorLink::EndRun(const proto::RunStatus& run, int64_t failed_step,
+                             uint64_t group_epoch) {
   Outgoing item;
+  item.group_epoch = group_epoch;
   item.end.emplace();
   proto::EndRunRequest& request = *item.end;
   request.set_job_id(options_.job_id);
@@ -418,6 +514,7 @@ void CoordinatorLink::ReportStepFailure(int64_t step,
 
 void CoordinatorLink::Enqueue(Outgoing item) {
   absl::MutexLock lock(&mu_);
+  if (item.group_epoch == 0) item.group_epoch = join_.group_epoch();
   if (queue_.size() >= kMaxQueued) {
     STARLING_LOG(WARNING) << "dropping an unsent report to the coordinator "
                           << options_.coordinator << ": " << kMaxQueued
@@ -437,6 +534,7 @@ void CoordinatorLink::HeartbeatLoop() {
     std::deque<Outgoing> items;
     bool beat = false;
     bool rejoin = false;
+    bool afresh = false;
     {
       absl::MutexLock lock(&mu_);
       while (!stopping_) {
@@ -453,6 +551,13 @@ void CoordinatorLink::HeartbeatLoop() {
       if (stopping_) break;
       items.swap(queue_);
       rejoin = rejoin_needed_;
+      afresh = join_afresh_needed_;
+    }
+    if (afresh) {
+      // Not a member: nothing to report or beat for until taken in again.
+      JoinAfresh();
+      next_beat = absl::Now();
+      continue;
     }
     if (rejoin) {
       // Its failure was logged; the next round tries again.
@@ -504,12 +609,18 @@ std::deque<CoordinatorLink::Outgoing> CoordinatorLink::Send(
   }
   while (!items.empty()) {
     Outgoing& item = items.front();
+    if (item.group_epoch != epoch) {
+      // Of a group re-formed since: the coordinator failed its run then.
+      items.pop_front();
+      continue;
+    }
     const absl::Time deadline =
         final ? final_deadline : absl::Now() + rpc_timeout_;
     std::string what;
     CallResult call;
     if (item.step.has_value()) {
       item.step->set_rank(rank);
+      item.step->set_group_epoch(epoch);
       what = absl::StrCat("the report of failed step ", item.step->iteration());
       call = Call(
           deadline,
@@ -584,8 +695,13 @@ void CoordinatorLink::Beat() {
           << "the coordinator at " << options_.coordinator
           << " does not know this node's group (did it restart?): "
           << call.status.error_message() << "; re-registering";
-      if (Rejoin().ok()) continue;
-      return;
+      if (!Rejoin().ok()) return;
+      {
+        absl::MutexLock lock(&mu_);
+        // Re-formed: the next beat is of the new rank and epoch.
+        if (join_.group_epoch() != request.group_epoch()) return;
+      }
+      continue;
     }
     LogRetry(&last_beat_log_, "heartbeat", call.status);
     return;
@@ -638,11 +754,32 @@ absl::Status CoordinatorLink::Rejoin() {
         return stub_->Rejoin(context, request, &response);
       });
   if (call.outcome != Outcome::kOk) {
+    // Refused for good: the group re-formed without this node (or the
+    // coordinator gave it up); it joins afresh.
+    const bool afresh =
+        call.outcome == Outcome::kFailed &&
+        call.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
+    bool first = false;
     {
       absl::MutexLock lock(&mu_);
-      rejoin_needed_ = true;
+      if (afresh) {
+        first = !join_afresh_needed_;
+        join_afresh_needed_ = true;
+        rejoin_needed_ = false;
+        changed_.SignalAll();
+      } else {
+        rejoin_needed_ = true;
+      }
     }
-    LogRetry(&last_rejoin_log_, "re-registering", call.status);
+    if (!afresh) {
+      LogRetry(&last_rejoin_log_, "re-registering", call.status);
+    } else if (first) {
+      STARLING_LOG(WARNING)
+          << "the coordinator " << options_.coordinator
+          << " refused the re-registration of rank " << request.rank()
+          << " of group epoch " << request.group_epoch() << ": "
+          << call.status.error_message() << "; joining afresh";
+    }
     return FromGrpcStatus(call.status, "re-registering");
   }
   {
@@ -650,6 +787,10 @@ absl::Status CoordinatorLink::Rejoin() {
     rejoin_needed_ = false;
     ++rejoins_;
     last_rejoin_log_ = absl::InfinitePast();
+  }
+  if (response.group_epoch() > request.group_epoch()) {
+    Regroup(response, "re-registered after the re-formation");
+    return absl::OkStatus();
   }
   STARLING_LOG(INFO) << "re-registered with the coordinator "
                      << options_.coordinator << " as rank " << request.rank()
@@ -674,6 +815,11 @@ absl::Status CoordinatorLink::Rejoin() {
 proto::JoinResponse CoordinatorLink::join_response() const {
   absl::MutexLock lock(&mu_);
   return join_;
+}
+
+uint64_t CoordinatorLink::group_epoch() const {
+  absl::MutexLock lock(&mu_);
+  return join_.group_epoch();
 }
 
 int64_t CoordinatorLink::heartbeats() const {

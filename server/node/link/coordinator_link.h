@@ -12,6 +12,12 @@
 //     this node's group (it restarted), the link re-registers (Rejoin) with
 //     its rank, group epoch, peers, shard map and current run, and goes on;
 //     training is not disturbed;
+//   - re-formation: when the coordinator re-formed the group (a new epoch,
+//     proto/coordinator.proto), the re-registration answers with this
+//     node's place in it, or refuses a node that was dropped, which then
+//     joins afresh (waiting, on the link's thread, to be taken in between
+//     runs); either way the new group goes to on_regroup, and calls of the
+//     old epoch in flight (BeginRun, GetSchedule) fail naming the new one;
 //   - BeginRun, a blocking call with a deadline for the daemon's step
 //     thread; GetSchedule, likewise, for a worker's session thread; EndRun and
 //     step failures, queued and sent by the link's thread at once (and retried
@@ -88,6 +94,11 @@ struct CoordinatorLinkCallbacks {
   // one): abort it if it still runs here. Called once per run id. May be
   // empty.
   std::function<void(const proto::RunFailure& failure)> on_run_failed;
+  // The coordinator re-formed the group: `group` is this node's place in
+  // the new epoch (rank, peers, shard map, key). From then on the link
+  // speaks for that rank and epoch. May be called on any thread that made
+  // a call to the coordinator (not only the link's). May be empty.
+  std::function<void(const proto::JoinResponse& group)> on_regroup;
 };
 
 class CoordinatorLink {
@@ -147,7 +158,10 @@ class CoordinatorLink {
   // Queues the end of a run on this node (run.state FINISHED or FAILED,
   // with run.steps, and run.error when failed; `failed_step` -1 when
   // unknown); sent by the link's thread at once. Never blocks.
-  void EndRun(const proto::RunStatus& run, int64_t failed_step = -1);
+  // `group_epoch`: the group the run was of (0: the current one); a run of
+  // a group re-formed since is not reported (the coordinator failed it).
+  void EndRun(const proto::RunStatus& run, int64_t failed_step = -1,
+              uint64_t group_epoch = 0);
 
   // Queues a failed step's report (ReportStep with the error); sent by the
   // link's thread at once. Never blocks.
@@ -159,6 +173,8 @@ class CoordinatorLink {
 
   // The last answer to Join (or Rejoin); empty before Join().
   proto::JoinResponse join_response() const;
+  // Its group epoch (0 before Join()).
+  uint64_t group_epoch() const;
   // Heartbeats the coordinator accepted, and re-registrations done.
   int64_t heartbeats() const;
   int64_t rejoins() const;
@@ -166,10 +182,13 @@ class CoordinatorLink {
   bool AwaitHeartbeats(int64_t count, absl::Time deadline) const;
 
  private:
-  // A report waiting to be sent: exactly one of the two is set.
+  // A report waiting to be sent: exactly one of the two is set. Of the
+  // group epoch it was made in: dropped if the group re-formed since (the
+  // coordinator failed that run at the re-formation).
   struct Outgoing {
     std::optional<proto::StepReport> step;
     std::optional<proto::EndRunRequest> end;
+    uint64_t group_epoch = 0;
   };
   // How a call ended.
   enum class Outcome {
@@ -212,6 +231,10 @@ class CoordinatorLink {
       absl::Time deadline, absl::string_view what, absl::string_view doing,
       const std::function<grpc::Status(grpc::ClientContext*)>& rpc);
   void Enqueue(Outgoing item);
+  // A call begun in group epoch `epoch` that must not go on: the group
+  // re-formed since, or this node was dropped (Unavailable naming the
+  // epochs and `what`, as kFailed); nullopt while the epoch holds.
+  std::optional<CallResult> Regrouped(uint64_t epoch, absl::string_view what);
 
   void HeartbeatLoop();
   void Beat();
@@ -220,8 +243,20 @@ class CoordinatorLink {
   // not cancellable); absl::Time() otherwise.
   std::deque<Outgoing> Send(std::deque<Outgoing> items,
                             absl::Time final_deadline);
-  // Re-registers with the coordinator; OK or why not.
+  // Re-registers with the coordinator; OK or why not. A re-formed group's
+  // answer is adopted (on_regroup); a refusal for good (the group re-formed
+  // without this node) makes the link's thread join afresh.
   absl::Status Rejoin();
+  // Asks to join until the coordinator answers, `timeout` passes (the
+  // coordinator's own DeadlineExceeded, or Unavailable naming the last
+  // cause) or the link stops (Cancelled); `what` in messages.
+  absl::StatusOr<proto::JoinResponse> AskToJoin(absl::Duration timeout,
+                                                const std::string& what);
+  // The link's thread: a node dropped from the group joins afresh, as long
+  // as it takes (each attempt bounded by join_timeout), then regroups.
+  void JoinAfresh();
+  // Adopts `group` (a re-formation's answer) and tells on_regroup.
+  void Regroup(const proto::JoinResponse& group, absl::string_view how);
   void NoteRunId(uint64_t run_id);
   // Logs that `what` failed because of `status`, at most every
   // retry_log_interval per `last` (guarded by mu_).
@@ -249,6 +284,9 @@ class CoordinatorLink {
   // Earliest time to retry the queue after a failed send.
   absl::Time retry_queue_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool rejoin_needed_ ABSL_GUARDED_BY(mu_) = false;
+  // The coordinator refused this node's re-registration for good: the
+  // link's thread joins afresh.
+  bool join_afresh_needed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t highest_run_id_ ABSL_GUARDED_BY(mu_) = 0;
   // The run the last heartbeat reported (fill_status), for Rejoin.
   proto::RunStatus last_run_ ABSL_GUARDED_BY(mu_);

@@ -44,6 +44,8 @@ struct Node {
   std::vector<proto::WorkerStatus> workers ABSL_GUARDED_BY(mu);
   std::vector<int> lost ABSL_GUARDED_BY(mu);
   std::vector<proto::RunFailure> failures ABSL_GUARDED_BY(mu);
+  // The groups on_regroup told, in order.
+  std::vector<proto::JoinResponse> groups ABSL_GUARDED_BY(mu);
 
   void SetRun(uint64_t id, proto::RunStatus::State state, int64_t steps = 0) {
     absl::MutexLock lock(&mu);
@@ -86,6 +88,7 @@ class CoordinatorLinkTest : public ::testing::Test {
     options.iterations_per_schedule = 4;
     options.partitions_per_epoch = 20;
     options.epochs = 2;
+    options.rejoin_grace = rejoin_grace_;
     registries_.push_back(std::make_unique<metrics::MetricsRegistry>());
     ASSERT_OK_AND_ASSIGN(coordinator_,
                          coordinator::Coordinator::Create(
@@ -148,6 +151,10 @@ class CoordinatorLinkTest : public ::testing::Test {
     callbacks.on_run_failed = [node](const proto::RunFailure& failure) {
       absl::MutexLock lock(&node->mu);
       node->failures.push_back(failure);
+    };
+    callbacks.on_regroup = [node](const proto::JoinResponse& group) {
+      absl::MutexLock lock(&node->mu);
+      node->groups.push_back(group);
     };
     absl::StatusOr<std::unique_ptr<CoordinatorLink>> link =
         CoordinatorLink::Create(LinkOptions(i), std::move(callbacks));
@@ -226,6 +233,8 @@ class CoordinatorLinkTest : public ::testing::Test {
   FakeClock clock_;
   int port_ = 0;
   absl::Duration heartbeat_interval_ = absl::Milliseconds(50);
+  // The coordinator's: LOST members keep their ranks unless a test says.
+  absl::Duration rejoin_grace_ = absl::Hours(1);
   std::vector<std::unique_ptr<metrics::MetricsRegistry>> registries_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<coordinator::CoordinatorService> service_;
@@ -508,6 +517,71 @@ TEST_F(CoordinatorLinkTest, ALostNodeThatHeartbeatsAgainIsHealthyAgain) {
     if (!told) absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(told);
+}
+
+// The coordinator re-forms without a silent node: the survivors' links
+// learn their new ranks (on_regroup); the node, restarted, joins afresh and
+// the group re-forms with it; each link then speaks for its new rank.
+TEST_F(CoordinatorLinkTest, ReFormedGroupsAreAdoptedAndARestartedNodeTakenIn) {
+  rejoin_grace_ = absl::ZeroDuration();
+  StartCoordinator(3);
+  std::vector<proto::JoinResponse> joined = JoinAll(3);
+  // Node 2 stops (its daemon is killed); nodes 0 and 1 keep heartbeating
+  // while the coordinator's clock passes its timeout.
+  links_[2]->Stop();
+  for (int second = 0; second < 6; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(
+          links_[i]->AwaitHeartbeats(links_[i]->heartbeats() + 1, Soon()));
+    }
+  }
+  coordinator_->DetectFailures();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(nodes_[i]->Await(+[](Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                      n->mu) {
+      return !n->groups.empty();
+    })) << "node "
+        << i << " was not told of the re-formed group";
+    absl::MutexLock lock(&nodes_[i]->mu);
+    const proto::JoinResponse& group = nodes_[i]->groups.back();
+    EXPECT_EQ(group.group_epoch(), 2u);
+    EXPECT_EQ(group.group_size(), 2);
+    EXPECT_EQ(group.rank(), i);
+    EXPECT_NE(group.group_key(), joined[i].group_key());
+    EXPECT_THAT(group.reformed_because(),
+                HasSubstr("rank 2 (node-2, 127.0.0.1:40002) of group epoch 1 "
+                          "dropped"));
+  }
+  EXPECT_EQ(links_[0]->group_epoch(), 2u);
+
+  // Node 2 restarts: its Join is taken in at once (no run is running).
+  links_[2].reset();
+  CoordinatorLink* back = AddLink(2);
+  ASSERT_NE(back, nullptr);
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse again, back->Join());
+  EXPECT_EQ(again.group_epoch(), 3u);
+  EXPECT_EQ(again.rank(), 2);
+  EXPECT_EQ(again.group_size(), 3);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(nodes_[i]->Await(+[](Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                      n->mu) {
+      return n->groups.size() == 2;
+    })) << "node "
+        << i << " was not told of the group that took node 2 in";
+    absl::MutexLock lock(&nodes_[i]->mu);
+    EXPECT_EQ(nodes_[i]->groups.back().group_epoch(), 3u);
+    EXPECT_EQ(nodes_[i]->groups.back().group_key(), again.group_key());
+  }
+  // Everyone heartbeats in epoch 3: the group is whole.
+  ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {
+    return s.group_epoch() == 3 && s.healthy_nodes() == 3;
+  }));
+  // A schedule asked now is for the link's new rank.
+  ASSERT_OK_AND_ASSIGN(proto::Schedule schedule,
+                       links_[1]->GetSchedule(0, Soon()));
+  ASSERT_GT(schedule.assignments_size(), 0);
+  EXPECT_EQ(schedule.assignments(0).rank(), 1);
 }
 
 TEST_F(CoordinatorLinkTest, GetScheduleReturnsThePlannersScheduleForThisRank) {

@@ -41,13 +41,13 @@ void RunManager::Start(RunEngine* engine) {
   notices_.Start();
 }
 
-void RunManager::Stop() {
+void RunManager::Stop(const absl::Status& why) {
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
     if (!stop_) {
       stop_ = true;
-      const absl::Status down = ShuttingDown();
+      const absl::Status down = why.ok() ? ShuttingDown() : why;
       if (run_ != nullptr) run_->cancel.Cancel(down);
       slots_.FailQueued(down, &deferred.replies);
       changed_.SignalAll();

@@ -118,9 +118,10 @@ class RunManager {
   // Starts the step thread and the abort listener; runs are `engine`'s
   // (borrowed; it must outlive the manager's Stop).
   void Start(RunEngine* engine);
-  // Fails queued rounds with Unavailable and joins the threads. Idempotent
-  // (the destructor calls it again); call from one thread at a time.
-  void Stop();
+  // Fails the running run and queued rounds with `why` (OK: Unavailable,
+  // "daemon ... is shutting down") and joins the threads. Idempotent (the
+  // destructor calls it again); call from one thread at a time.
+  void Stop(const absl::Status& why = absl::OkStatus());
 
   // A worker attached: fills the HelloReply's run fields (run_id,
   // next_step, grace_ms). AlreadyExists when the index is taken;

@@ -7,8 +7,7 @@
 namespace starling {
 namespace node {
 
-absl::StatusOr<std::unique_ptr<MeteredTransport>> MeteredTransport::Create(
-    std::unique_ptr<transport::Transport> inner,
+absl::StatusOr<MeteredTransport::Counters> MeteredTransport::Register(
     metrics::MetricsRegistry* registry) {
   absl::StatusOr<metrics::CounterFamily*> sent = registry->AddCounter(
       "starling_transport_sent_bytes_total",
@@ -22,15 +21,29 @@ absl::StatusOr<std::unique_ptr<MeteredTransport>> MeteredTransport::Create(
       "consumed and control messages)",
       {"peer"});
   if (!received.ok()) return received.status();
+  return Counters{*sent, *received};
+}
+
+std::unique_ptr<MeteredTransport> MeteredTransport::Create(
+    std::unique_ptr<transport::Transport> inner, const Counters& counters) {
   std::vector<metrics::Counter*> sent_by_peer(inner->size(), nullptr);
   std::vector<metrics::Counter*> received_by_peer(inner->size(), nullptr);
   for (int peer = 0; peer < inner->size(); ++peer) {
     if (peer == inner->rank()) continue;
-    sent_by_peer[peer] = (*sent)->WithLabels({absl::StrCat(peer)});
-    received_by_peer[peer] = (*received)->WithLabels({absl::StrCat(peer)});
+    sent_by_peer[peer] = counters.sent->WithLabels({absl::StrCat(peer)});
+    received_by_peer[peer] =
+        counters.received->WithLabels({absl::StrCat(peer)});
   }
   return std::unique_ptr<MeteredTransport>(new MeteredTransport(
       std::move(inner), std::move(sent_by_peer), std::move(received_by_peer)));
+}
+
+absl::StatusOr<std::unique_ptr<MeteredTransport>> MeteredTransport::Create(
+    std::unique_ptr<transport::Transport> inner,
+    metrics::MetricsRegistry* registry) {
+  absl::StatusOr<Counters> counters = Register(registry);
+  if (!counters.ok()) return counters.status();
+  return Create(std::move(inner), *counters);
 }
 
 MeteredTransport::MeteredTransport(std::unique_ptr<transport::Transport> inner,

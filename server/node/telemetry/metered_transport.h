@@ -31,8 +31,20 @@ namespace node {
 
 class MeteredTransport : public transport::Transport {
  public:
-  // Takes `inner` over; registers the two counter families in `registry`
-  // (borrowed, must outlive the transport). AlreadyExists if they are.
+  // The two counter families, owned by the registry they are in.
+  struct Counters {
+    metrics::CounterFamily* sent = nullptr;
+    metrics::CounterFamily* received = nullptr;
+  };
+  // Registers the counter families in `registry`: once per process, for
+  // every transport it makes (a daemon makes one per group epoch).
+  // AlreadyExists if they are.
+  static absl::StatusOr<Counters> Register(metrics::MetricsRegistry* registry);
+  // Takes `inner` over and counts into `counters` (their registry must
+  // outlive the transport).
+  static std::unique_ptr<MeteredTransport> Create(
+      std::unique_ptr<transport::Transport> inner, const Counters& counters);
+  // Register, then Create.
   static absl::StatusOr<std::unique_ptr<MeteredTransport>> Create(
       std::unique_ptr<transport::Transport> inner,
       metrics::MetricsRegistry* registry);

@@ -149,6 +149,13 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
              "Local workers that left a running run without finishing it "
              "(crashed, killed, disconnected)"));
   m.worker_failures = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter(
+             "starling_node_regroups_total",
+             "Times this daemon replaced its data plane because the "
+             "coordinator re-formed the group (a member lost, a node taken "
+             "in): the run in progress then ended"));
+  m.regroups = c->Get();
   metrics::Counter* samples;
   STARLING_ASSIGN_OR_RETURN(
       c, registry->AddCounter("starling_node_worker_samples_total",

@@ -96,6 +96,8 @@ struct NodeMetrics {
   metrics::Gauge* registered_memory_bytes = nullptr;
   // Local workers that left a running run without finishing it.
   metrics::Counter* worker_failures = nullptr;
+  // Data planes replaced because the coordinator re-formed the group.
+  metrics::Counter* regroups = nullptr;
   // Samples, loss and accuracy the local workers report.
   std::shared_ptr<WorkerProgress> progress;
 };

@@ -1,0 +1,312 @@
+// Re-formation: a member LOST past --rejoin_grace is dropped and the group
+// re-forms from the others (a new epoch, ranks re-numbered, a new shard map
+// and key); a node that joins later (a restarted daemon) is taken in
+// between runs; survivors learn their new place by re-registering with
+// their old epoch, a dropped member is told to join afresh.
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/base/clock.h"
+#include "server/base/status_matchers.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_test_util.h"
+
+namespace starling {
+namespace coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+class CoordinatorReformTest : public ::testing::Test {
+ protected:
+  void Create(int nodes, absl::Duration grace = absl::ZeroDuration(),
+              int min_nodes = 1) {
+    CoordinatorOptions options = TestOptions(nodes);
+    options.rejoin_grace = grace;
+    options.min_nodes = min_nodes;
+    ASSERT_OK_AND_ASSIGN(coordinator_,
+                         Coordinator::Create(options, &clock_, &registry_));
+  }
+
+  void Form(int nodes) {
+    for (auto& r : JoinAll(coordinator_.get(), nodes)) {
+      ASSERT_OK(r.status());
+      joins_.push_back(*r);
+    }
+  }
+
+  // Every node in `beating` (node index -> its answer) heartbeats each
+  // second for `seconds`; the others are silent.
+  void Beat(const std::map<int, proto::JoinResponse>& beating, int seconds) {
+    for (int s = 0; s < seconds; ++s) {
+      clock_.Advance(absl::Seconds(1));
+      for (const auto& [node, join] : beating) {
+        (void)coordinator_->Heartbeat(
+            coordinator::Beat(join.rank(), join.group_epoch()));
+      }
+    }
+  }
+
+  // What node `node` sends to re-register with the group `join` told it.
+  static proto::RejoinRequest RejoinFor(int node,
+                                        const proto::JoinResponse& join) {
+    proto::RejoinRequest request;
+    *request.mutable_node() = JoinRequestFor(node);
+    request.set_rank(join.rank());
+    request.set_group_epoch(join.group_epoch());
+    *request.mutable_peers() = join.peers();
+    *request.mutable_shard_map() = join.shard_map();
+    return request;
+  }
+
+  proto::JobStatus Status() {
+    absl::StatusOr<proto::JobStatus> status = coordinator_->GetJobStatus({});
+    EXPECT_OK(status.status());
+    return status.ok() ? *status : proto::JobStatus();
+  }
+
+  double Reformations(const std::string& cause) {
+    for (const metrics::FamilySnapshot& f : registry_.Collect()) {
+      if (f.name != "starling_coordinator_reformations_total") continue;
+      for (const auto& series : f.series) {
+        if (series.label_values == std::vector<std::string>{cause}) {
+          return series.value;
+        }
+      }
+    }
+    return 0;
+  }
+
+  static absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+  FakeClock clock_;
+  metrics::MetricsRegistry registry_;
+  std::vector<proto::JoinResponse> joins_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorReformTest, ALostMemberIsDroppedAndTheSurvivorsReNumbered) {
+  Create(3);
+  Form(3);
+  // Node 1 goes silent: LOST after the 5 s timeout, dropped at once.
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+  proto::JobStatus status = Status();
+  EXPECT_EQ(status.group_epoch(), 2u);
+  ASSERT_EQ(status.group_size(), 2);
+  EXPECT_EQ(status.nodes(0).peer().hostname(), "node-0");
+  EXPECT_EQ(status.nodes(1).peer().hostname(), "node-2");
+  EXPECT_FALSE(status.degraded());
+  EXPECT_EQ(Reformations("node_lost"), 1);
+
+  // A survivor's calls of the old epoch send it to re-register...
+  EXPECT_THAT(coordinator_->Heartbeat(coordinator::Beat(2, 1)),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("runs group epoch 2; re-register")));
+  proto::GetScheduleRequest schedule;
+  schedule.set_job_id("job-a");
+  schedule.set_rank(1);
+  schedule.set_group_epoch(1);
+  EXPECT_THAT(coordinator_->GetSchedule(schedule),
+              StatusIs(absl::StatusCode::kNotFound));
+  // ...which tells it its place in the new group, with the new key.
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse moved,
+                       coordinator_->Rejoin(RejoinFor(2, joins_[2])));
+  EXPECT_EQ(moved.group_epoch(), 2u);
+  EXPECT_EQ(moved.rank(), 1);
+  EXPECT_EQ(moved.group_size(), 2);
+  ASSERT_EQ(moved.shard_map_size(), 2);
+  EXPECT_EQ(moved.shard_map(0).end_element(),
+            moved.shard_map(1).begin_element());
+  EXPECT_EQ(moved.group_key().size(), 32u);
+  EXPECT_NE(moved.group_key(), joins_[2].group_key());
+  // It heartbeats in its new place.
+  EXPECT_OK(coordinator_->Heartbeat(coordinator::Beat(1, 2)).status());
+  schedule.set_group_epoch(2);
+  EXPECT_OK(coordinator_->GetSchedule(schedule).status());
+
+  // The dropped node, waking up, is told it left the group and why.
+  EXPECT_THAT(
+      coordinator_->Rejoin(RejoinFor(1, joins_[1])),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("rank 1 (node-1, 10.0.0.1:29500) of group "
+                               "epoch 1 is not a member of group epoch 2"),
+                     HasSubstr("rank 1 (node-1, 10.0.0.1:29500) of group "
+                               "epoch 1 dropped: no heartbeat for 6s"),
+                     HasSubstr("it joins afresh"))));
+}
+
+TEST_F(CoordinatorReformTest, AMemberBackWithinTheGraceKeepsItsRank) {
+  Create(3, absl::Seconds(10));
+  Form(3);
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+  proto::JobStatus status = Status();
+  EXPECT_TRUE(status.degraded());
+  EXPECT_EQ(status.group_epoch(), 1u);
+  EXPECT_EQ(status.nodes(1).peer().health(), proto::NODE_HEALTH_LOST);
+  // Back 6 s into its 10 s grace: the same group, whole again.
+  Beat({{0, joins_[0]}, {1, joins_[1]}, {2, joins_[2]}}, 6);
+  status = Status();
+  EXPECT_EQ(status.group_epoch(), 1u);
+  EXPECT_EQ(status.healthy_nodes(), 3);
+  EXPECT_EQ(Reformations("node_lost"), 0);
+  // Silent again, past the grace this time: dropped.
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6 + 9);
+  EXPECT_EQ(Status().group_epoch(), 1u);  // LOST 9 s ago: still in grace
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 1);
+  status = Status();
+  EXPECT_EQ(status.group_epoch(), 2u);
+  EXPECT_EQ(status.group_size(), 2);
+}
+
+TEST_F(CoordinatorReformTest, ARestartedNodeIsTakenBackBetweenRuns) {
+  Create(3);
+  Form(3);
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+  ASSERT_EQ(Status().group_epoch(), 2u);
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse a,
+                       coordinator_->Rejoin(RejoinFor(0, joins_[0])));
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse b,
+                       coordinator_->Rejoin(RejoinFor(2, joins_[2])));
+  // The two begin a run of epoch 2.
+  std::vector<proto::BeginRunRequest> begins;
+  for (const proto::JoinResponse& join : {a, b}) {
+    proto::BeginRunRequest request = BeginFor(join.rank());
+    request.set_group_epoch(2);
+    begins.push_back(request);
+  }
+  for (const auto& answer : BeginAll(coordinator_.get(), begins)) {
+    ASSERT_OK(answer.status());
+  }
+  // Node 1 comes back (restarted): it waits while run 1 runs.
+  absl::StatusOr<proto::JoinResponse> back;
+  std::thread joiner(
+      [&] { back = coordinator_->Join(JoinRequestFor(1), Soon()); });
+  ASSERT_TRUE(WaitForStatus(coordinator_.get(), [](const proto::JobStatus& s) {
+    return s.nodes_size() == 3 && s.nodes(2).peer().rank() == -1 &&
+           s.nodes(2).peer().health() == proto::NODE_HEALTH_JOINING;
+  }));
+  EXPECT_EQ(Status().group_epoch(), 2u);
+  // The run ends on both: the group re-forms with it.
+  for (const proto::JoinResponse& join : {a, b}) {
+    proto::EndRunRequest end =
+        EndFor(join.rank(), 1, proto::RunStatus::STATE_FINISHED, 20);
+    end.set_group_epoch(2);
+    ASSERT_OK(coordinator_->EndRun(end));
+  }
+  joiner.join();
+  ASSERT_OK(back.status());
+  EXPECT_EQ(back->group_epoch(), 3u);
+  EXPECT_EQ(back->rank(), 1);  // by hostname: node-0, node-1, node-2
+  EXPECT_EQ(back->group_size(), 3);
+  EXPECT_EQ(Reformations("node_joined"), 1);
+  // The others move to epoch 3 in their old order around it.
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse c,
+                       coordinator_->Rejoin(RejoinFor(2, b)));
+  EXPECT_EQ(c.group_epoch(), 3u);
+  EXPECT_EQ(c.rank(), 2);
+  EXPECT_EQ(c.group_key(), back->group_key());
+}
+
+TEST_F(CoordinatorReformTest, AMemberThatJoinsAfreshHasRestarted) {
+  // Whatever the grace: the member's old process is gone.
+  Create(2, absl::Hours(1));
+  for (auto& join : FormAndBeginRunOne(coordinator_.get(), 2)) {
+    joins_.push_back(join);
+  }
+  ASSERT_EQ(joins_.size(), 2u);
+  ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(1, 1)).status());
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse again,
+                       coordinator_->Join(JoinRequestFor(1), Soon()));
+  EXPECT_EQ(again.group_epoch(), 2u);
+  EXPECT_EQ(again.rank(), 1);
+  EXPECT_EQ(again.group_size(), 2);
+  const proto::JobStatus status = Status();
+  ASSERT_GE(status.recent_runs_size(), 1);
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FAILED);
+  EXPECT_THAT(status.recent_runs(0).error(),
+              HasSubstr("rank 1 (node-1, 10.0.0.1:29500) lost: restarted"));
+  EXPECT_EQ(Reformations("node_lost"), 1);
+}
+
+TEST_F(CoordinatorReformTest, ABeginRunWaitingWhenTheGroupReFormsIsRefused) {
+  Create(3);
+  Form(3);
+  // Ranks 0 and 2 wait to begin; rank 1 falls silent and is dropped.
+  std::vector<proto::BeginRunRequest> begins = {BeginFor(0), BeginFor(2)};
+  std::vector<absl::StatusOr<proto::BeginRunResponse>> answers;
+  std::thread waiting(
+      [&] { answers = BeginAll(coordinator_.get(), begins, Soon()); });
+  ASSERT_TRUE(WaitForStatus(coordinator_.get(), [](const proto::JobStatus& s) {
+    return s.current_run().state() == proto::RunStatus::STATE_DECLARING;
+  }));
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+  waiting.join();
+  ASSERT_EQ(answers.size(), 2u);
+  for (const auto& answer : answers) {
+    EXPECT_THAT(answer, StatusIs(absl::StatusCode::kUnavailable,
+                                 AnyOf(HasSubstr("LOST"),
+                                       HasSubstr("the group re-formed"))));
+  }
+  EXPECT_EQ(Status().group_epoch(), 2u);
+}
+
+TEST_F(CoordinatorReformTest, BelowMinNodesTheGroupWaitsDegraded) {
+  Create(3, absl::ZeroDuration(), /*min_nodes=*/3);
+  Form(3);
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+  proto::JobStatus status = Status();
+  EXPECT_EQ(status.group_epoch(), 1u);
+  EXPECT_TRUE(status.degraded());
+  // Its node restarted: the group re-forms whole.
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse back,
+                       coordinator_->Join(JoinRequestFor(1), Soon()));
+  EXPECT_EQ(back.group_epoch(), 2u);
+  EXPECT_EQ(back.group_size(), 3);
+  // A fourth node does not fit.
+  EXPECT_THAT(coordinator_->Join(JoinRequestFor(3), Soon()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("has its full group of 3 nodes")));
+}
+
+TEST_F(CoordinatorReformTest, ALateJoinSaysWhatItWaitsFor) {
+  Create(3);
+  Form(3);
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse a,
+                       coordinator_->Rejoin(RejoinFor(0, joins_[0])));
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse b,
+                       coordinator_->Rejoin(RejoinFor(2, joins_[2])));
+  std::vector<proto::BeginRunRequest> begins;
+  for (const proto::JoinResponse& join : {a, b}) {
+    proto::BeginRunRequest request = BeginFor(join.rank());
+    request.set_group_epoch(2);
+    begins.push_back(request);
+  }
+  for (const auto& answer : BeginAll(coordinator_.get(), begins)) {
+    ASSERT_OK(answer.status());
+  }
+  EXPECT_THAT(
+      coordinator_->Join(JoinRequestFor(1),
+                         absl::Now() + absl::Milliseconds(200)),
+      StatusIs(absl::StatusCode::kDeadlineExceeded,
+               AllOf(HasSubstr("did not take the node in within"),
+                     HasSubstr("takes new nodes between runs and run 1 is "
+                               "running"))));
+  // It left the queue: the group is unchanged.
+  const proto::JobStatus status = Status();
+  EXPECT_EQ(status.nodes_size(), 2);
+  EXPECT_EQ(status.group_epoch(), 2u);
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace starling

@@ -1,0 +1,188 @@
+// A node lost, a node back: kill -9 of one daemon makes the coordinator
+// re-form the group from the survivors (group epoch 2, ranks re-numbered),
+// the survivors rebuild their data plane in place and train the next run at
+// N-1; the daemon restarted with the same flags is taken back (epoch 3) and
+// the next run trains at N again. Every run's workers end with the same
+// parameters, bit for bit, and their all-reduce sums over the group as it
+// stands. Prints the times from the kill to the new group and from the
+// restart to the whole group (the fault table's rows, tests/fault/).
+#include <signal.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/node/node_cluster.h"
+
+namespace starling {
+namespace testing_node {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kDaemons = 3;
+constexpr int kVictim = 1;
+
+ClusterOptions Options() {
+  ClusterOptions options;
+  options.daemons = kDaemons;
+  options.local_workers = 1;
+  options.parameter_count = 1000;
+  options.heartbeat_timeout = absl::Seconds(2);
+  options.collective_timeout = absl::Seconds(10);
+  return options;
+}
+
+const std::vector<std::string> kWorkerFlags = {"--steps=20",
+                                               "--check_allreduce"};
+
+// Starts a worker on each of `daemons`; each must exit 0 with the same
+// parameters and allreduce=ok.
+void TrainOn(NodeCluster& cluster, const std::vector<int>& daemons) {
+  std::vector<pid_t> pids;
+  for (int d : daemons) pids.push_back(cluster.StartWorker(d, 0, kWorkerFlags));
+  std::string first;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    const ProcessResult r = cluster.Wait(pids[i], absl::Seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << "worker on daemon " << daemons[i] << ": "
+                              << r.err << cluster.ServerLogs();
+    EXPECT_THAT(r.out, HasSubstr("allreduce=ok"));
+    const size_t at = r.out.find("params=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    if (i == 0) first = r.out.substr(at);
+    EXPECT_EQ(r.out.substr(at), first) << "daemon " << daemons[i];
+  }
+}
+
+// Waits (bounded) until every daemon in `daemons` serves group `epoch` of
+// `size` ranks; returns when the last did.
+absl::Time AwaitGroup(NodeCluster& cluster, const std::vector<int>& daemons,
+                      uint64_t epoch, int size) {
+  for (int d : daemons) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    proto::GroupReply group;
+    std::string error;
+    bool there = false;
+    while (!there && absl::Now() < give_up) {
+      there = cluster.NodeGroup(d, &group, &error) &&
+              group.group_epoch() == epoch && group.peers_size() == size;
+      if (!there) absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_TRUE(there) << "daemon " << d << " does not serve group epoch "
+                       << epoch << " of " << size << " (has epoch "
+                       << group.group_epoch() << " of " << group.peers_size()
+                       << ")\n"
+                       << cluster.ServerLogs();
+  }
+  return absl::Now();
+}
+
+TEST(Reform, AKilledDaemonLeavesTheGroupAndComesBackAfterARestart) {
+  NodeCluster cluster(Options());
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  TrainOn(cluster, {0, 1, 2});
+
+  // kill -9 between runs: the coordinator drops it after its heartbeat
+  // timeout and re-forms with the other two.
+  const absl::Time killed = absl::Now();
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        return s.group_epoch() == 2 && s.group_size() == kDaemons - 1;
+      },
+      &status))
+      << "the coordinator did not re-form without daemon " << kVictim << "\n"
+      << cluster.ServerLogs();
+  const absl::Time reformed = absl::Now();
+  EXPECT_EQ(status.nodes(0).peer().hostname(), "node0");
+  EXPECT_EQ(status.nodes(1).peer().hostname(), "node2");
+  const absl::Time served = AwaitGroup(cluster, {0, 2}, 2, kDaemons - 1);
+  // The next run trains at N-1.
+  TrainOn(cluster, {0, 2});
+
+  // Restarted with the same flags: taken back between runs.
+  const absl::Time restarted = absl::Now();
+  cluster.StartDaemon(kVictim, {});
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(30),
+      [](const proto::JobStatus& s) {
+        return s.group_epoch() == 3 && s.group_size() == kDaemons &&
+               s.healthy_nodes() == kDaemons;
+      },
+      &status))
+      << "the coordinator did not take daemon " << kVictim << " back\n"
+      << cluster.ServerLogs();
+  const absl::Time whole = AwaitGroup(cluster, {0, 1, 2}, 3, kDaemons);
+  TrainOn(cluster, {0, 1, 2});
+
+  // Each survivor replaced its plane twice, and says so.
+  EXPECT_EQ(Metric(cluster.metrics_port(0), "starling_node_regroups_total"), 2);
+  std::printf(
+      "fault: kill -9 of a daemon between runs (3 daemons, heartbeat "
+      "timeout 2s): re-formed at N-1 after %.2fs, survivors serving after "
+      "%.2fs; restarted daemon: group whole after %.2fs\n",
+      absl::ToDoubleSeconds(reformed - killed),
+      absl::ToDoubleSeconds(served - killed),
+      absl::ToDoubleSeconds(whole - restarted));
+}
+
+TEST(Reform, ADaemonKilledMidRunEndsTheRunAndTheNextOneTrainsAtNMinus1) {
+  NodeCluster cluster(Options());
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  std::vector<pid_t> workers;
+  for (int d = 0; d < kDaemons; ++d) {
+    workers.push_back(cluster.StartWorker(
+        d, 0, {"--steps=100000", "--step_delay=5ms", "--timeout=20s"}));
+  }
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        if (!s.formed()) return false;
+        for (const proto::NodeStatus& node : s.nodes()) {
+          if (node.last_iteration() < 5) return false;
+        }
+        return true;
+      },
+      &status))
+      << "the job did not get going\n"
+      << cluster.ServerLogs();
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  for (int d = 0; d < kDaemons; ++d) {
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(20));
+    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
+                              << cluster.ServerLogs();
+    EXPECT_EQ(r.exit_code, 1) << "daemon " << d;
+    if (d != kVictim) {
+      // Named: the peer's loss on the data plane, or the re-formation.
+      EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr(absl::StrCat(
+                                              "rank ", kVictim, " (127.0.0.1:",
+                                              cluster.data_port(kVictim))),
+                                          HasSubstr("the group re-formed")))
+          << "daemon " << d;
+    }
+  }
+  AwaitGroup(cluster, {0, 2}, 2, kDaemons - 1);
+  TrainOn(cluster, {0, 2});
+  // The failed run and the re-formation are in the job's history.
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [](const proto::JobStatus& s) { return s.recent_runs_size() >= 2; },
+      &status));
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED);
+  EXPECT_EQ(status.recent_runs(1).state(), proto::RunStatus::STATE_FAILED);
+}
+
+}  // namespace
+}  // namespace testing_node
+}  // namespace starling
