@@ -4,7 +4,9 @@
 # coordinator and a node@0 instance are started and must reach "active" through
 # sd_notify (Type=notify); a worker trains through the node's socket as user
 # starling; `kill -9` of each main process must bring a restart (new MainPID,
-# active again); then both stop cleanly and the container is torn down.
+# active again): the coordinator resumes its record, the node is taken back
+# into the group in a new group epoch and a worker trains again; then both
+# stop cleanly and the container is torn down.
 #
 # Needs root, systemd-nspawn (systemd-container), debootstrap and a Debian
 # mirror (the one in /etc/apt/sources.list*) for the first run; deploy/setup.sh
@@ -315,22 +317,38 @@ done
   die "the node did not stay up across the coordinator's restart"
 log "starling-node@0 stayed active (MainPID $node_pid) across the coordinator's restart"
 
-# The node: systemd restarts it at once, but a coordinator does not let a
-# node join a group that already formed ("re-forming a group is not
-# supported yet"), so the new daemon keeps failing its join (activating,
-# Restart=on-failure) until the job's coordinator restarts with a fresh
-# group; then it joins and is active again.
+# The node: systemd restarts it (RestartSec=5s) and the new daemon, joining
+# afresh, is taken back: the coordinator drops its dead predecessor and
+# re-forms the group with it (a new group epoch); READY=1 once it serves.
+epoch_before=$(in_ct curl -s --max-time 2 http://127.0.0.1:29401/metrics |
+  awk '/^starling_coordinator_group_epoch /{print $2}')
 kill_main starling-node@0.service
-log "node journal after its restart:"
+wait_active starling-node@0.service 60
+reformed=
 for _ in $(seq 1 100); do
-  in_ct journalctl -u starling-node@0.service --no-pager -n 50 | grep -q 'cannot join' && break
+  reformed=$(in_ct journalctl -u starling-coordinator.service --no-pager -n 80 |
+    grep 'the group re-formed' | tail -1 || true)
+  [[ -n $reformed ]] && break
   sleep 0.1
 done
-in_ct journalctl -u starling-node@0.service --no-pager -n 50 | grep 'cannot join' | tail -1 | sed 's/^/    /'
-t=$(date +%s.%N)
-timeout 60 nsenter -t "$INIT" -a systemctl restart starling-coordinator.service
-log "systemctl restart starling-coordinator: $(elapsed "$t") s"
-wait_active starling-node@0.service 60
+[[ -n $reformed ]] || die "the coordinator did not re-form the group with the restarted node"
+log "coordinator journal: ${reformed#*: }"
+epoch_after=$(in_ct curl -s --max-time 2 http://127.0.0.1:29401/metrics |
+  awk '/^starling_coordinator_group_epoch /{print $2}')
+[[ -n $epoch_before && -n $epoch_after && $epoch_after -gt $epoch_before ]] ||
+  die "group epoch $epoch_before -> $epoch_after: no new epoch for the restarted node"
+log "group epoch $epoch_before -> $epoch_after; node journal: $(in_ct journalctl -u starling-node@0.service --no-pager -n 50 | grep 'joined job' | tail -1 | sed 's/^.*] //')"
+# It trains again, as user starling, through the same socket path.
+if [[ -d $DATASET ]]; then
+  t=$(date +%s.%N)
+  timeout 150 nsenter -t "$INIT" -a systemd-run --wait --pipe --quiet \
+      --uid=starling --gid=starling -p RuntimeMaxSec=140 \
+      /usr/local/bin/starling-worker --socket=/run/starling/node-0/worker.sock \
+      --worker_index=0 --model=mlp --batch_size=$BATCH --train_limit=$TRAIN \
+      --test_limit=1000 --progress_interval=30s > "$RUN/worker2.log" 2>&1 ||
+    { cat "$RUN/worker2.log"; die "the worker failed after the node's restart"; }
+  log "after the restart a worker trained 1 epoch in $(elapsed "$t") s: $(tail -1 "$RUN/worker2.log")"
+fi
 show_unit starling-coordinator.service
 show_unit starling-node@0.service
 
