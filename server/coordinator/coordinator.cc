@@ -860,13 +860,22 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
     Member& m = members_[rank];
     if (m.health == proto::NODE_HEALTH_LOST) continue;
     const absl::Duration silent = now - m.last_heartbeat;
-    if (silent <= options_.heartbeat_timeout) continue;
-    newly_lost.push_back(static_cast<int>(rank));
-    MarkLostLocked(
-        static_cast<int>(rank),
-        absl::StrCat(m.registered ? "no heartbeat" : "did not re-register",
-                     " for ", Seconds(silent), " (timeout ",
-                     Seconds(options_.heartbeat_timeout), ")"));
+    if (silent > options_.heartbeat_timeout) {
+      newly_lost.push_back(static_cast<int>(rank));
+      MarkLostLocked(
+          static_cast<int>(rank),
+          absl::StrCat(m.registered ? "no heartbeat" : "did not re-register",
+                       " for ", Seconds(silent), " (timeout ",
+                       Seconds(options_.heartbeat_timeout), ")"));
+    } else if (m.suspected_at != absl::InfiniteFuture() &&
+               silent > SuspectSilence(options_)) {
+      newly_lost.push_back(static_cast<int>(rank));
+      MarkLostLocked(
+          static_cast<int>(rank),
+          absl::StrCat("vanished from the data plane of ", m.suspected_by,
+                       " and no heartbeat for ", Seconds(silent), " (every ",
+                       Seconds(HeartbeatInterval(options_)), ")"));
+    }
   }
   ReformIfDueLocked();
   return newly_lost;
@@ -967,6 +976,28 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   }
   member->last_heartbeat = now;
   member->heard_from = true;
+  // It is alive, whatever a peer saw.
+  member->suspected_at = absl::InfiniteFuture();
+  for (int suspect : request.peers_vanished()) {
+    if (suspect < 0 || suspect >= static_cast<int>(members_.size()) ||
+        suspect == request.rank()) {
+      continue;
+    }
+    Member& s = members_[suspect];
+    if (s.health == proto::NODE_HEALTH_LOST ||
+        s.suspected_at != absl::InfiniteFuture()) {
+      continue;
+    }
+    s.suspected_at = now;
+    s.suspected_by = DescribeLocked(request.rank());
+    STARLING_LOG(WARNING) << DescribeLocked(suspect)
+                          << " vanished from the data plane of "
+                          << s.suspected_by << "; LOST unless it heartbeats "
+                          << "within "
+                          << Seconds(std::max(absl::ZeroDuration(),
+                                              SuspectSilence(options_) -
+                                                  (now - s.last_heartbeat)));
+  }
   NoteIterationLocked(member, request.iteration());
   member->reported_shard_bytes = request.shard_bytes();
   member->reported_optimizer_state_bytes = request.optimizer_state_bytes();

@@ -12,7 +12,10 @@
 // it forms its data plane.
 //
 // Failure detection. Members heartbeat; one silent for longer than
-// heartbeat_timeout (by the injected Clock) is marked LOST: logged once,
+// heartbeat_timeout (by the injected Clock), or for longer than
+// SuspectSilence (coordinator_options.h) after a peer reported it vanished
+// from the data plane (HeartbeatRequest.peers_vanished), is marked LOST:
+// logged once,
 // counted in starling_coordinator_node_failures_total, recorded as the job's
 // last error, and the current run fails. The group is degraded while a
 // member is LOST. Heartbeat answers tell survivors the lost ranks. A LOST
@@ -206,6 +209,10 @@ class Coordinator {
     absl::Time lost_since = absl::InfiniteFuture();
     // Why ("no heartbeat for 6s (timeout 5s)").
     std::string lost_why;
+    // A peer reported it vanished from the data plane (its connections
+    // ended): from then on, one missed heartbeat slot makes it LOST.
+    absl::Time suspected_at = absl::InfiniteFuture();
+    std::string suspected_by;
     // False after an adoption until this member re-registered (JOINING).
     bool registered = true;
     // A member of the epoch before, carried into this one by a

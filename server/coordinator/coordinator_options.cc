@@ -25,6 +25,16 @@ int BytesPerElement(proto::DataType dtype) {
   return known.ok() ? static_cast<int>(DataTypeBytes(*known)) : 0;
 }
 
+absl::Duration HeartbeatInterval(const CoordinatorOptions& options) {
+  // Five heartbeats per timeout: one or two lost ones do not make a node
+  // look dead.
+  return std::max(absl::Milliseconds(1), options.heartbeat_timeout / 5);
+}
+
+absl::Duration SuspectSilence(const CoordinatorOptions& options) {
+  return HeartbeatInterval(options) * 5 / 4;
+}
+
 absl::Status ValidateAndComplete(CoordinatorOptions* options) {
   if (options->job_id.empty()) return Invalid("job_id", "must not be empty");
   if (options->version.empty()) return Invalid("version", "must not be empty");
@@ -124,10 +134,8 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
     config.set_elastic_beta(options.elastic_beta);
     config.set_elastic_momentum(options.elastic_momentum);
   }
-  // Five heartbeats per timeout: one or two lost ones do not make a node
-  // look dead.
   config.set_heartbeat_interval_ms(std::max<int64_t>(
-      1, absl::ToInt64Milliseconds(options.heartbeat_timeout / 5)));
+      1, absl::ToInt64Milliseconds(HeartbeatInterval(options))));
   config.set_heartbeat_timeout_ms(
       absl::ToInt64Milliseconds(options.heartbeat_timeout));
   return config;

@@ -84,6 +84,13 @@ struct CoordinatorOptions {
 // enforce, the flag and its value) otherwise.
 absl::Status ValidateAndComplete(CoordinatorOptions* options);
 
+// How often nodes heartbeat: a fifth of the heartbeat timeout.
+absl::Duration HeartbeatInterval(const CoordinatorOptions& options);
+// How long a member whose peers report it vanished from their data plane
+// may go without a heartbeat before it is LOST: 1.25 heartbeat intervals
+// (it missed its slot), instead of the whole heartbeat timeout.
+absl::Duration SuspectSilence(const CoordinatorOptions& options);
+
 // The JobConfig sent to every node in JoinResponse.config.
 // REQUIRES: ValidateAndComplete(&options) succeeded.
 proto::JobConfig JobConfigFor(const CoordinatorOptions& options);

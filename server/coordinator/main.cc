@@ -3,8 +3,8 @@
 // serves /metrics. See --help.
 //
 // Threads: main (waits for SIGINT/SIGTERM), gRPC's pool (one thread per
-// waiting Join), the failure detector (calls DetectFailures() a few times
-// per heartbeat timeout), and the /metrics server's.
+// waiting Join), the failure detector (calls DetectFailures() four times
+// per heartbeat interval), and the /metrics server's.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -164,10 +164,12 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   return ValidateAndComplete(options);
 }
 
-// Calls DetectFailures() several times per heartbeat timeout until `stop`.
-void RunFailureDetector(Coordinator* coordinator, absl::Duration timeout,
+// Calls DetectFailures() four times per heartbeat interval (a member
+// reported vanished is LOST 1.25 intervals after its last heartbeat) until
+// `stop`.
+void RunFailureDetector(Coordinator* coordinator, absl::Duration interval,
                         absl::Notification* stop) {
-  const absl::Duration period = std::max(timeout / 4, absl::Milliseconds(100));
+  const absl::Duration period = std::max(interval / 4, absl::Milliseconds(20));
   while (!stop->WaitForNotificationWithTimeout(period)) {
     coordinator->DetectFailures();
   }
@@ -286,7 +288,7 @@ int Main(int argc, char** argv) {
 
   absl::Notification stop_detector;
   std::thread detector(RunFailureDetector, coordinator->get(),
-                       options.heartbeat_timeout, &stop_detector);
+                       HeartbeatInterval(options), &stop_detector);
 
   const int signal_number = WaitForStopSignal(signals);
   STARLING_LOG(INFO) << "received signal " << signal_number

@@ -225,6 +225,12 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
   tcp.group_key = group.group_key();
   tcp.group_epoch = group.group_epoch();
   tcp.insecure = options_.insecure;
+  // A peer gone from under the data plane is told to the coordinator at
+  // once: it drops the peer as soon as its heartbeat is late too.
+  tcp.on_peer_vanished = [this, epoch = group.group_epoch()](
+                             int peer, const absl::Status&) {
+    link_->ReportVanishedPeer(epoch, peer);
+  };
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));
   plane->transport = MeteredTransport::Create(std::move(tcp_t), traffic_);

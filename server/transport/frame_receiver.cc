@@ -43,6 +43,12 @@ FrameReceiver::Result FrameReceiver::Fail(absl::Status error,
   return result;
 }
 
+FrameReceiver::Result FrameReceiver::Vanished(absl::Status error) const {
+  Result result = Fail(std::move(error), false);
+  result.vanished = true;
+  return result;
+}
+
 FrameReceiver::Result FrameReceiver::Receive(ByteSource* source) {
   Result result;
   if (paused_) {
@@ -82,7 +88,7 @@ FrameReceiver::Result FrameReceiver::Receive(ByteSource* source) {
         struct iovec iov[2] = {{dst_, remaining_}, {staging_.get(), tail}};
         absl::StatusOr<size_t> got = source->ReadSome(iov, 2);
         ++reads;
-        if (!got.ok()) return Fail(got.status(), false);
+        if (!got.ok()) return Vanished(got.status());
         if (*got == 0) {
           drained = true;
           break;
@@ -118,7 +124,7 @@ FrameReceiver::Result FrameReceiver::Receive(ByteSource* source) {
     struct iovec iov = {staging_.get() + end_, kStagingBytes - end_};
     absl::StatusOr<size_t> got = source->ReadSome(&iov, 1);
     ++reads;
-    if (!got.ok()) return Fail(got.status(), false);
+    if (!got.ok()) return Vanished(got.status());
     end_ += *got;
     if (*got < iov.iov_len) drained = true;
   }

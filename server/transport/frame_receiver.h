@@ -43,6 +43,9 @@ class FrameReceiver {
     absl::Status error;
     bool send_error = false;
     bool orderly = false;
+    // The connection itself ended (closed or reset without GOODBYE or
+    // ERROR): the peer process may be gone.
+    bool vanished = false;
     // No more bytes available now (a short read); otherwise call again.
     bool drained = false;
     // Waiting for a region registration (backpressure); see Resume().
@@ -78,6 +81,8 @@ class FrameReceiver {
   Result StartWrite();
   Result FinishFrame();
   Result Fail(absl::Status error, bool send_error) const;
+  // A failed read: the connection ended under the receiver.
+  Result Vanished(absl::Status error) const;
 
   const int peer_;
   const RankNamer name_;

@@ -193,9 +193,8 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::Join() {
     }
   }
   const std::string what = absl::StrCat("joining job ", options_.job_id);
-  STARLING_ASSIGN_OR_RETURN(
-      proto::JoinResponse response,
-      AskToJoin(options_.join_timeout, what));
+  STARLING_ASSIGN_OR_RETURN(proto::JoinResponse response,
+                            AskToJoin(options_.join_timeout, what));
 
   absl::MutexLock lock(&mu_);
   if (stopping_) {
@@ -512,6 +511,16 @@ void CoordinatorLink::ReportStepFailure(int64_t step,
   Enqueue(std::move(item));
 }
 
+void CoordinatorLink::ReportVanishedPeer(uint64_t group_epoch, int rank) {
+  absl::MutexLock lock(&mu_);
+  if (!joined_ || group_epoch != join_.group_epoch() || rank == join_.rank()) {
+    return;
+  }
+  vanished_.insert(rank);
+  beat_now_ = true;
+  changed_.SignalAll();
+}
+
 void CoordinatorLink::Enqueue(Outgoing item) {
   absl::MutexLock lock(&mu_);
   if (item.group_epoch == 0) item.group_epoch = join_.group_epoch();
@@ -539,8 +548,9 @@ void CoordinatorLink::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       while (!stopping_) {
         const absl::Time now = absl::Now();
-        if (now >= next_beat) {
+        if (now >= next_beat || beat_now_) {
           beat = true;
+          beat_now_ = false;
           break;
         }
         if (!queue_.empty() && now >= retry_queue_at_) break;
@@ -670,13 +680,16 @@ void CoordinatorLink::Beat() {
   proto::HeartbeatRequest request;
   if (callbacks_.fill_status) callbacks_.fill_status(&request);
   request.set_job_id(options_.job_id);
+  std::set<int> vanished;
   {
     absl::MutexLock lock(&mu_);
     request.set_rank(join_.rank());
     request.set_group_epoch(join_.group_epoch());
     highest_run_id_ = std::max(highest_run_id_, request.run().run_id());
     last_run_ = request.run();
+    vanished.swap(vanished_);
   }
+  for (int rank : vanished) request.add_peers_vanished(rank);
   proto::HeartbeatResponse response;
   // At most one immediate retry, after a re-registration.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -689,6 +702,10 @@ void CoordinatorLink::Beat() {
     {
       absl::MutexLock lock(&mu_);
       beat_failing_ = true;
+      // Told in the next heartbeat, if still of this epoch.
+      if (join_.group_epoch() == request.group_epoch()) {
+        vanished_.insert(vanished.begin(), vanished.end());
+      }
     }
     if (call.outcome == Outcome::kRejoin && attempt == 0) {
       STARLING_LOG(WARNING)

@@ -167,6 +167,12 @@ class CoordinatorLink {
   // link's thread at once. Never blocks.
   void ReportStepFailure(int64_t step, const std::string& error);
 
+  // Rank `rank` of group epoch `group_epoch` vanished from this node's data
+  // plane (its connections ended under it): told to the coordinator in a
+  // heartbeat sent at once (HeartbeatRequest.peers_vanished). Ignored for
+  // another epoch than the link's. Never blocks.
+  void ReportVanishedPeer(uint64_t group_epoch, int rank);
+
   // Stops heartbeating (after one last try at the queued reports, within
   // rpc_timeout) and cancels a Join or BeginRun in flight. Idempotent.
   void Stop();
@@ -287,6 +293,9 @@ class CoordinatorLink {
   // The coordinator refused this node's re-registration for good: the
   // link's thread joins afresh.
   bool join_afresh_needed_ ABSL_GUARDED_BY(mu_) = false;
+  // Peers to report vanished in the next heartbeat, which is due at once.
+  std::set<int> vanished_ ABSL_GUARDED_BY(mu_);
+  bool beat_now_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t highest_run_id_ ABSL_GUARDED_BY(mu_) = 0;
   // The run the last heartbeat reported (fill_status), for Rejoin.
   proto::RunStatus last_run_ ABSL_GUARDED_BY(mu_);

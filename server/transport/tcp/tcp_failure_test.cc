@@ -7,7 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -23,7 +25,9 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::AnyOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
@@ -91,8 +95,39 @@ TEST(TcpFailure, EarlyWriteOutOfRangeFailsAtRegistration) {
               StatusIs(absl::StatusCode::kDataLoss));
 }
 
+// Peers whose connections ended under rank 0 (TcpOptions::on_peer_vanished).
+struct VanishedPeers {
+  absl::Mutex mu;
+  std::vector<int> peers ABSL_GUARDED_BY(mu);
+
+  void Watch(TcpOptions& options) {
+    if (options.rank != 0) return;
+    options.on_peer_vanished = [this](int peer, const absl::Status&) {
+      absl::MutexLock lock(&mu);
+      peers.push_back(peer);
+    };
+  }
+  std::vector<int> Get() {
+    absl::MutexLock lock(&mu);
+    return peers;
+  }
+  // Waits (bounded) until one was reported.
+  std::vector<int> Await() {
+    absl::MutexLock lock(&mu);
+    mu.AwaitWithDeadline(
+        absl::Condition(
+            +[](std::vector<int>* p) { return !p->empty(); }, &peers),
+        Soon());
+    return peers;
+  }
+};
+
 TEST(TcpFailure, ClosedPeerIsUnavailableNamingRankAndAddress) {
-  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(3));
+  VanishedPeers vanished;
+  ASSERT_OK_AND_ASSIGN(auto group,
+                       CreateGroup(3, [&vanished](TcpOptions& options) {
+                         vanished.Watch(options);
+                       }));
   const std::string name = group[0]->PeerName(2);
   std::thread waiter([&] {
     EXPECT_THAT(group[0]->WaitForWrite(WriteMatch{1, 2, {}}, Soon()),
@@ -119,15 +154,24 @@ TEST(TcpFailure, ClosedPeerIsUnavailableNamingRankAndAddress) {
   // A wait with no peer given fails too once any peer is lost.
   EXPECT_THAT(group[0]->WaitForWrite(WriteMatch{1, {}, {}}, Soon()),
               StatusIs(absl::StatusCode::kUnavailable));
+  // The connection ended under rank 0: reported once, for rank 2 only.
+  EXPECT_THAT(vanished.Await(), ElementsAre(2));
 }
 
 TEST(TcpFailure, ShutdownIsOrderly) {
-  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+  VanishedPeers vanished;
+  ASSERT_OK_AND_ASSIGN(auto group,
+                       CreateGroup(2, [&vanished](TcpOptions& options) {
+                         vanished.Watch(options);
+                       }));
   const std::string name = group[0]->PeerName(1);
   group[1].reset();
   EXPECT_THAT(group[0]->RecvControl(1, 0, Soon()),
               StatusIs(absl::StatusCode::kUnavailable,
                        AllOf(HasSubstr(name), HasSubstr("shut down"))));
+  // A peer that said goodbye did not vanish.
+  group[0].reset();
+  EXPECT_THAT(vanished.Get(), IsEmpty());
 }
 
 TEST(TcpFailure, AbortPeerFinishesPendingWritesBeforeReturning) {

@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "server/transport/frame.h"
 #include "server/transport/peer_address.h"
@@ -96,6 +98,12 @@ struct TcpOptions {
 
   // How long the destructor waits for peers to acknowledge GOODBYE.
   absl::Duration shutdown_timeout = absl::Seconds(2);
+
+  // Called once per peer whose connection ended under this transport as
+  // its first failure (closed or reset without GOODBYE or ERROR: the peer
+  // process may be gone), from the transport's event loop; must not block.
+  // May be empty.
+  std::function<void(int peer, const absl::Status& why)> on_peer_vanished;
 
   // Protocol version announced in HELLO; tests set another to check the
   // mismatch error.

@@ -218,7 +218,8 @@ void TcpTransport::Loop() {
           !connection->dead.load(std::memory_order_acquire)) {
         absl::Status flushed = connection->sender->Flush();
         if (!flushed.ok()) {
-          FailPeer(connection->peer(), flushed, false, false);
+          FailPeer(connection->peer(), flushed, false, false,
+                   /*vanished=*/true);
         }
       }
       if (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
@@ -241,14 +242,15 @@ void TcpTransport::HandleReadable(TcpConnection* connection, uint32_t events) {
     FailPeer(peer,
              absl::UnavailableError(
                  absl::StrCat(PeerName(peer), " closed the connection")),
-             false, false);
+             false, false, /*vanished=*/true);
     connection->receiver->Abandon();
     if (!connection->Drain()) CloseConnection(connection);
     return;
   }
   FrameReceiver::Result result = connection->receiver->Receive(connection);
   if (!result.error.ok()) {
-    FailPeer(peer, result.error, result.send_error, result.orderly);
+    FailPeer(peer, result.error, result.send_error, result.orderly,
+             result.vanished);
     connection->receiver->Abandon();
     if (!connection->Drain()) CloseConnection(connection);
     return;
@@ -292,7 +294,15 @@ void TcpTransport::CloseConnection(TcpConnection* connection) {
 
 void TcpTransport::FailPeer(int peer, const absl::Status& why, bool tell_peer,
                             bool orderly) {
+  FailPeer(peer, why, tell_peer, orderly, /*vanished=*/false);
+}
+
+void TcpTransport::FailPeer(int peer, const absl::Status& why, bool tell_peer,
+                            bool orderly, bool vanished) {
   const bool first = inbox()->FailPeer(peer, why);
+  if (first && vanished && options_.on_peer_vanished) {
+    options_.on_peer_vanished(peer, why);
+  }
   const absl::Status sticky = first ? why : inbox()->PeerStatus(peer);
   if (first || tell_peer) LogPeerFailure(peer, sticky, orderly);
   // Every connection carries the ERROR: the peer may read any of them first

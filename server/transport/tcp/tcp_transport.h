@@ -99,6 +99,11 @@ class TcpTransport : public InboxTransport {
   // ERROR frame.
   void FailPeer(int peer, const absl::Status& why, bool tell_peer,
                 bool orderly) override;
+  // The same; `vanished`: the peer's connection ended under us (closed or
+  // reset, no GOODBYE or ERROR), which a first failure reports to
+  // options_.on_peer_vanished.
+  void FailPeer(int peer, const absl::Status& why, bool tell_peer, bool orderly,
+                bool vanished);
   void CloseConnection(TcpConnection* connection);
 
   const TcpOptions options_;
