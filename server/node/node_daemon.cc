@@ -30,6 +30,8 @@ constexpr size_t kKeptSchedules = 4;
 // Bound on one schedule request when the job config gives no collective
 // timeout.
 constexpr absl::Duration kDefaultScheduleTimeout = absl::Seconds(30);
+// Longest a worker's Hello waits for the data plane of a re-formed group.
+constexpr absl::Duration kAttachWait = absl::Seconds(20);
 
 std::string LocalHostname() {
   char name[256] = {};
@@ -431,6 +433,17 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
   metrics_.regroups->Increment();
   const absl::Time start = absl::Now();
   if (old != nullptr) {
+    // Peers that left the group are not waited for (their goodbye, a
+    // collective): their connections are failed first.
+    for (int r = 0; r < old->group.peers_size(); ++r) {
+      if (r == old->group.rank()) continue;
+      const std::string& address = old->group.peers(r).data_address();
+      const bool stays = std::any_of(group.peers().begin(), group.peers().end(),
+                                     [&address](const proto::PeerInfo& peer) {
+                                       return peer.data_address() == address;
+                                     });
+      if (!stays) old->transport->AbortPeer(r, why);
+    }
     // The old group's run ends here with `why`; its plane stops (its
     // transport is closed once its last user let go).
     old->Stop(why);
@@ -545,14 +558,24 @@ void NodeDaemon::OnLostRanks(const std::vector<int>& lost_ranks) {
 absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
     const WorkerHandle& worker, const proto::HelloRequest& hello) {
   proto::HelloReply reply;
+  std::shared_ptr<Plane> p;
   {
     absl::MutexLock lock(&mu_);
+    // A worker that comes while the plane of a re-formed group is being
+    // built waits for it (bounded) instead of being turned away.
+    mu_.AwaitWithDeadline(
+        absl::Condition(
+            +[](NodeDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
+              return d->stopped_ || d->plane_ != nullptr;
+            },
+            this),
+        absl::Now() + kAttachWait);
     if (stopped_) {
       return absl::UnavailableError(
-          absl::StrCat("daemon ", Self(), " is shutting down"));
+          absl::StrCat("daemon ", SelfAt(group_.rank()), " is shutting down"));
     }
+    p = plane_;
   }
-  std::shared_ptr<Plane> p = plane();
   if (p == nullptr) return NoPlane();
   STARLING_RETURN_IF_ERROR(p->runs->Attach(worker, &reply));
   {
@@ -788,13 +811,17 @@ proto::ListShardsReply NodeDaemon::Shards() const {
 proto::GroupReply NodeDaemon::Group() const {
   proto::GroupReply reply;
   std::shared_ptr<Plane> p = plane();
+  // While the plane of a re-formed group is being built, that group with
+  // its peers JOINING (not connected yet).
   const proto::JoinResponse joined = p != nullptr ? p->group : group();
   reply.set_group_epoch(joined.group_epoch());
   for (int r = 0; r < joined.peers_size(); ++r) {
     proto::PeerInfo* peer = reply.add_peers();
     *peer = joined.peers(r);
-    if (r != joined.rank() && p != nullptr &&
-        !p->transport->PeerStatus(r).ok()) {
+    if (r == joined.rank()) continue;
+    if (p == nullptr) {
+      peer->set_health(proto::NODE_HEALTH_JOINING);
+    } else if (!p->transport->PeerStatus(r).ok()) {
       peer->set_health(proto::NODE_HEALTH_LOST);
     }
   }

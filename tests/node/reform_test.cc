@@ -72,6 +72,10 @@ absl::Time AwaitGroup(NodeCluster& cluster, const std::vector<int>& daemons,
     while (!there && absl::Now() < give_up) {
       there = cluster.NodeGroup(d, &group, &error) &&
               group.group_epoch() == epoch && group.peers_size() == size;
+      // Its data plane formed: no peer still JOINING.
+      for (const proto::PeerInfo& peer : group.peers()) {
+        there &= peer.health() != proto::NODE_HEALTH_JOINING;
+      }
       if (!there) absl::SleepFor(absl::Milliseconds(20));
     }
     EXPECT_TRUE(there) << "daemon " << d << " does not serve group epoch "

@@ -1,0 +1,511 @@
+// The fault table: each fault injected --runs times into a fresh job on
+// loopback (coordinator, daemons, quadratic workers; tests/node's
+// NodeCluster), timed from the injection:
+//
+//   detect  the coordinator has acted on it (a new group epoch, or the
+//           restarted coordinator serving the group again);
+//   resume  a step committed again: the first step of the next run at N-1
+//           (or of the run that went on);
+//   lost    steps of the run in progress that no worker will see again
+//           (the run in progress fails with its group until shard and
+//           optimizer state are replicated), and whether a worker hung.
+//
+// Prints a Markdown table (median and worst per fault) and writes it to
+// --out. Every wait is bounded; a bound that passes counts as a hang.
+// Run through tests/fault/run_fault_table.sh (bazel test, manual tag).
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/node_admin.pb.h"
+#include "tests/node/node_cluster.h"
+
+ABSL_FLAG(int, runs, 3, "runs of each fault");
+ABSL_FLAG(std::string, out, "", "also write the table here (Markdown)");
+ABSL_FLAG(std::string, only, "",
+          "run only the faults whose name contains this");
+ABSL_FLAG(bool, logs, false,
+          "print the coordinator's and daemons' logs of a worker that hung");
+
+namespace starling {
+namespace testing_node {
+namespace {
+
+constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
+constexpr absl::Duration kBound = absl::Seconds(30);
+
+struct Sample {
+  bool ok = true;
+  bool hung = false;
+  double detect_s = -1;
+  double resume_s = -1;
+  int64_t lost_steps = 0;
+  std::string note;
+};
+
+ClusterOptions Options(int daemons) {
+  ClusterOptions options;
+  options.daemons = daemons;
+  options.local_workers = 1;
+  options.parameter_count = 1000;
+  options.heartbeat_timeout = kHeartbeatTimeout;
+  options.collective_timeout = absl::Seconds(10);
+  return options;
+}
+
+// Polls `done` every 5 ms until it holds (the time then) or `bound` passes.
+std::optional<absl::Time> PollUntil(const std::function<bool()>& done,
+                                    absl::Duration bound = kBound) {
+  const absl::Time give_up = absl::Now() + bound;
+  while (absl::Now() < give_up) {
+    if (done()) return absl::Now();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return std::nullopt;
+}
+
+proto::JobStatus Job(NodeCluster& cluster) {
+  proto::JobStatus status;
+  std::string error;
+  if (!cluster.JobStatus(&status, &error)) return proto::JobStatus();
+  return status;
+}
+
+// Daemon `daemon` serves group `epoch` of `size` ranks: its data plane is
+// formed (no peer JOINING).
+bool Serves(NodeCluster& cluster, int daemon, uint64_t epoch, int size) {
+  proto::GroupReply group;
+  std::string error;
+  if (!cluster.NodeGroup(daemon, &group, &error) ||
+      group.group_epoch() != epoch || group.peers_size() != size) {
+    return false;
+  }
+  for (const proto::PeerInfo& peer : group.peers()) {
+    if (peer.health() == proto::NODE_HEALTH_JOINING) return false;
+  }
+  return true;
+}
+
+// Workers on `daemons`, a short run; true if all exit 0 bit-identical.
+bool TrainOn(NodeCluster& cluster, const std::vector<int>& daemons,
+             int steps = 10) {
+  std::vector<pid_t> pids;
+  for (int d : daemons) {
+    pids.push_back(cluster.StartWorker(
+        d, 0, {absl::StrCat("--steps=", steps), "--timeout=20s"}));
+  }
+  std::string first;
+  bool ok = true;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    const ProcessResult r = cluster.Wait(pids[i], kBound);
+    const size_t at = r.out.find("params=");
+    if (r.exit_code != 0 || at == std::string::npos) {
+      ok = false;
+      continue;
+    }
+    if (i == 0) first = r.out.substr(at);
+    ok &= r.out.substr(at) == first;
+  }
+  return ok;
+}
+
+// Long-running workers on every daemon; returns once each daemon applied
+// a few steps (nullopt if they did not within the bound).
+std::optional<std::vector<pid_t>> StartLongRun(NodeCluster& cluster) {
+  std::vector<pid_t> pids;
+  for (int d = 0; d < cluster.options().daemons; ++d) {
+    pids.push_back(cluster.StartWorker(
+        d, 0, {"--steps=100000", "--step_delay=5ms", "--timeout=20s"}));
+  }
+  const bool going = PollUntil([&] {
+                       const proto::JobStatus s = Job(cluster);
+                       if (!s.formed() || s.nodes_size() == 0) return false;
+                       for (const proto::NodeStatus& n : s.nodes()) {
+                         if (n.last_iteration() < 5) return false;
+                       }
+                       return true;
+                     }).has_value();
+  if (!going) return std::nullopt;
+  return pids;
+}
+
+// The first step of a run on `daemons` after `from`: starts a worker on
+// each and returns when one daemon applied a step of the new run.
+std::optional<absl::Time> FirstStep(NodeCluster& cluster,
+                                    const std::vector<int>& daemons,
+                                    uint64_t after_run,
+                                    std::vector<pid_t>* pids) {
+  for (int d : daemons) {
+    pids->push_back(cluster.StartWorker(
+        d, 0, {"--steps=30", "--step_delay=5ms", "--timeout=20s"}));
+  }
+  return PollUntil([&] {
+    proto::NodeStatusReply status;
+    std::string error;
+    return cluster.NodeStatus(daemons[0], &status, &error) &&
+           status.run().run_id() > after_run &&
+           status.run().state() == proto::RunStatus::STATE_RUNNING &&
+           status.run().steps() >= 1;
+  });
+}
+
+bool AllExitZero(NodeCluster& cluster, const std::vector<pid_t>& pids) {
+  bool ok = true;
+  for (pid_t pid : pids) ok &= cluster.Wait(pid, kBound).exit_code == 0;
+  return ok;
+}
+
+uint64_t CurrentRun(NodeCluster& cluster) {
+  const proto::JobStatus s = Job(cluster);
+  return s.current_run().run_id();
+}
+
+// Steps the failed run `run_id` had applied, from the job's history.
+int64_t StepsOfRun(NodeCluster& cluster, uint64_t run_id) {
+  const proto::JobStatus job = Job(cluster);
+  for (const proto::RunStatus& run : job.recent_runs()) {
+    if (run.run_id() == run_id) return run.steps();
+  }
+  return 0;
+}
+
+// --- The faults
+// ---------------------------------------------------------------
+
+// kill -9 of daemon 1 of 3 between runs.
+Sample KillBetweenRuns() {
+  Sample s;
+  NodeCluster cluster(Options(3));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  if (!TrainOn(cluster, {0, 1, 2})) return {false, false, -1, -1, 0, "setup"};
+  const uint64_t last_run = Job(cluster).recent_runs_size() > 0
+                                ? Job(cluster).recent_runs(0).run_id()
+                                : 0;
+  const absl::Time t0 = absl::Now();
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  const auto detected =
+      PollUntil([&] { return Job(cluster).group_epoch() >= 2; });
+  if (!detected) return {false, true, -1, -1, 0, "not re-formed"};
+  s.detect_s = absl::ToDoubleSeconds(*detected - t0);
+  if (!PollUntil([&] {
+        return Serves(cluster, 0, 2, 2) && Serves(cluster, 2, 2, 2);
+      })) {
+    return {false, true, s.detect_s, -1, 0, "survivors not serving"};
+  }
+  std::vector<pid_t> pids;
+  const auto step = FirstStep(cluster, {0, 2}, last_run, &pids);
+  if (!step) return {false, true, s.detect_s, -1, 0, "no step at N-1"};
+  s.resume_s = absl::ToDoubleSeconds(*step - t0);
+  s.ok = AllExitZero(cluster, pids);
+  return s;
+}
+
+// kill -9 of daemon 1 of 3 during a run.
+Sample KillMidRun() {
+  Sample s;
+  NodeCluster cluster(Options(3));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  const auto workers = StartLongRun(cluster);
+  if (!workers) return {false, true, -1, -1, 0, "setup"};
+  const uint64_t run = CurrentRun(cluster);
+  const absl::Time t0 = absl::Now();
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  const auto detected =
+      PollUntil([&] { return Job(cluster).group_epoch() >= 2; });
+  if (!detected) return {false, true, -1, -1, 0, "not re-formed"};
+  s.detect_s = absl::ToDoubleSeconds(*detected - t0);
+  for (int d : {0, 2}) {
+    const ProcessResult r = cluster.Wait((*workers)[d], kBound);
+    s.hung |= r.timed_out;
+  }
+  if (!PollUntil([&] {
+        return Serves(cluster, 0, 2, 2) && Serves(cluster, 2, 2, 2);
+      })) {
+    return {false, true, s.detect_s, -1, 0, "survivors not serving"};
+  }
+  s.lost_steps = StepsOfRun(cluster, run);
+  std::vector<pid_t> pids;
+  const auto step = FirstStep(cluster, {0, 2}, run, &pids);
+  if (!step) return {false, true, s.detect_s, -1, s.lost_steps, "no step"};
+  s.resume_s = absl::ToDoubleSeconds(*step - t0);
+  s.ok = AllExitZero(cluster, pids) && !s.hung;
+  return s;
+}
+
+// SIGSTOP of daemon 1 of 3 during a run (its sockets stay open), then
+// SIGCONT once the group re-formed without it: it joins afresh.
+Sample StopMidRun() {
+  Sample s;
+  NodeCluster cluster(Options(3));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  const auto workers = StartLongRun(cluster);
+  if (!workers) return {false, true, -1, -1, 0, "setup"};
+  const uint64_t run = CurrentRun(cluster);
+  const absl::Time t0 = absl::Now();
+  cluster.Kill(cluster.daemon_pid(1), SIGSTOP);
+  const auto detected =
+      PollUntil([&] { return Job(cluster).group_epoch() >= 2; });
+  if (!detected) {
+    cluster.Kill(cluster.daemon_pid(1), SIGCONT);
+    return {false, true, -1, -1, 0, "not re-formed"};
+  }
+  s.detect_s = absl::ToDoubleSeconds(*detected - t0);
+  for (int d : {0, 2}) {
+    const ProcessResult r = cluster.Wait((*workers)[d], kBound);
+    s.hung |= r.timed_out;
+    if (r.timed_out && absl::GetFlag(FLAGS_logs)) {
+      std::fprintf(stderr, "worker of daemon %d hung: %s\n%s\n", d,
+                   r.err.c_str(), cluster.ServerLogs().c_str());
+    }
+  }
+  s.lost_steps = StepsOfRun(cluster, run);
+  PollUntil(
+      [&] { return Serves(cluster, 0, 2, 2) && Serves(cluster, 2, 2, 2); });
+  std::vector<pid_t> pids;
+  const auto step = FirstStep(cluster, {0, 2}, run, &pids);
+  if (!step) {
+    if (absl::GetFlag(FLAGS_logs)) {
+      std::fprintf(stderr, "no step at N-1:\n%s\n",
+                   cluster.ServerLogs().c_str());
+    }
+    cluster.Kill(cluster.daemon_pid(1), SIGCONT);
+    return {false, true, s.detect_s, -1, s.lost_steps, "no step"};
+  }
+  s.resume_s = absl::ToDoubleSeconds(*step - t0);
+  s.ok = AllExitZero(cluster, pids) && !s.hung;
+  // Woken up, the stopped daemon finds itself dropped and joins afresh.
+  const absl::Time woke = absl::Now();
+  cluster.Kill(cluster.daemon_pid(1), SIGCONT);
+  (void)cluster.Wait((*workers)[1], kBound);
+  const auto back = PollUntil([&] {
+    const proto::JobStatus j = Job(cluster);
+    return j.group_epoch() >= 3 && j.group_size() == 3 &&
+           j.healthy_nodes() == 3;
+  });
+  if (!back) {
+    s.ok = false;
+    s.note = "not taken back after SIGCONT";
+  } else {
+    s.note = absl::StrFormat("back in the group %.2fs after SIGCONT",
+                             absl::ToDoubleSeconds(*back - woke));
+  }
+  return s;
+}
+
+// Daemon 1 of 3 killed and started again at once with the same flags
+// (faster than the heartbeat timeout: its join says it restarted).
+Sample RestartSameFlags() {
+  Sample s;
+  NodeCluster cluster(Options(3));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  if (!TrainOn(cluster, {0, 1, 2})) return {false, false, -1, -1, 0, "setup"};
+  const uint64_t last_run = Job(cluster).recent_runs(0).run_id();
+  const absl::Time t0 = absl::Now();
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  cluster.Wait(cluster.daemon_pid(1), absl::Seconds(5));
+  cluster.StartDaemon(1, {});
+  const auto whole = PollUntil([&] {
+    const proto::JobStatus j = Job(cluster);
+    return j.group_epoch() >= 2 && j.group_size() == 3 &&
+           j.healthy_nodes() == 3;
+  });
+  if (!whole) return {false, true, -1, -1, 0, "not taken back"};
+  s.detect_s = absl::ToDoubleSeconds(*whole - t0);
+  const uint64_t epoch = Job(cluster).group_epoch();
+  if (!PollUntil([&] {
+        return Serves(cluster, 0, epoch, 3) && Serves(cluster, 1, epoch, 3) &&
+               Serves(cluster, 2, epoch, 3);
+      })) {
+    return {false, true, s.detect_s, -1, 0, "not serving"};
+  }
+  std::vector<pid_t> pids;
+  const auto step = FirstStep(cluster, {0, 1, 2}, last_run, &pids);
+  if (!step) return {false, true, s.detect_s, -1, 0, "no step"};
+  s.resume_s = absl::ToDoubleSeconds(*step - t0);
+  s.ok = AllExitZero(cluster, pids);
+  s.note = absl::StrCat("epoch ", epoch, ", 3 of 3 nodes");
+  return s;
+}
+
+// kill -9 of the coordinator (with --state_file) during a run, started
+// again at once: the run goes on.
+Sample KillCoordinatorMidRun() {
+  Sample s;
+  NodeCluster cluster(Options(3));
+  const std::string state =
+      TempPath(absl::StrCat("fault-coordinator-", ::getpid(), "-",
+                            absl::ToUnixNanos(absl::Now()), ".state"));
+  const std::vector<std::string> flags = {absl::StrCat("--state_file=", state)};
+  pid_t coordinator = cluster.StartCoordinatorWith("coordinator", flags);
+  cluster.StartDaemons();
+  std::vector<pid_t> workers;
+  for (int d = 0; d < 3; ++d) {
+    workers.push_back(cluster.StartWorker(
+        d, 0, {"--steps=300", "--step_delay=5ms", "--timeout=30s"}));
+  }
+  if (!PollUntil([&] {
+        const proto::JobStatus j = Job(cluster);
+        return j.current_run().run_id() != 0 && j.iteration() >= 20;
+      })) {
+    return {false, true, -1, -1, 0, "setup"};
+  }
+  const uint64_t run = CurrentRun(cluster);
+  const absl::Time t0 = absl::Now();
+  cluster.Kill(coordinator, SIGKILL);
+  cluster.Wait(coordinator, absl::Seconds(5));
+  coordinator = cluster.StartCoordinatorWith("coordinator2", flags);
+  const auto serving = PollUntil([&] {
+    const proto::JobStatus j = Job(cluster);
+    return j.formed() && j.healthy_nodes() == 3;
+  });
+  if (!serving) return {false, true, -1, -1, 0, "not serving again"};
+  s.detect_s = absl::ToDoubleSeconds(*serving - t0);
+  // The run never stopped: its next step is the resume.
+  s.resume_s = s.detect_s;
+  for (pid_t pid : workers) {
+    const ProcessResult r = cluster.Wait(pid, kBound);
+    s.hung |= r.timed_out;
+    s.ok &= r.exit_code == 0;
+  }
+  const auto finished = PollUntil([&] {
+    const proto::JobStatus job = Job(cluster);
+    for (const proto::RunStatus& r : job.recent_runs()) {
+      if (r.run_id() == run) {
+        return r.state() == proto::RunStatus::STATE_FINISHED;
+      }
+    }
+    return false;
+  });
+  s.ok &= finished.has_value();
+  s.lost_steps = 0;
+  s.note = "run finished, 300 of 300 steps";
+  return s;
+}
+
+// Daemons 1 and 2 of 4 killed together during a run.
+Sample KillTwoMidRun() {
+  Sample s;
+  NodeCluster cluster(Options(4));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  const auto workers = StartLongRun(cluster);
+  if (!workers) return {false, true, -1, -1, 0, "setup"};
+  const uint64_t run = CurrentRun(cluster);
+  const absl::Time t0 = absl::Now();
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  cluster.Kill(cluster.daemon_pid(2), SIGKILL);
+  const auto detected = PollUntil([&] {
+    const proto::JobStatus j = Job(cluster);
+    return j.group_size() == 2 && j.healthy_nodes() == 2;
+  });
+  if (!detected) return {false, true, -1, -1, 0, "not re-formed at N-2"};
+  s.detect_s = absl::ToDoubleSeconds(*detected - t0);
+  for (int d : {0, 3}) s.hung |= cluster.Wait((*workers)[d], kBound).timed_out;
+  const uint64_t epoch = Job(cluster).group_epoch();
+  PollUntil([&] {
+    return Serves(cluster, 0, epoch, 2) && Serves(cluster, 3, epoch, 2);
+  });
+  s.lost_steps = StepsOfRun(cluster, run);
+  std::vector<pid_t> pids;
+  const auto step = FirstStep(cluster, {0, 3}, run, &pids);
+  if (!step) return {false, true, s.detect_s, -1, s.lost_steps, "no step"};
+  s.resume_s = absl::ToDoubleSeconds(*step - t0);
+  s.ok = AllExitZero(cluster, pids) && !s.hung;
+  s.note = absl::StrCat("epoch ", epoch);
+  return s;
+}
+
+// --- The table
+// ----------------------------------------------------------------
+
+struct Fault {
+  std::string name;
+  std::function<Sample()> run;
+};
+
+std::string Stat(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return x < 0; }),
+          v.end());
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  const double median = v.size() % 2 == 1
+                            ? v[v.size() / 2]
+                            : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  return absl::StrFormat("%.2f / %.2f", median, v.back());
+}
+
+int Main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
+  const std::vector<Fault> faults = {
+      {"kill -9 of a daemon between runs (3 daemons)", KillBetweenRuns},
+      {"kill -9 of a daemon mid-run (3 daemons)", KillMidRun},
+      {"SIGSTOP of a daemon mid-run, SIGCONT later (3 daemons)", StopMidRun},
+      {"daemon killed and restarted with the same flags (3 daemons)",
+       RestartSameFlags},
+      {"kill -9 of the coordinator mid-run, restarted (--state_file)",
+       KillCoordinatorMidRun},
+      {"kill -9 of two daemons at once, mid-run (4 daemons)", KillTwoMidRun},
+  };
+  std::string table = absl::StrCat(
+      "| fault | runs | ok | hangs | detect s (median / worst) | resume s "
+      "(median / worst) | steps lost (worst) | note (last run) |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  for (const Fault& fault : faults) {
+    std::vector<double> detect, resume;
+    int ok = 0, hangs = 0;
+    int64_t lost = 0;
+    std::string note;
+    if (fault.name.find(absl::GetFlag(FLAGS_only)) == std::string::npos) {
+      continue;
+    }
+    for (int r = 0; r < runs; ++r) {
+      const Sample s = fault.run();
+      std::fprintf(stderr,
+                   "%s, run %d: ok=%d hung=%d detect=%.2fs resume=%.2fs "
+                   "lost=%lld %s\n",
+                   fault.name.c_str(), r + 1, s.ok, s.hung, s.detect_s,
+                   s.resume_s, static_cast<long long>(s.lost_steps),
+                   s.note.c_str());
+      ok += s.ok ? 1 : 0;
+      hangs += s.hung ? 1 : 0;
+      detect.push_back(s.detect_s);
+      resume.push_back(s.resume_s);
+      lost = std::max(lost, s.lost_steps);
+      note = s.note;
+    }
+    absl::StrAppend(&table, "| ", fault.name, " | ", runs, " | ", ok, " | ",
+                    hangs, " | ", Stat(detect), " | ", Stat(resume), " | ",
+                    lost, " | ", note.empty() ? "-" : note, " |\n");
+  }
+  std::printf("\n%s", table.c_str());
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (!out.empty()) std::ofstream(out) << table;
+  return 0;
+}
+
+}  // namespace
+}  // namespace testing_node
+}  // namespace starling
+
+int main(int argc, char** argv) {
+  return starling::testing_node::Main(argc, argv);
+}
