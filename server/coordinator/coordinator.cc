@@ -330,7 +330,13 @@ void Coordinator::InstallGroupLocked(std::vector<Member> survivors,
     member.registered = group[rank].registered;
     member.carried_over = group[rank].carried_over;
     member.local_workers = LocalWorkers(member.join);
-    member.last_heartbeat = now;
+    // A member carried over keeps its silence and its suspicion: one that
+    // died with the others is found on its own schedule, not a timeout
+    // later.
+    member.last_heartbeat =
+        member.carried_over ? group[rank].last_heartbeat : now;
+    member.suspected_at = group[rank].suspected_at;
+    member.suspected_by = group[rank].suspected_by;
     member.shard_elements =
         shard_map_[rank].end_element() - shard_map_[rank].begin_element();
     members_.push_back(std::move(member));
@@ -371,6 +377,14 @@ bool Coordinator::ReformIfDueLocked() {
     // still come back.
     if (pending_.empty() || lost_in_grace || runs_.current() != nullptr ||
         !begin_waiting_.empty()) {
+      return false;
+    }
+  }
+  // A member its peers saw vanish too is LOST or heard from within
+  // SuspectSilence: one re-formation for nodes that died together.
+  for (const Member& m : members_) {
+    if (m.health != proto::NODE_HEALTH_LOST &&
+        m.suspected_at != absl::InfiniteFuture()) {
       return false;
     }
   }

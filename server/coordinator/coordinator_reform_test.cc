@@ -171,6 +171,34 @@ TEST_F(CoordinatorReformTest, AMemberItsPeersSawVanishIsLostAtItsNextSlot) {
                         "and no heartbeat for 1.3s (every 1s)"));
 }
 
+TEST_F(CoordinatorReformTest, MembersThatVanishTogetherLeaveInOneReFormation) {
+  Create(4);
+  Form(4);
+  Beat({{0, joins_[0]}, {1, joins_[1]}, {2, joins_[2]}, {3, joins_[3]}}, 1);
+  // Rank 3 heartbeats 400 ms later than rank 2; both die; rank 0 saw both
+  // vanish.
+  clock_.Advance(absl::Milliseconds(400));
+  ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(3, 1)).status());
+  proto::HeartbeatRequest report = coordinator::Beat(0, 1);
+  report.add_peers_vanished(2);
+  report.add_peers_vanished(3);
+  ASSERT_OK(coordinator_->Heartbeat(report).status());
+  // 1.3 s after rank 2's last heartbeat it is LOST, but rank 3, still in
+  // its slot, is awaited: no re-formation yet.
+  clock_.Advance(absl::Milliseconds(900));
+  ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(1, 1)).status());
+  proto::JobStatus status = Status();
+  EXPECT_EQ(status.group_epoch(), 1u);
+  EXPECT_EQ(status.nodes(2).peer().health(), proto::NODE_HEALTH_LOST);
+  // Once rank 3 is late too, both leave in one re-formation.
+  clock_.Advance(absl::Milliseconds(400));
+  coordinator_->DetectFailures();
+  status = Status();
+  EXPECT_EQ(status.group_epoch(), 2u);
+  EXPECT_EQ(status.group_size(), 2);
+  EXPECT_EQ(Reformations("node_lost"), 1);
+}
+
 TEST_F(CoordinatorReformTest, AMemberBackWithinTheGraceKeepsItsRank) {
   Create(3, absl::Seconds(10));
   Form(3);

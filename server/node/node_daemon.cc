@@ -148,8 +148,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
   STARLING_RETURN_IF_ERROR(daemon->Join());
   STARLING_ASSIGN_OR_RETURN(daemon->traffic_,
                             MeteredTransport::Register(registry));
-  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Plane> plane,
-                            daemon->OpenDataPlane(daemon->group()));
+  STARLING_ASSIGN_OR_RETURN(
+      std::shared_ptr<Plane> plane,
+      daemon->OpenDataPlane(daemon->group(),
+                            std::max(options.join_timeout, absl::Seconds(5))));
   {
     absl::MutexLock lock(&daemon->mu_);
     daemon->plane_ = std::move(plane);
@@ -201,7 +203,7 @@ absl::Status NodeDaemon::Join() {
 }
 
 absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
-    const proto::JoinResponse& group) {
+    const proto::JoinResponse& group, absl::Duration connect_timeout) {
   const proto::JobConfig& config = config_;
   const int rank = group.rank();
   const int size = group.group_size();
@@ -215,7 +217,7 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
                               transport::ParsePeerList(peer.data_address(), 0));
     tcp.peers.push_back(parsed[0]);
   }
-  tcp.connect_timeout = std::max(options_.join_timeout, absl::Seconds(5));
+  tcp.connect_timeout = connect_timeout;
   // The transport owns a duplicate: the port stays bound between planes.
   const int listen_fd = ::fcntl(data_listen_fd_.get(), F_DUPFD_CLOEXEC, 0);
   if (listen_fd < 0) {
@@ -400,9 +402,18 @@ void NodeDaemon::RegroupLoop() {
       STARLING_LOG(ERROR) << "cannot form the data plane of group epoch "
                           << group.group_epoch() << " as rank " << group.rank()
                           << ": " << status.message()
-                          << "; waiting for the coordinator's next group";
+                          << "; trying again unless the group re-forms";
       absl::MutexLock lock(&mu_);
       last_error_ = std::string(status.message());
+      // Again in a second, unless a later group or a stop comes first.
+      mu_.AwaitWithDeadline(
+          absl::Condition(
+              +[](NodeDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
+                return d->stopped_ || d->next_group_.has_value();
+              },
+              this),
+          absl::Now() + absl::Seconds(1));
+      if (!next_group_.has_value()) next_group_ = group;
     }
   }
 }
@@ -449,7 +460,13 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     old->Stop(why);
     old.reset();
   }
-  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Plane> plane, OpenDataPlane(group));
+  // Every member learns of the group within a heartbeat period or so; one
+  // that does not connect within twice the heartbeat timeout is dead too,
+  // and the coordinator re-forms again.
+  const absl::Duration connect_timeout = std::max(
+      absl::Seconds(5), 2 * absl::Milliseconds(config_.heartbeat_timeout_ms()));
+  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Plane> plane,
+                            OpenDataPlane(group, connect_timeout));
   std::vector<WorkerHandle> attached;
   {
     absl::MutexLock lock(&mu_);

@@ -158,9 +158,10 @@ class NodeDaemon : public WorkerRequestHandler {
              metrics::MetricsRegistry* registry);
   absl::Status Listen();
   absl::Status Join();
-  // The plane of `group` (connected to its peers), started.
+  // The plane of `group` (connected to its peers within
+  // `connect_timeout`), started.
   absl::StatusOr<std::shared_ptr<Plane>> OpenDataPlane(
-      const proto::JoinResponse& group);
+      const proto::JoinResponse& group, absl::Duration connect_timeout);
   // The plane now; null before the first and while a re-formed group's is
   // being built.
   std::shared_ptr<Plane> plane() const;
