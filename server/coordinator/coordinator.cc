@@ -444,6 +444,7 @@ bool Coordinator::ReformIfDueLocked() {
   InstallGroupLocked(std::move(survivors), std::move(joins));
   dropped_ = std::move(dropped);
   reformed_because_ = absl::StrJoin(changes, "; ");
+  reformed_at_ = now;
   metrics_.reformations->WithLabels({drop_due ? "node_lost" : "node_joined"})
       ->Increment();
   STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << why << "; "

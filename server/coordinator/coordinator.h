@@ -347,6 +347,7 @@ class Coordinator {
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
   // Why the group last re-formed (JoinResponse.reformed_because).
   std::string reformed_because_ ABSL_GUARDED_BY(mu_);
+  absl::Time reformed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Why the last due re-formation could not happen (logged once).
   std::string reform_blocked_ ABSL_GUARDED_BY(mu_);
   // Who left the group at the last re-formation, and why (for the

@@ -106,6 +106,9 @@ TEST_F(CoordinatorReformTest, ALostMemberIsDroppedAndTheSurvivorsReNumbered) {
   EXPECT_EQ(status.nodes(1).peer().hostname(), "node-2");
   EXPECT_FALSE(status.degraded());
   EXPECT_EQ(Reformations("node_lost"), 1);
+  EXPECT_THAT(status.reformed_because(),
+              HasSubstr("rank 1 (node-1, 10.0.0.1:29500) of group epoch 1 "
+                        "dropped: no heartbeat for 6s"));
 
   // A survivor's calls of the old epoch send it to re-register...
   EXPECT_THAT(coordinator_->Heartbeat(coordinator::Beat(2, 1)),

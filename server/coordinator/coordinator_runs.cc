@@ -286,6 +286,10 @@ absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
   status.set_epochs(options_.epochs);
   status.set_last_error(last_error_);
   status.set_status_unix_seconds(absl::ToUnixMicros(now) / 1e6);
+  if (!reformed_because_.empty()) {
+    status.set_reformed_because(reformed_because_);
+    status.set_reformed_unix_seconds(absl::ToUnixMicros(reformed_at_) / 1e6);
+  }
   if (const proto::RunStatus* run = runs_.current(); run != nullptr) {
     *status.mutable_current_run() = *run;
   } else if (!begin_waiting_.empty()) {

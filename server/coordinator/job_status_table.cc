@@ -206,6 +206,14 @@ std::string FormatJobStatusTable(const proto::JobStatus& status) {
         &out, "epoch ", status.epoch(), " of ", status.epochs(), ", iteration ",
         status.iteration(), " (", status.iterations_per_epoch(),
         " per epoch); degraded: ", status.degraded() ? "yes" : "no", "\n");
+    if (!status.reformed_because().empty()) {
+      absl::StrAppend(
+          &out, "group epoch ", status.group_epoch(), " re-formed ",
+          absl::StrFormat("%.1fs ago",
+                          std::max(0.0, status.status_unix_seconds() -
+                                            status.reformed_unix_seconds())),
+          ": ", OneLine(status.reformed_because()), "\n");
+    }
   }
   if (status.has_current_run() || status.recent_runs_size() > 0) {
     absl::StrAppend(&out, "runs:\n");

@@ -55,6 +55,27 @@ TEST(JobStatusTable, PrintsOneRowPerRankThenTheJob) {
             "last error: rank 1 (node-b, 10.0.0.2:29500) lost\n");
 }
 
+TEST(JobStatusTable, SaysWhenAndWhyTheGroupReFormed) {
+  proto::JobStatus status;
+  status.set_job_id("demo");
+  status.set_formed(true);
+  status.set_group_size(1);
+  status.set_healthy_nodes(1);
+  status.set_group_epoch(2);
+  status.set_epochs(1);
+  status.set_iterations_per_epoch(16);
+  status.set_status_unix_seconds(1000);
+  status.set_reformed_unix_seconds(987.5);
+  status.set_reformed_because(
+      "rank 1 (node-b, 10.0.0.2:29500) of group epoch 1 dropped: no "
+      "heartbeat for 5.2s (timeout 5s)");
+  EXPECT_THAT(
+      FormatJobStatusTable(status),
+      testing::HasSubstr("group epoch 2 re-formed 12.5s ago: rank 1 (node-b, "
+                         "10.0.0.2:29500) of group epoch 1 dropped: no "
+                         "heartbeat for 5.2s (timeout 5s)\n"));
+}
+
 TEST(JobStatusTable, ShowsEachNodesWorkersAndTheRuns) {
   proto::JobStatus status;
   status.set_job_id("demo");
