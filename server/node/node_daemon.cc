@@ -253,6 +253,7 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
       plane->comm,
       collective::Communicator::Create(plane->transport.get(), comm_options));
   metrics_.group_size->Set(size);
+  metrics_.group_epoch->Set(static_cast<double>(group.group_epoch()));
 
   const absl::Duration timeout = comm_options.timeout;
   RunManagerOptions run_options;

@@ -130,6 +130,9 @@ TEST(Reform, AKilledDaemonLeavesTheGroupAndComesBackAfterARestart) {
 
   // Each survivor replaced its plane twice, and says so.
   EXPECT_EQ(Metric(cluster.metrics_port(0), "starling_node_regroups_total"), 2);
+  EXPECT_EQ(Metric(cluster.metrics_port(0), "starling_node_group_epoch"), 3);
+  EXPECT_EQ(Metric(cluster.metrics_port(kVictim), "starling_node_group_epoch"),
+            3);
   std::printf(
       "fault: kill -9 of a daemon between runs (3 daemons, heartbeat "
       "timeout 2s): re-formed at N-1 after %.2fs, survivors serving after "

@@ -117,6 +117,12 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
                                                   "Daemons in the group"));
   m.group_size = g->Get();
   STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_group_epoch",
+                            "Group epoch of the data plane this daemon "
+                            "serves (a new one each time the group "
+                            "re-forms)"));
+  m.group_epoch = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
       c, registry->AddCounter(
              "starling_node_copied_bytes_total",
              "Bytes of tensor data the daemon read or wrote in user space "

@@ -76,6 +76,8 @@ struct NodeMetrics {
   metrics::Gauge* optimizer_state_bytes = nullptr;
   metrics::Gauge* shard_bytes = nullptr;
   metrics::Gauge* group_size = nullptr;
+  // The group epoch of the data plane this daemon serves.
+  metrics::Gauge* group_epoch = nullptr;
   // starling_node_copied_bytes_total{phase}: bytes of tensor data the
   // daemon's own code read or wrote in user space in sync modes (each byte
   // read and each byte written counts once, so a copy of n bytes counts
