@@ -570,23 +570,9 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
   } else {
     STARLING_RETURN_IF_ERROR(CheckSameGroupLocked(request));
   }
-  Member& member = members_[rank];
-  const proto::NodeHealth was = member.health;
-  const bool was_registered = member.registered;
-  member.join = node;
-  member.join.clear_wait_timeout_ms();
-  member.local_workers = LocalWorkers(node);
-  member.registered = true;
-  member.health = proto::NODE_HEALTH_HEALTHY;
-  member.last_heartbeat = clock_->Now();
-  member.run = request.run();
-  runs_.Adopt(request.run(), request.highest_run_id(),
-              static_cast<int>(members_.size()));
-  restored_ = false;
-  RebuildPlannerLocked();
-  UpdateGroupGaugesLocked();
-  MarkDirtyLocked();
-  changed_.SignalAll();
+  const proto::NodeHealth was = members_[rank].health;
+  const bool was_registered = members_[rank].registered;
+  RegisterLocked(rank, node, request.run(), request.highest_run_id());
   if (!was_registered || was != proto::NODE_HEALTH_HEALTHY) {
     int registered = 0;
     for (const Member& m : members_) registered += m.registered ? 1 : 0;
@@ -603,6 +589,25 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
   return JoinResponseLocked(rank);
 }
 
+void Coordinator::RegisterLocked(int rank, const proto::JoinRequest& node,
+                                 const proto::RunStatus& run,
+                                 uint64_t highest_run_id) {
+  Member& member = members_[rank];
+  member.join = node;
+  member.join.clear_wait_timeout_ms();
+  member.local_workers = LocalWorkers(node);
+  member.registered = true;
+  member.health = proto::NODE_HEALTH_HEALTHY;
+  member.last_heartbeat = clock_->Now();
+  member.run = run;
+  runs_.Adopt(run, highest_run_id, static_cast<int>(members_.size()));
+  restored_ = false;
+  RebuildPlannerLocked();
+  UpdateGroupGaugesLocked();
+  MarkDirtyLocked();
+  changed_.SignalAll();
+}
+
 absl::StatusOr<proto::JoinResponse> Coordinator::MoveToCurrentEpochLocked(
     const proto::RejoinRequest& request) {
   const proto::JoinRequest& node = request.node();
@@ -613,21 +618,9 @@ absl::StatusOr<proto::JoinResponse> Coordinator::MoveToCurrentEpochLocked(
         member.heard_from) {
       continue;
     }
-    member.join = node;
-    member.join.clear_wait_timeout_ms();
-    member.local_workers = LocalWorkers(node);
-    member.registered = true;
-    member.health = proto::NODE_HEALTH_HEALTHY;
-    member.last_heartbeat = clock_->Now();
     // Its run was of the old group; it begins the next one in this.
-    member.run = proto::RunStatus();
-    runs_.Adopt(proto::RunStatus(), request.highest_run_id(),
-                static_cast<int>(members_.size()));
-    restored_ = false;
-    RebuildPlannerLocked();
-    UpdateGroupGaugesLocked();
-    MarkDirtyLocked();
-    changed_.SignalAll();
+    RegisterLocked(static_cast<int>(rank), node, proto::RunStatus(),
+                   request.highest_run_id());
     STARLING_LOG(INFO) << "rank " << request.rank() << " of group epoch "
                        << request.group_epoch() << " (" << node.hostname()
                        << ") is " << DescribeLocked(static_cast<int>(rank))

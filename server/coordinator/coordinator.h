@@ -274,6 +274,11 @@ class Coordinator {
   // current run fails).
   void MarkLostLocked(int rank, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Member `rank` is `node`, re-registered: HEALTHY, heard from now, in
+  // `run` (run ids continue above `highest_run_id`).
+  void RegisterLocked(int rank, const proto::JoinRequest& node,
+                      const proto::RunStatus& run, uint64_t highest_run_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A Rejoin of an earlier epoch: the node's place in the group now, or
   // FailedPrecondition when the group re-formed without it.
   absl::StatusOr<proto::JoinResponse> MoveToCurrentEpochLocked(

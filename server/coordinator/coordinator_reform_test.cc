@@ -86,11 +86,31 @@ class CoordinatorReformTest : public ::testing::Test {
     return 0;
   }
 
+  // Of the group of 3 formed: node 1 falls silent and is dropped (epoch
+  // 2); nodes 0 and 2 move to epoch 2 (moved_) and begin run 1 there.
+  void DropNode1AndBeginARun() {
+    Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+    ASSERT_EQ(Status().group_epoch(), 2u);
+    std::vector<proto::BeginRunRequest> begins;
+    for (int node : {0, 2}) {
+      ASSERT_OK_AND_ASSIGN(proto::JoinResponse moved,
+                           coordinator_->Rejoin(RejoinFor(node, joins_[node])));
+      proto::BeginRunRequest request = BeginFor(moved.rank());
+      request.set_group_epoch(2);
+      begins.push_back(request);
+      moved_.push_back(moved);
+    }
+    for (const auto& answer : BeginAll(coordinator_.get(), begins)) {
+      ASSERT_OK(answer.status());
+    }
+  }
+
   static absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
   FakeClock clock_;
   metrics::MetricsRegistry registry_;
   std::vector<proto::JoinResponse> joins_;
+  std::vector<proto::JoinResponse> moved_;
   std::unique_ptr<Coordinator> coordinator_;
 };
 
@@ -228,22 +248,10 @@ TEST_F(CoordinatorReformTest, AMemberBackWithinTheGraceKeepsItsRank) {
 TEST_F(CoordinatorReformTest, ARestartedNodeIsTakenBackBetweenRuns) {
   Create(3);
   Form(3);
-  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
-  ASSERT_EQ(Status().group_epoch(), 2u);
-  ASSERT_OK_AND_ASSIGN(proto::JoinResponse a,
-                       coordinator_->Rejoin(RejoinFor(0, joins_[0])));
-  ASSERT_OK_AND_ASSIGN(proto::JoinResponse b,
-                       coordinator_->Rejoin(RejoinFor(2, joins_[2])));
-  // The two begin a run of epoch 2.
-  std::vector<proto::BeginRunRequest> begins;
-  for (const proto::JoinResponse& join : {a, b}) {
-    proto::BeginRunRequest request = BeginFor(join.rank());
-    request.set_group_epoch(2);
-    begins.push_back(request);
-  }
-  for (const auto& answer : BeginAll(coordinator_.get(), begins)) {
-    ASSERT_OK(answer.status());
-  }
+  DropNode1AndBeginARun();
+  if (HasFatalFailure()) return;
+  const proto::JoinResponse a = moved_[0];
+  const proto::JoinResponse b = moved_[1];
   // Node 1 comes back (restarted): it waits while run 1 runs.
   absl::StatusOr<proto::JoinResponse> back;
   std::thread joiner(
@@ -342,20 +350,8 @@ TEST_F(CoordinatorReformTest, BelowMinNodesTheGroupWaitsDegraded) {
 TEST_F(CoordinatorReformTest, ALateJoinSaysWhatItWaitsFor) {
   Create(3);
   Form(3);
-  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
-  ASSERT_OK_AND_ASSIGN(proto::JoinResponse a,
-                       coordinator_->Rejoin(RejoinFor(0, joins_[0])));
-  ASSERT_OK_AND_ASSIGN(proto::JoinResponse b,
-                       coordinator_->Rejoin(RejoinFor(2, joins_[2])));
-  std::vector<proto::BeginRunRequest> begins;
-  for (const proto::JoinResponse& join : {a, b}) {
-    proto::BeginRunRequest request = BeginFor(join.rank());
-    request.set_group_epoch(2);
-    begins.push_back(request);
-  }
-  for (const auto& answer : BeginAll(coordinator_.get(), begins)) {
-    ASSERT_OK(answer.status());
-  }
+  DropNode1AndBeginARun();
+  if (HasFatalFailure()) return;
   EXPECT_THAT(
       coordinator_->Join(JoinRequestFor(1),
                          absl::Now() + absl::Milliseconds(200)),

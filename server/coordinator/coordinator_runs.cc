@@ -298,8 +298,10 @@ absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
   for (const proto::RunStatus& run : runs_.Recent()) {
     *status.add_recent_runs() = run;
   }
-  if (!formed_) {
-    for (const PendingJoin& p : pending_) {
+  // Nodes waiting to join: rank -1, JOINING (after the members, once the
+  // group formed).
+  const auto add_waiting = [&status](const std::vector<PendingJoin>& pending) {
+    for (const PendingJoin& p : pending) {
       proto::NodeStatus* node = status.add_nodes();
       proto::PeerInfo* peer = node->mutable_peer();
       peer->set_rank(-1);
@@ -310,6 +312,9 @@ absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
       node->set_local_workers(LocalWorkers(p.request));
       node->set_version(p.request.version());
     }
+  };
+  if (!formed_) {
+    add_waiting(pending_);
     return status;
   }
   status.set_group_size(static_cast<int32_t>(members_.size()));
@@ -354,19 +359,8 @@ absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
     }
     *node->mutable_run() = m.run;
   }
-  // Nodes waiting to join the running group (taken in between runs), after
-  // the members, rank -1.
-  for (const PendingJoin& p : pending_) {
-    proto::NodeStatus* node = status.add_nodes();
-    proto::PeerInfo* peer = node->mutable_peer();
-    peer->set_rank(-1);
-    peer->set_hostname(p.request.hostname());
-    peer->set_data_address(p.request.data_address());
-    peer->set_admin_address(p.request.admin_address());
-    peer->set_health(proto::NODE_HEALTH_JOINING);
-    node->set_local_workers(LocalWorkers(p.request));
-    node->set_version(p.request.version());
-  }
+  // Late joiners, taken in between runs.
+  add_waiting(pending_);
   status.set_healthy_nodes(healthy);
   status.set_degraded(degraded);
   return status;

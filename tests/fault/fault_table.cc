@@ -215,59 +215,34 @@ Sample KillBetweenRuns() {
   return s;
 }
 
-// kill -9 of daemon 1 of 3 during a run.
-Sample KillMidRun() {
+// Sends `signal` to `victims` of a job of `daemons` during a run: times
+// the coordinator's re-formation without them (a group of the others, all
+// healthy) and the first step of the next run on the others; counts the
+// steps of the run that failed. The victims are left as they are.
+Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
+                   int signal) {
   Sample s;
-  NodeCluster cluster(Options(3));
-  cluster.StartCoordinator();
-  cluster.StartDaemons();
+  const int daemons = cluster.options().daemons;
+  std::vector<int> others;
+  for (int d = 0; d < daemons; ++d) {
+    if (std::find(victims.begin(), victims.end(), d) == victims.end()) {
+      others.push_back(d);
+    }
+  }
+  const int size = static_cast<int>(others.size());
   const auto workers = StartLongRun(cluster);
   if (!workers) return {false, true, -1, -1, 0, "setup"};
   const uint64_t run = CurrentRun(cluster);
   const absl::Time t0 = absl::Now();
-  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
-  const auto detected =
-      PollUntil([&] { return Job(cluster).group_epoch() >= 2; });
+  for (int v : victims) cluster.Kill(cluster.daemon_pid(v), signal);
+  const auto detected = PollUntil([&] {
+    const proto::JobStatus j = Job(cluster);
+    return j.group_epoch() >= 2 && j.group_size() == size &&
+           j.healthy_nodes() == size;
+  });
   if (!detected) return {false, true, -1, -1, 0, "not re-formed"};
   s.detect_s = absl::ToDoubleSeconds(*detected - t0);
-  for (int d : {0, 2}) {
-    const ProcessResult r = cluster.Wait((*workers)[d], kBound);
-    s.hung |= r.timed_out;
-  }
-  if (!PollUntil([&] {
-        return Serves(cluster, 0, 2, 2) && Serves(cluster, 2, 2, 2);
-      })) {
-    return {false, true, s.detect_s, -1, 0, "survivors not serving"};
-  }
-  s.lost_steps = StepsOfRun(cluster, run);
-  std::vector<pid_t> pids;
-  const auto step = FirstStep(cluster, {0, 2}, run, &pids);
-  if (!step) return {false, true, s.detect_s, -1, s.lost_steps, "no step"};
-  s.resume_s = absl::ToDoubleSeconds(*step - t0);
-  s.ok = AllExitZero(cluster, pids) && !s.hung;
-  return s;
-}
-
-// SIGSTOP of daemon 1 of 3 during a run (its sockets stay open), then
-// SIGCONT once the group re-formed without it: it joins afresh.
-Sample StopMidRun() {
-  Sample s;
-  NodeCluster cluster(Options(3));
-  cluster.StartCoordinator();
-  cluster.StartDaemons();
-  const auto workers = StartLongRun(cluster);
-  if (!workers) return {false, true, -1, -1, 0, "setup"};
-  const uint64_t run = CurrentRun(cluster);
-  const absl::Time t0 = absl::Now();
-  cluster.Kill(cluster.daemon_pid(1), SIGSTOP);
-  const auto detected =
-      PollUntil([&] { return Job(cluster).group_epoch() >= 2; });
-  if (!detected) {
-    cluster.Kill(cluster.daemon_pid(1), SIGCONT);
-    return {false, true, -1, -1, 0, "not re-formed"};
-  }
-  s.detect_s = absl::ToDoubleSeconds(*detected - t0);
-  for (int d : {0, 2}) {
+  for (int d : others) {
     const ProcessResult r = cluster.Wait((*workers)[d], kBound);
     s.hung |= r.timed_out;
     if (r.timed_out && absl::GetFlag(FLAGS_logs)) {
@@ -275,25 +250,48 @@ Sample StopMidRun() {
                    r.err.c_str(), cluster.ServerLogs().c_str());
     }
   }
+  const uint64_t epoch = Job(cluster).group_epoch();
+  PollUntil([&] {
+    for (int d : others) {
+      if (!Serves(cluster, d, epoch, size)) return false;
+    }
+    return true;
+  });
   s.lost_steps = StepsOfRun(cluster, run);
-  PollUntil(
-      [&] { return Serves(cluster, 0, 2, 2) && Serves(cluster, 2, 2, 2); });
   std::vector<pid_t> pids;
-  const auto step = FirstStep(cluster, {0, 2}, run, &pids);
+  const auto step = FirstStep(cluster, others, run, &pids);
   if (!step) {
     if (absl::GetFlag(FLAGS_logs)) {
-      std::fprintf(stderr, "no step at N-1:\n%s\n",
+      std::fprintf(stderr, "no step at N-%zu:\n%s\n", victims.size(),
                    cluster.ServerLogs().c_str());
     }
-    cluster.Kill(cluster.daemon_pid(1), SIGCONT);
     return {false, true, s.detect_s, -1, s.lost_steps, "no step"};
   }
   s.resume_s = absl::ToDoubleSeconds(*step - t0);
   s.ok = AllExitZero(cluster, pids) && !s.hung;
+  s.note = absl::StrCat("epoch ", epoch);
+  return s;
+}
+
+// kill -9 of daemon 1 of 3 during a run.
+Sample KillMidRun() {
+  NodeCluster cluster(Options(3));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  return MidRunFault(cluster, {1}, SIGKILL);
+}
+
+// SIGSTOP of daemon 1 of 3 during a run (its sockets stay open), then
+// SIGCONT once the group re-formed without it: it joins afresh.
+Sample StopMidRun() {
+  NodeCluster cluster(Options(3));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  Sample s = MidRunFault(cluster, {1}, SIGSTOP);
   // Woken up, the stopped daemon finds itself dropped and joins afresh.
   const absl::Time woke = absl::Now();
   cluster.Kill(cluster.daemon_pid(1), SIGCONT);
-  (void)cluster.Wait((*workers)[1], kBound);
+  if (!s.ok) return s;
   const auto back = PollUntil([&] {
     const proto::JobStatus j = Job(cluster);
     return j.group_epoch() >= 3 && j.group_size() == 3 &&
@@ -402,35 +400,10 @@ Sample KillCoordinatorMidRun() {
 
 // Daemons 1 and 2 of 4 killed together during a run.
 Sample KillTwoMidRun() {
-  Sample s;
   NodeCluster cluster(Options(4));
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  const auto workers = StartLongRun(cluster);
-  if (!workers) return {false, true, -1, -1, 0, "setup"};
-  const uint64_t run = CurrentRun(cluster);
-  const absl::Time t0 = absl::Now();
-  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
-  cluster.Kill(cluster.daemon_pid(2), SIGKILL);
-  const auto detected = PollUntil([&] {
-    const proto::JobStatus j = Job(cluster);
-    return j.group_size() == 2 && j.healthy_nodes() == 2;
-  });
-  if (!detected) return {false, true, -1, -1, 0, "not re-formed at N-2"};
-  s.detect_s = absl::ToDoubleSeconds(*detected - t0);
-  for (int d : {0, 3}) s.hung |= cluster.Wait((*workers)[d], kBound).timed_out;
-  const uint64_t epoch = Job(cluster).group_epoch();
-  PollUntil([&] {
-    return Serves(cluster, 0, epoch, 2) && Serves(cluster, 3, epoch, 2);
-  });
-  s.lost_steps = StepsOfRun(cluster, run);
-  std::vector<pid_t> pids;
-  const auto step = FirstStep(cluster, {0, 3}, run, &pids);
-  if (!step) return {false, true, s.detect_s, -1, s.lost_steps, "no step"};
-  s.resume_s = absl::ToDoubleSeconds(*step - t0);
-  s.ok = AllExitZero(cluster, pids) && !s.hung;
-  s.note = absl::StrCat("epoch ", epoch);
-  return s;
+  return MidRunFault(cluster, {1, 2}, SIGKILL);
 }
 
 // --- The table
