@@ -813,6 +813,7 @@ absl::StatusOr<Coordinator::Member*> Coordinator::MemberLocked(
   }
   // The epoch first: the ranks of another epoch are other ranks.
   if (group_epoch != 0 && group_epoch != group_epoch_) {
+    metrics_.stale_calls->Increment();
     return absl::NotFoundError(
         absl::StrCat(what, " from rank ", rank, " of group epoch ", group_epoch,
                      ", but this coordinator runs group epoch ", group_epoch_,

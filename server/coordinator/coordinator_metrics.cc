@@ -104,6 +104,13 @@ absl::StatusOr<CoordinatorMetrics> CoordinatorMetrics::Register(
                            "cause: node_lost (members dropped) or "
                            "node_joined (nodes taken in).",
                            {"cause"}));
+  STARLING_ASSIGN_OR_RETURN(
+      metrics::CounterFamily * stale,
+      registry->AddCounter("starling_coordinator_stale_calls_total",
+                           "Calls from members of an earlier group epoch "
+                           "(answered NOT_FOUND: they re-register to learn "
+                           "the new group, or join afresh)."));
+  m.stale_calls = stale->Get();
   return m;
 }
 

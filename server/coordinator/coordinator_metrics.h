@@ -23,6 +23,8 @@
 //                                            (one or more dropped) or
 //                                            node_joined (taken in only)
 //   state_writes_total{result}     counter   writes of the state file
+//   stale_calls_total              counter   members' calls of an earlier
+//                                            group epoch (sent to Rejoin)
 //
 // The pointers are owned by the registry. Thread-safe (metrics are).
 #ifndef STARLING_SERVER_COORDINATOR_COORDINATOR_METRICS_H_
@@ -61,6 +63,7 @@ struct CoordinatorMetrics {
   metrics::CounterFamily* state_writes = nullptr;
   // Re-formations by cause ("node_lost", "node_joined").
   metrics::CounterFamily* reformations = nullptr;
+  metrics::Counter* stale_calls = nullptr;
 };
 
 }  // namespace coordinator

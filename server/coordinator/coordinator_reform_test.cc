@@ -74,6 +74,13 @@ class CoordinatorReformTest : public ::testing::Test {
     return status.ok() ? *status : proto::JobStatus();
   }
 
+  double Counter(const std::string& name) {
+    for (const metrics::FamilySnapshot& f : registry_.Collect()) {
+      if (f.name == name && !f.series.empty()) return f.series[0].value;
+    }
+    return -1;
+  }
+
   double Reformations(const std::string& cause) {
     for (const metrics::FamilySnapshot& f : registry_.Collect()) {
       if (f.name != "starling_coordinator_reformations_total") continue;
@@ -140,6 +147,7 @@ TEST_F(CoordinatorReformTest, ALostMemberIsDroppedAndTheSurvivorsReNumbered) {
   schedule.set_group_epoch(1);
   EXPECT_THAT(coordinator_->GetSchedule(schedule),
               StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_GE(Counter("starling_coordinator_stale_calls_total"), 2);
   // ...which tells it its place in the new group, with the new key.
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse moved,
                        coordinator_->Rejoin(RejoinFor(2, joins_[2])));
