@@ -167,11 +167,29 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
 // Calls DetectFailures() four times per heartbeat interval (a member
 // reported vanished is LOST 1.25 intervals after its last heartbeat) until
 // `stop`.
+// Also keeps the unit's STATUS= line (systemctl status) to the group as it
+// stands, sent when it changes.
 void RunFailureDetector(Coordinator* coordinator, absl::Duration interval,
                         absl::Notification* stop) {
   const absl::Duration period = std::max(interval / 4, absl::Milliseconds(20));
+  std::string said;
   while (!stop->WaitForNotificationWithTimeout(period)) {
     coordinator->DetectFailures();
+    absl::StatusOr<proto::JobStatus> job = coordinator->GetJobStatus({});
+    if (!job.ok()) continue;
+    const std::string line =
+        job->formed()
+            ? absl::StrCat("job ", job->job_id(), ": group epoch ",
+                           job->group_epoch(), ", ", job->healthy_nodes(),
+                           " of ", job->group_size(), " nodes healthy (",
+                           job->expected_nodes(), " expected)")
+            : absl::StrCat("job ", job->job_id(), ": waiting for ",
+                           job->expected_nodes(), " nodes (", job->nodes_size(),
+                           " joined)");
+    if (line == said) continue;
+    said = line;
+    absl::Status notified = NotifyStatus(line);
+    if (!notified.ok()) STARLING_LOG(DEBUG) << notified.message();
   }
 }
 

@@ -337,6 +337,13 @@ epoch_after=$(in_ct curl -s --max-time 2 http://127.0.0.1:29401/metrics |
   awk '/^starling_coordinator_group_epoch /{print $2}')
 [[ -n $epoch_before && -n $epoch_after && $epoch_after -gt $epoch_before ]] ||
   die "group epoch $epoch_before -> $epoch_after: no new epoch for the restarted node"
+# systemctl status tells the same (the coordinator's STATUS= line).
+for _ in $(seq 1 50); do
+  [[ $(prop starling-coordinator.service StatusText) == *"group epoch $epoch_after, 1 of 1 nodes healthy"* ]] && break
+  sleep 0.1
+done
+[[ $(prop starling-coordinator.service StatusText) == *"group epoch $epoch_after, 1 of 1 nodes healthy"* ]] ||
+  die "the coordinator's status line does not show group epoch $epoch_after: $(prop starling-coordinator.service StatusText)"
 log "group epoch $epoch_before -> $epoch_after; node journal: $(in_ct journalctl -u starling-node@0.service --no-pager -n 50 | grep 'joined job' | tail -1 | sed 's/^.*] //')"
 # It trains again, as user starling, through the same socket path.
 if [[ -d $DATASET ]]; then
