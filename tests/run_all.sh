@@ -91,9 +91,11 @@ bazel_rc=$?
 
 # The main run's cases are counted now: later steps rerun some tests and
 # overwrite their test.xml files. CUDA-only tests (target_compatible_with
-# //bazel:cuda_enabled) are not built here; the CUDA step runs them.
+# //bazel:cuda_enabled) are not built here; the CUDA step runs them. Manual
+# tests (the fault table: tests/fault/run_fault_table.sh) are not run by
+# //... and not counted.
 mapfile -t targets < <(bazel query --noshow_progress \
-  'tests(//...) except attr("target_compatible_with", "cuda", tests(//...))' 2>/dev/null)
+  'tests(//...) except attr("target_compatible_with", "cuda", tests(//...)) except attr("tags", "manual", tests(//...))' 2>/dev/null)
 testlogs=$(bazel info "${BAZEL_FLAGS[@]}" bazel-testlogs 2>/dev/null)
 # count_tests LABEL: prints the failing cases and "N passed, ..." of the
 # test.xml files now in bazel-testlogs; sets passed/failed/skipped.
