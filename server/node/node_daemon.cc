@@ -442,7 +442,6 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
       "): daemon ", SelfAt(old_rank), " is now rank ", group.rank(), " of ",
       group.group_size(),
       "; this run ended with its group, the next one begins in the new"));
-  metrics_.regroups->Increment();
   const absl::Time start = absl::Now();
   if (old != nullptr) {
     // Peers that left the group are not waited for (their goodbye, a
@@ -477,6 +476,7 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     plane_ = plane;
     for (const auto& [session, worker] : attached_) attached.push_back(worker);
   }
+  metrics_.regroups->Increment();
   // The attached workers stay: they begin their next run in this plane.
   for (const WorkerHandle& worker : attached) {
     proto::HelloReply ignored;

@@ -13,10 +13,15 @@
 // Prints a Markdown table (median and worst per fault) and writes it to
 // --out. Every wait is bounded; a bound that passes counts as a hang.
 // Run through tests/fault/run_fault_table.sh (bazel test, manual tag).
+//
+// With --churn=10m instead: the churn run (tests/fault/run_churn.sh), runs
+// back to back on 4 daemons while one is killed every --churn_every and
+// started again 5 s later; runs finished and failed, hangs, step rate.
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -38,6 +43,12 @@ ABSL_FLAG(int, runs, 3, "runs of each fault");
 ABSL_FLAG(std::string, out, "", "also write the table here (Markdown)");
 ABSL_FLAG(std::string, only, "",
           "run only the faults whose name contains this");
+ABSL_FLAG(absl::Duration, churn, absl::ZeroDuration(),
+          "instead of the table: a churn run this long (after a fault-free "
+          "baseline of a sixth of it, at most a minute)");
+ABSL_FLAG(absl::Duration, churn_every, absl::Seconds(30),
+          "churn: one fault this often (kill -9 of a random daemon, started "
+          "again 5 s later, as systemd would)");
 ABSL_FLAG(bool, logs, false,
           "print the coordinator's and daemons' logs of a worker that hung");
 
@@ -406,6 +417,136 @@ Sample KillTwoMidRun() {
   return MidRunFault(cluster, {1, 2}, SIGKILL);
 }
 
+// --- The churn run
+// -------------------------------------------------------------
+
+// Runs of --steps=kChurnSteps on every serving daemon, back to back, for
+// `length`; with `every` > 0, daemon k (random) is killed (-9) every
+// `every` and started again 5 s later with the same flags.
+struct ChurnResult {
+  int runs_finished = 0;
+  int runs_failed = 0;
+  int hangs = 0;
+  int faults = 0;
+  int64_t steps = 0;  // of the finished runs
+  double seconds = 0;
+};
+
+constexpr int kChurnSteps = 200;
+
+// The daemons that serve the coordinator's current group (none JOINING,
+// no node waiting to join); empty while the group is changing.
+std::vector<int> ServingDaemons(NodeCluster& cluster) {
+  const proto::JobStatus job = Job(cluster);
+  if (!job.formed()) return {};
+  std::vector<int> serving;
+  for (const proto::NodeStatus& node : job.nodes()) {
+    if (node.peer().rank() < 0) return {};  // a node waits to be taken in
+    if (node.peer().health() != proto::NODE_HEALTH_HEALTHY) return {};
+    const std::string host = node.peer().hostname();  // "node<d>"
+    const int d = std::atoi(host.c_str() + 4);
+    if (!Serves(cluster, d, job.group_epoch(), job.group_size())) return {};
+    serving.push_back(d);
+  }
+  return serving;
+}
+
+ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
+                  absl::Duration every, uint32_t seed) {
+  ChurnResult result;
+  const int daemons = cluster.options().daemons;
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + length;
+  absl::Time next_fault =
+      every > absl::ZeroDuration() ? start + every : absl::InfiniteFuture();
+  int down = -1;
+  absl::Time restart_at = absl::InfiniteFuture();
+  std::vector<pid_t> batch;
+  absl::Time batch_started;
+  while (absl::Now() < end || !batch.empty()) {
+    const absl::Time now = absl::Now();
+    if (now >= next_fault && down < 0 && now < end) {
+      seed = seed * 1103515245u + 12345u;
+      down = static_cast<int>((seed >> 16) % daemons);
+      cluster.Kill(cluster.daemon_pid(down), SIGKILL);
+      cluster.Wait(cluster.daemon_pid(down), absl::Seconds(5));
+      restart_at = now + absl::Seconds(5);
+      next_fault = now + every;
+      ++result.faults;
+    }
+    if (down >= 0 && now >= restart_at) {
+      cluster.StartDaemon(down, {});
+      down = -1;
+      restart_at = absl::InfiniteFuture();
+    }
+    if (!batch.empty()) {
+      bool running = false;
+      for (pid_t pid : batch) running |= cluster.Alive(pid);
+      if (running && now - batch_started < absl::Seconds(90)) {
+        absl::SleepFor(absl::Milliseconds(20));
+        continue;
+      }
+      bool ok = !running;
+      if (running) ++result.hangs;
+      for (pid_t pid : batch) {
+        ok &= cluster.Wait(pid, absl::Seconds(1)).exit_code == 0;
+      }
+      if (ok) {
+        ++result.runs_finished;
+        result.steps += kChurnSteps;
+      } else {
+        ++result.runs_failed;
+      }
+      batch.clear();
+      continue;
+    }
+    if (now >= end) break;
+    const std::vector<int> serving = ServingDaemons(cluster);
+    if (serving.empty()) {
+      absl::SleepFor(absl::Milliseconds(20));
+      continue;
+    }
+    for (int d : serving) {
+      batch.push_back(
+          cluster.StartWorker(d, 0,
+                              {absl::StrCat("--steps=", kChurnSteps),
+                               "--step_delay=5ms", "--timeout=30s"}));
+    }
+    batch_started = absl::Now();
+  }
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return result;
+}
+
+int ChurnMain(absl::Duration length, absl::Duration every) {
+  constexpr int kDaemons = 4;
+  NodeCluster cluster(Options(kDaemons));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  const absl::Duration baseline_length = std::min(absl::Minutes(1), length / 6);
+  const ChurnResult base =
+      Churn(cluster, baseline_length, absl::ZeroDuration(), 1);
+  const ChurnResult churn = Churn(cluster, length, every, 12345);
+  const double base_rate = base.steps / base.seconds;
+  const double rate = churn.steps / churn.seconds;
+  std::string table = absl::StrFormat(
+      "| run | seconds | faults | runs finished | runs failed | hangs | "
+      "steps/s (finished runs) | of the fault-free rate |\n"
+      "|---|---|---|---|---|---|---|---|\n"
+      "| fault-free baseline, %d daemons | %.0f | 0 | %d | %d | %d | %.1f | "
+      "100%% |\n"
+      "| churn: kill -9 of a random daemon every %s, restarted 5 s later | "
+      "%.0f | %d | %d | %d | %d | %.1f | %.0f%% |\n",
+      kDaemons, base.seconds, base.runs_finished, base.runs_failed, base.hangs,
+      base_rate, absl::FormatDuration(every), churn.seconds, churn.faults,
+      churn.runs_finished, churn.runs_failed, churn.hangs, rate,
+      100 * rate / base_rate);
+  std::printf("\n%s", table.c_str());
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (!out.empty()) std::ofstream(out) << table;
+  return 0;
+}
+
 // --- The table
 // ----------------------------------------------------------------
 
@@ -427,6 +568,10 @@ std::string Stat(std::vector<double> v) {
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_churn) > absl::ZeroDuration()) {
+    return ChurnMain(absl::GetFlag(FLAGS_churn),
+                     absl::GetFlag(FLAGS_churn_every));
+  }
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   const std::vector<Fault> faults = {
       {"kill -9 of a daemon between runs (3 daemons)", KillBetweenRuns},
