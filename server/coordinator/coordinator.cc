@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "server/base/coordinator_answers.h"
 #include "server/base/logging.h"
 #include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
@@ -192,8 +193,8 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
     if (gave_up || now >= deadline) {
       const std::string progress =
           formed_ ? absl::StrCat(
-                        "the running group (epoch ", group_epoch_,
-                        ") takes new nodes between runs and ",
+                        "the running group (epoch ", group_epoch_, ") ",
+                        kTakenInBetweenRuns, " and ",
                         runs_.current() != nullptr
                             ? absl::StrCat("run ", runs_.current()->run_id(),
                                            " is running")

@@ -67,7 +67,8 @@ ABSL_FLAG(double, link_gbits, 0,
           "bus bandwidth against it; 0: not stated");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "bound on joining: reaching the coordinator, the group forming, "
-          "connecting to the peers");
+          "connecting to the peers (a group that already runs takes the "
+          "daemon in between runs: that wait lasts as long as the run)");
 
 namespace starling {
 namespace node {

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/base/coordinator_answers.h"
 #include "server/base/grpc_status.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
@@ -221,9 +222,10 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::Join() {
 
 absl::StatusOr<proto::JoinResponse> CoordinatorLink::AskToJoin(
     absl::Duration timeout, const std::string& what) {
-  const absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = absl::Now() + timeout;
   proto::JoinRequest request = identity_;
   absl::Time last_log = absl::InfinitePast();
+  absl::Time last_wait_log = absl::InfinitePast();
   absl::Duration pause = kFirstRetry;
   // The first failure says why (a refused connection, a DNS failure); later
   // ones may only say that an attempt ran out of time.
@@ -240,6 +242,20 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::AskToJoin(
     const grpc::Status& status = call.status;
     if (call.outcome == Outcome::kOk) return response;
     if (call.outcome == Outcome::kStopping) return cancelled;
+    if (call.outcome == Outcome::kFailed &&
+        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+        absl::StrContains(status.error_message(), kTakenInBetweenRuns)) {
+      // The group runs and takes this node in when its run ends: the
+      // coordinator's word, however long the run takes. Ask again.
+      const absl::Time now = absl::Now();
+      if (now - last_wait_log >= options_.retry_log_interval) {
+        last_wait_log = now;
+        STARLING_LOG(INFO) << what << ": waiting to be taken in; "
+                           << status.error_message();
+      }
+      deadline = now + timeout;
+      continue;
+    }
     if (call.outcome != Outcome::kRetry) {
       return FromGrpcStatus(status, absl::StrCat(what, " at the coordinator ",
                                                  options_.coordinator));

@@ -255,7 +255,10 @@ class CoordinatorLink {
   absl::Status Rejoin();
   // Asks to join until the coordinator answers, `timeout` passes (the
   // coordinator's own DeadlineExceeded, or Unavailable naming the last
-  // cause) or the link stops (Cancelled); `what` in messages.
+  // cause) or the link stops (Cancelled); `what` in messages. A join the
+  // coordinator held while the running group's run went on (it takes nodes
+  // in between runs) is asked again, with a fresh `timeout`, as long as
+  // that lasts (logged every retry_log_interval).
   absl::StatusOr<proto::JoinResponse> AskToJoin(absl::Duration timeout,
                                                 const std::string& what);
   // The link's thread: a node dropped from the group joins afresh, as long

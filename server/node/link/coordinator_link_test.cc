@@ -124,7 +124,7 @@ class CoordinatorLinkTest : public ::testing::Test {
     options.hostname = absl::StrCat("node-", i);
     options.data_address = absl::StrCat("127.0.0.1:", 40000 + i);
     options.local_workers = 2;
-    options.join_timeout = absl::Seconds(20);
+    options.join_timeout = join_timeout_;
     options.heartbeat_interval = heartbeat_interval_;
     options.rpc_timeout = absl::Seconds(2);
     return options;
@@ -235,6 +235,7 @@ class CoordinatorLinkTest : public ::testing::Test {
   absl::Duration heartbeat_interval_ = absl::Milliseconds(50);
   // The coordinator's: LOST members keep their ranks unless a test says.
   absl::Duration rejoin_grace_ = absl::Hours(1);
+  absl::Duration join_timeout_ = absl::Seconds(20);
   std::vector<std::unique_ptr<metrics::MetricsRegistry>> registries_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<coordinator::CoordinatorService> service_;
@@ -582,6 +583,59 @@ TEST_F(CoordinatorLinkTest, ReFormedGroupsAreAdoptedAndARestartedNodeTakenIn) {
                        links_[1]->GetSchedule(0, Soon()));
   ASSERT_GT(schedule.assignments_size(), 0);
   EXPECT_EQ(schedule.assignments(0).rank(), 1);
+}
+
+// A node restarted while the group of the others runs is taken in when the
+// run ends, however long after its own join timeout: it asks again.
+TEST_F(CoordinatorLinkTest, ALateJoinWaitsForTheRunPastItsOwnTimeout) {
+  rejoin_grace_ = absl::ZeroDuration();
+  StartCoordinator(3);
+  JoinAll(3);
+  links_[2]->Stop();
+  for (int second = 0; second < 6; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(
+          links_[i]->AwaitHeartbeats(links_[i]->heartbeats() + 1, Soon()));
+    }
+  }
+  coordinator_->DetectFailures();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(nodes_[i]->Await(+[](Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                      n->mu) { return !n->groups.empty(); }));
+  }
+  // The two begin run 1 of epoch 2.
+  const auto begun = BeginAll({Table(), Table()});
+  for (const auto& answer : begun) ASSERT_OK(answer.status());
+  const uint64_t run = begun[0]->run_id();
+  // Node 2 comes back with a join timeout far shorter than the run.
+  join_timeout_ = absl::Milliseconds(300);
+  links_[2].reset();
+  CoordinatorLink* back = AddLink(2);
+  ASSERT_NE(back, nullptr);
+  absl::StatusOr<proto::JoinResponse> joined;
+  absl::Notification done;
+  std::thread joiner([&] {
+    joined = back->Join();
+    done.Notify();
+  });
+  // Several of its timeouts pass: it still waits, listed as joining.
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {
+    return s.nodes_size() == 3 && s.nodes(2).peer().rank() == -1;
+  }));
+  // The run ends on both: the node is taken in.
+  for (int i = 0; i < 2; ++i) {
+    proto::RunStatus ended;
+    ended.set_run_id(run);
+    ended.set_state(proto::RunStatus::STATE_FINISHED);
+    ended.set_steps(10);
+    links_[i]->EndRun(ended);
+  }
+  joiner.join();
+  ASSERT_OK(joined.status());
+  EXPECT_EQ(joined->group_epoch(), 3u);
+  EXPECT_EQ(joined->group_size(), 3);
 }
 
 TEST_F(CoordinatorLinkTest, GetScheduleReturnsThePlannersScheduleForThisRank) {
