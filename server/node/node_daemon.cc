@@ -467,33 +467,25 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
       absl::Seconds(5), 2 * absl::Milliseconds(config_.heartbeat_timeout_ms()));
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Plane> plane,
                             OpenDataPlane(group, connect_timeout));
-  std::vector<WorkerHandle> attached;
+  size_t stale_workers = 0;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_ || group_.group_epoch() != group.group_epoch()) {
       return absl::OkStatus();  // stopping, or a later group came meanwhile
     }
     plane_ = plane;
-    for (const auto& [session, worker] : attached_) attached.push_back(worker);
+    stale_workers = attached_.size();
   }
   metrics_.regroups->Increment();
-  // The attached workers stay: they begin their next run in this plane.
-  for (const WorkerHandle& worker : attached) {
-    proto::HelloReply ignored;
-    absl::Status status = plane->runs->Attach(worker, &ignored);
-    if (!status.ok() && !absl::IsAlreadyExists(status)) {
-      STARLING_LOG(WARNING)
-          << "worker '" << worker.name << "' (index " << worker.index
-          << ") is not served in the new group: " << status.message();
-    }
-  }
-  metrics_.attached_workers->Set(plane->runs->attached_workers());
+  metrics_.attached_workers->Set(0);
   STARLING_LOG(INFO) << "serving as rank " << group.rank() << " of "
                      << group.group_size() << " in group epoch "
                      << group.group_epoch() << " (data plane formed in "
                      << absl::FormatDuration(absl::Trunc(absl::Now() - start,
                                                          absl::Milliseconds(1)))
-                     << ", " << attached.size() << " worker(s) attached)";
+                     << "); " << stale_workers
+                     << " worker(s) of the old group still connected are "
+                        "refused until they reconnect";
   return absl::OkStatus();
 }
 
@@ -598,7 +590,7 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
   STARLING_RETURN_IF_ERROR(p->runs->Attach(worker, &reply));
   {
     absl::MutexLock lock(&mu_);
-    attached_[worker.session] = worker;
+    attached_[worker.session] = p->group.group_epoch();
   }
   metrics_.attached_workers->Set(p->runs->attached_workers());
   if (worker.pool != nullptr) {
@@ -628,15 +620,21 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
 void NodeDaemon::Detach(const WorkerHandle& worker) {
   STARLING_LOG(INFO) << "worker '" << worker.name << "' (index " << worker.index
                      << ") detached";
+  uint64_t epoch = 0;
+  std::shared_ptr<Plane> p;
   {
     absl::MutexLock lock(&mu_);
-    attached_.erase(worker.session);
+    if (auto it = attached_.find(worker.session); it != attached_.end()) {
+      epoch = it->second;
+      attached_.erase(it);
+    }
+    p = plane_;
   }
   if (worker.pool != nullptr) {
     pool_bytes_.fetch_sub(worker.pool->size_bytes(), std::memory_order_relaxed);
   }
-  std::shared_ptr<Plane> p = plane();
-  if (p == nullptr) return;
+  // A worker of an earlier group's plane left with that plane's run.
+  if (p == nullptr || p->group.group_epoch() != epoch) return;
   p->runs->Detach(worker);
   metrics_.attached_workers->Set(p->runs->attached_workers());
   // A worker that left a running run unfinished holds its slot as missing.
@@ -662,13 +660,35 @@ proto::CollectivesReply NodeDaemon::Collectives() const {
 
 void NodeDaemon::Handle(const WorkerHandle& worker,
                         const proto::WorkerRequest& request) {
-  if (request.kind_case() == proto::WorkerRequest::kSchedule) {
-    AnswerSchedule(worker, request);
-    return;
+  std::shared_ptr<Plane> p;
+  uint64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    p = plane_;
+    if (auto it = attached_.find(worker.session); it != attached_.end()) {
+      epoch = it->second;
+    }
   }
-  std::shared_ptr<Plane> p = plane();
   if (p == nullptr) {
     Refuse(worker, request, NoPlane());
+    return;
+  }
+  if (epoch != p->group.group_epoch()) {
+    // Its rank and the group's size are those of the group it attached
+    // to: it must learn the new ones before it runs again.
+    Refuse(worker, request,
+           absl::FailedPreconditionError(absl::StrCat(
+               "the group re-formed since worker '", worker.name, "' (index ",
+               worker.index, ") attached to daemon ", p->self, " (group epoch ",
+               epoch, " -> ", p->group.group_epoch(),
+               p->group.reformed_because().empty()
+                   ? std::string()
+                   : absl::StrCat(": ", p->group.reformed_because()),
+               "): it reconnects to learn its rank and the group's size")));
+    return;
+  }
+  if (request.kind_case() == proto::WorkerRequest::kSchedule) {
+    AnswerSchedule(worker, request);
     return;
   }
   RunManager* runs = p->runs.get();

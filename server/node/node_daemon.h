@@ -14,7 +14,9 @@
 // the old group's run ends with an error naming the new epoch, the old
 // plane stops, and a new one is built for this daemon's rank in the new
 // group (on the regroup thread; the data port stays bound throughout);
-// the attached workers stay attached and begin their next run in it.
+// workers attached to the old plane are refused (their rank and group size
+// changed) until they reconnect, and workers that attach meanwhile wait for
+// the new plane.
 //
 // Threads:
 //   - the TCP transport's event loop(s) (server/transport/tcp);
@@ -220,8 +222,9 @@ class NodeDaemon : public WorkerRequestHandler {
   // re-formations) and the next one to build.
   proto::JoinResponse group_ ABSL_GUARDED_BY(mu_);
   std::optional<proto::JoinResponse> next_group_ ABSL_GUARDED_BY(mu_);
-  // Attached workers by session, re-attached to each new plane.
-  std::map<uint64_t, WorkerHandle> attached_ ABSL_GUARDED_BY(mu_);
+  // Attached workers: session -> the group epoch of the plane they
+  // attached to (their rank and group size are that group's).
+  std::map<uint64_t, uint64_t> attached_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
 
   // The last few schedules by next_iteration, oldest first: every local

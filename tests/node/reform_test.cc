@@ -12,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/node/node_cluster.h"
@@ -24,6 +26,7 @@ namespace starling {
 namespace testing_node {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int kDaemons = 3;
@@ -93,6 +96,17 @@ TEST(Reform, AKilledDaemonLeavesTheGroupAndComesBackAfterARestart) {
   cluster.StartDaemons();
   TrainOn(cluster, {0, 1, 2});
 
+  // A worker that stays connected across the re-formation (idle between
+  // runs) has the old group's rank and size: it is told to reconnect.
+  client::ClientOptions idle_options;
+  idle_options.socket_path = cluster.socket_path(2);
+  idle_options.worker_name = "idle";
+  idle_options.timeout = absl::Seconds(20);
+  absl::StatusOr<std::unique_ptr<client::Client>> idle =
+      client::Client::Connect(idle_options);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ((*idle)->rank(), 2);
+
   // kill -9 between runs: the coordinator drops it after its heartbeat
   // timeout and re-forms with the other two.
   const absl::Time killed = absl::Now();
@@ -110,6 +124,14 @@ TEST(Reform, AKilledDaemonLeavesTheGroupAndComesBackAfterARestart) {
   EXPECT_EQ(status.nodes(0).peer().hostname(), "node0");
   EXPECT_EQ(status.nodes(1).peer().hostname(), "node2");
   const absl::Time served = AwaitGroup(cluster, {0, 2}, 2, kDaemons - 1);
+  const absl::Status refused =
+      (*idle)->DeclareTensor("x", {1000}, client::DataType::kFloat32);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              AllOf(HasSubstr("the group re-formed since worker 'idle' "
+                              "(index 0) attached"),
+                    HasSubstr("group epoch 1 -> 2"), HasSubstr("reconnects")));
+  idle->reset();
   // The next run trains at N-1.
   TrainOn(cluster, {0, 2});
 
