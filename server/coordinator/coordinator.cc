@@ -374,12 +374,12 @@ bool Coordinator::ReformIfDueLocked() {
     }
   }
   if (!drop_due) {
-    // Only nodes to take in: between runs, and not while a LOST member may
+    // A member back within its grace (its peers' connections to it are
+    // gone), or nodes to take in between runs; not while a LOST member may
     // still come back.
-    if (pending_.empty() || lost_in_grace || runs_.current() != nullptr ||
-        !begin_waiting_.empty()) {
-      return false;
-    }
+    const bool taking_in = !pending_.empty() && runs_.current() == nullptr &&
+                           begin_waiting_.empty();
+    if (lost_in_grace || (came_back_.empty() && !taking_in)) return false;
   }
   // A member its peers saw vanish too is LOST or heard from within
   // SuspectSilence: one re-formation for nodes that died together.
@@ -411,6 +411,7 @@ bool Coordinator::ReformIfDueLocked() {
     changes.push_back(absl::StrCat("node ", p.request.hostname(), " (",
                                    p.request.data_address(), ") taken in"));
   }
+  for (const std::string& back : came_back_) changes.push_back(back);
   const int n = static_cast<int>(survivors.size() + pending_.size());
   if (n < options_.min_nodes) {
     const std::string blocked =
@@ -442,11 +443,17 @@ bool Coordinator::ReformIfDueLocked() {
   begin_waiting_.clear();
   std::vector<PendingJoin> joins;
   joins.swap(pending_);
+  const size_t joins_taken = joins.size();
   InstallGroupLocked(std::move(survivors), std::move(joins));
   dropped_ = std::move(dropped);
+  const bool back_only = !drop_due && !came_back_.empty() && joins_taken == 0;
+  came_back_.clear();
   reformed_because_ = absl::StrJoin(changes, "; ");
   reformed_at_ = now;
-  metrics_.reformations->WithLabels({drop_due ? "node_lost" : "node_joined"})
+  metrics_.reformations
+      ->WithLabels({drop_due    ? "node_lost"
+                    : back_only ? "node_back"
+                                : "node_joined"})
       ->Increment();
   STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << why << "; "
                         << was << " -> " << members_.size() << " nodes, "
@@ -979,9 +986,15 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   if (member->health == proto::NODE_HEALTH_LOST) {
     STARLING_LOG(WARNING) << DescribeLocked(request.rank()) << " is back after "
                           << Seconds(now - member->last_heartbeat)
-                          << " without a heartbeat; healthy again (its peers "
-                             "may have dropped it from the data plane)";
+                          << " without a heartbeat; healthy again, and the "
+                             "group re-forms with it (its peers dropped it "
+                             "from the data plane)";
     member->health = proto::NODE_HEALTH_HEALTHY;
+    // Its peers aborted their connections to it: the data plane of this
+    // epoch cannot carry a run with it again, one of the next can.
+    came_back_.push_back(absl::StrCat(DescribeLocked(request.rank()),
+                                      " back after ",
+                                      Seconds(now - member->last_heartbeat)));
     UpdateGroupGaugesLocked();
   }
   member->last_heartbeat = now;

@@ -20,8 +20,10 @@
 // last error, and the current run fails. The group is degraded while a
 // member is LOST. Heartbeat answers tell survivors the lost ranks. A LOST
 // member that heartbeats again within options.rejoin_grace is HEALTHY
-// again (logged). Detection runs at the start of every call and whenever
-// the owner calls DetectFailures() (main.cc does, on a timer).
+// again (logged), and the group re-forms with the same members (a new
+// epoch: its peers dropped their connections to it). Detection runs at the
+// start of every call and whenever the owner calls DetectFailures() (main.cc
+// does, on a timer).
 //
 // Re-formation (proto/coordinator.proto). A member LOST for rejoin_grace is
 // dropped and the group re-forms from the others with the next epoch: ranks
@@ -355,6 +357,9 @@ class Coordinator {
   absl::Time reformed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Why the last due re-formation could not happen (logged once).
   std::string reform_blocked_ ABSL_GUARDED_BY(mu_);
+  // Members back from LOST within their grace since the last re-formation
+  // ("rank 1 (...) back after 3s"): the group re-forms with them.
+  std::vector<std::string> came_back_ ABSL_GUARDED_BY(mu_);
   // Who left the group at the last re-formation, and why (for the
   // refusal of their Rejoin): data address -> reason.
   std::map<std::string, std::string> dropped_ ABSL_GUARDED_BY(mu_);

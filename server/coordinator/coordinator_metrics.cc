@@ -101,8 +101,9 @@ absl::StatusOr<CoordinatorMetrics> CoordinatorMetrics::Register(
       m.reformations,
       registry->AddCounter("starling_coordinator_reformations_total",
                            "Times the group re-formed with a new epoch, by "
-                           "cause: node_lost (members dropped) or "
-                           "node_joined (nodes taken in).",
+                           "cause: node_lost (members dropped), "
+                           "node_joined (nodes taken in) or node_back (a "
+                           "member back within its grace).",
                            {"cause"}));
   STARLING_ASSIGN_OR_RETURN(
       metrics::CounterFamily * stale,

@@ -20,8 +20,9 @@
 //                                            rank) or failed (first failure)
 //   group_epoch                    gauge     the group's epoch
 //   reformations_total{cause}      counter   groups re-formed: node_lost
-//                                            (one or more dropped) or
-//                                            node_joined (taken in only)
+//                                            (one or more dropped),
+//                                            node_joined (taken in only) or
+//                                            node_back (back in its grace)
 //   state_writes_total{result}     counter   writes of the state file
 //   stale_calls_total              counter   members' calls of an earlier
 //                                            group epoch (sent to Rejoin)
@@ -61,7 +62,7 @@ struct CoordinatorMetrics {
   // by result ("ok", "failed").
   metrics::Gauge* group_epoch = nullptr;
   metrics::CounterFamily* state_writes = nullptr;
-  // Re-formations by cause ("node_lost", "node_joined").
+  // Re-formations by cause ("node_lost", "node_joined", "node_back").
   metrics::CounterFamily* reformations = nullptr;
   metrics::Counter* stale_calls = nullptr;
 };

@@ -238,18 +238,34 @@ TEST_F(CoordinatorReformTest, AMemberBackWithinTheGraceKeepsItsRank) {
   EXPECT_TRUE(status.degraded());
   EXPECT_EQ(status.group_epoch(), 1u);
   EXPECT_EQ(status.nodes(1).peer().health(), proto::NODE_HEALTH_LOST);
-  // Back 6 s into its 10 s grace: the same group, whole again.
-  Beat({{0, joins_[0]}, {1, joins_[1]}, {2, joins_[2]}}, 6);
-  status = Status();
-  EXPECT_EQ(status.group_epoch(), 1u);
-  EXPECT_EQ(status.healthy_nodes(), 3);
-  EXPECT_EQ(Reformations("node_lost"), 0);
-  // Silent again, past the grace this time: dropped.
-  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6 + 9);
-  EXPECT_EQ(Status().group_epoch(), 1u);  // LOST 9 s ago: still in grace
-  Beat({{0, joins_[0]}, {2, joins_[2]}}, 1);
+  // Back 7 s after its last heartbeat, within its 10 s grace: whole again,
+  // every rank kept, in a new epoch (its peers dropped their connections
+  // to it: the data plane forms again).
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(
+      coordinator_->Heartbeat(coordinator::Beat(1, 1)),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("runs group epoch 2")));
   status = Status();
   EXPECT_EQ(status.group_epoch(), 2u);
+  EXPECT_EQ(status.group_size(), 3);
+  EXPECT_EQ(status.healthy_nodes(), 3);
+  EXPECT_EQ(Reformations("node_lost"), 0);
+  EXPECT_EQ(Reformations("node_back"), 1);
+  EXPECT_THAT(status.reformed_because(),
+              HasSubstr("rank 1 (node-1, 10.0.0.1:29500) back after 7s"));
+  std::map<int, proto::JoinResponse> moved;
+  for (int node = 0; node < 3; ++node) {
+    ASSERT_OK_AND_ASSIGN(moved[node],
+                         coordinator_->Rejoin(RejoinFor(node, joins_[node])));
+    EXPECT_EQ(moved[node].rank(), node);
+    EXPECT_EQ(moved[node].group_epoch(), 2u);
+  }
+  // Silent again, past the grace this time: dropped.
+  Beat({{0, moved[0]}, {2, moved[2]}}, 6 + 9);
+  EXPECT_EQ(Status().group_epoch(), 2u);  // LOST 9 s ago: still in grace
+  Beat({{0, moved[0]}, {2, moved[2]}}, 1);
+  status = Status();
+  EXPECT_EQ(status.group_epoch(), 3u);
   EXPECT_EQ(status.group_size(), 2);
 }
 

@@ -164,6 +164,42 @@ TEST(Reform, AKilledDaemonLeavesTheGroupAndComesBackAfterARestart) {
       absl::ToDoubleSeconds(whole - restarted));
 }
 
+// With --rejoin_grace, a daemon that stops answering and comes back within
+// it keeps its rank: the group re-forms whole (a new epoch, so that its
+// peers, which dropped it, connect to it again) and trains at N.
+TEST(Reform, ADaemonBackWithinTheGraceKeepsItsRankAndTrains) {
+  NodeCluster cluster(Options());
+  cluster.StartCoordinatorWith("coordinator", {"--rejoin_grace=60s"});
+  cluster.StartDaemons();
+  TrainOn(cluster, {0, 1, 2});
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGSTOP);
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        return s.nodes_size() == kDaemons &&
+               s.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
+      },
+      &status))
+      << cluster.ServerLogs();
+  EXPECT_EQ(status.group_epoch(), 1u);  // within its grace: not dropped
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGCONT);
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        return s.group_epoch() == 2 && s.group_size() == kDaemons &&
+               s.healthy_nodes() == kDaemons;
+      },
+      &status))
+      << cluster.ServerLogs();
+  EXPECT_EQ(status.nodes(kVictim).peer().hostname(),
+            absl::StrCat("node", kVictim));
+  EXPECT_THAT(status.reformed_because(),
+              HasSubstr(absl::StrCat("rank ", kVictim, " (node", kVictim)));
+  AwaitGroup(cluster, {0, 1, 2}, 2, kDaemons);
+  TrainOn(cluster, {0, 1, 2});
+}
+
 TEST(Reform, ADaemonKilledMidRunEndsTheRunAndTheNextOneTrainsAtNMinus1) {
   NodeCluster cluster(Options());
   cluster.StartCoordinator();
