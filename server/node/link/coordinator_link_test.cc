@@ -196,6 +196,21 @@ class CoordinatorLinkTest : public ::testing::Test {
     return answers;
   }
 
+  // Link 2 stops (its daemon is killed); links 0 and 1 keep heartbeating
+  // while the coordinator's clock passes its timeout, and the coordinator
+  // is asked to look.
+  void StopLink2UntilDropped() {
+    links_[2]->Stop();
+    for (int second = 0; second < 6; ++second) {
+      clock_.Advance(absl::Seconds(1));
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(
+            links_[i]->AwaitHeartbeats(links_[i]->heartbeats() + 1, Soon()));
+      }
+    }
+    coordinator_->DetectFailures();
+  }
+
   // Polls the coordinator's status until `ready` or 20s.
   bool WaitForStatus(
       const std::function<bool(const proto::JobStatus&)>& ready) {
@@ -527,17 +542,8 @@ TEST_F(CoordinatorLinkTest, ReFormedGroupsAreAdoptedAndARestartedNodeTakenIn) {
   rejoin_grace_ = absl::ZeroDuration();
   StartCoordinator(3);
   std::vector<proto::JoinResponse> joined = JoinAll(3);
-  // Node 2 stops (its daemon is killed); nodes 0 and 1 keep heartbeating
-  // while the coordinator's clock passes its timeout.
-  links_[2]->Stop();
-  for (int second = 0; second < 6; ++second) {
-    clock_.Advance(absl::Seconds(1));
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(
-          links_[i]->AwaitHeartbeats(links_[i]->heartbeats() + 1, Soon()));
-    }
-  }
-  coordinator_->DetectFailures();
+  StopLink2UntilDropped();
+  if (HasFatalFailure()) return;
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(nodes_[i]->Await(+[](Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
                                       n->mu) {
@@ -591,15 +597,8 @@ TEST_F(CoordinatorLinkTest, ALateJoinWaitsForTheRunPastItsOwnTimeout) {
   rejoin_grace_ = absl::ZeroDuration();
   StartCoordinator(3);
   JoinAll(3);
-  links_[2]->Stop();
-  for (int second = 0; second < 6; ++second) {
-    clock_.Advance(absl::Seconds(1));
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(
-          links_[i]->AwaitHeartbeats(links_[i]->heartbeats() + 1, Soon()));
-    }
-  }
-  coordinator_->DetectFailures();
+  StopLink2UntilDropped();
+  if (HasFatalFailure()) return;
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(nodes_[i]->Await(+[](Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
                                       n->mu) { return !n->groups.empty(); }));
