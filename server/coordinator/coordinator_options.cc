@@ -26,9 +26,14 @@ int BytesPerElement(proto::DataType dtype) {
 }
 
 absl::Duration HeartbeatInterval(const CoordinatorOptions& options) {
-  // Five heartbeats per timeout: one or two lost ones do not make a node
-  // look dead.
-  return std::max(absl::Milliseconds(1), options.heartbeat_timeout / 5);
+  if (options.heartbeat_interval > absl::ZeroDuration()) {
+    return options.heartbeat_interval;
+  }
+  // At least five heartbeats per timeout (one or two lost ones do not make
+  // a node look dead), and four a second: a killed daemon, once its peers
+  // report it, is found within a slot.
+  return std::max(absl::Milliseconds(1), std::min(options.heartbeat_timeout / 5,
+                                                  absl::Milliseconds(250)));
 }
 
 absl::Duration SuspectSilence(const CoordinatorOptions& options) {
@@ -47,6 +52,14 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
         "heartbeat_timeout",
         absl::StrCat(absl::FormatDuration(options->heartbeat_timeout),
                      " is not positive"));
+  }
+  if (options->heartbeat_interval < absl::ZeroDuration() ||
+      options->heartbeat_interval * 2 > options->heartbeat_timeout) {
+    return Invalid(
+        "heartbeat_interval",
+        absl::StrCat(absl::FormatDuration(options->heartbeat_interval),
+                     " is not in 0 (automatic) .. half the heartbeat timeout ",
+                     absl::FormatDuration(options->heartbeat_timeout)));
   }
   if (options->rejoin_grace < absl::ZeroDuration()) {
     return Invalid("rejoin_grace",

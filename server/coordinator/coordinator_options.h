@@ -26,6 +26,11 @@ struct CoordinatorOptions {
   int expected_nodes = 0;
   // A member silent for longer than this is marked LOST.
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // How often members heartbeat (JobConfig.heartbeat_interval_ms); zero: a
+  // fifth of heartbeat_timeout, at most 250 ms. A member whose peers saw it
+  // vanish is LOST once it missed a slot (SuspectSilence), so this bounds
+  // how fast a killed daemon is found. At most half the timeout.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
   // How long a LOST member keeps its rank, waiting for it to come back,
   // before the group re-forms without it (zero: at once). A member that
   // restarts (joins afresh) is replaced at once whatever the grace.
@@ -84,7 +89,8 @@ struct CoordinatorOptions {
 // enforce, the flag and its value) otherwise.
 absl::Status ValidateAndComplete(CoordinatorOptions* options);
 
-// How often nodes heartbeat: a fifth of the heartbeat timeout.
+// How often nodes heartbeat: options.heartbeat_interval, or a fifth of the
+// heartbeat timeout, at most 250 ms.
 absl::Duration HeartbeatInterval(const CoordinatorOptions& options);
 // How long a member whose peers report it vanished from their data plane
 // may go without a heartbeat before it is LOST: 1.25 heartbeat intervals

@@ -126,8 +126,24 @@ TEST(CoordinatorOptions, JobConfigCarriesTheOptionsAndHeartbeatPeriod) {
   EXPECT_EQ(config.optimizer(), "momentum");
   EXPECT_EQ(config.learning_rate(), 0.5);
   EXPECT_EQ(config.heartbeat_timeout_ms(), 2000);
-  EXPECT_EQ(config.heartbeat_interval_ms(), 400);
+  EXPECT_EQ(config.heartbeat_interval_ms(), 250);
   EXPECT_EQ(config.mode(), proto::JobConfig::MODE_SYNC_SGD);
+}
+
+TEST(CoordinatorOptions, TheHeartbeatIntervalIsAtMost250msUnlessGiven) {
+  CoordinatorOptions options = Valid();
+  options.heartbeat_timeout = absl::Seconds(1);
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(JobConfigFor(options).heartbeat_interval_ms(), 200);  // a fifth
+  options.heartbeat_interval = absl::Milliseconds(100);
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(JobConfigFor(options).heartbeat_interval_ms(), 100);
+  options.heartbeat_interval = absl::Milliseconds(600);  // over half
+  EXPECT_THAT(ValidateAndComplete(&options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("heartbeat_interval: 600ms is not in 0 "
+                                 "(automatic) .. half the heartbeat timeout "
+                                 "1s")));
 }
 
 TEST(CoordinatorOptions, StalenessIsSentInAsyncSgdOnly) {

@@ -29,10 +29,12 @@ using ::testing::HasSubstr;
 class CoordinatorReformTest : public ::testing::Test {
  protected:
   void Create(int nodes, absl::Duration grace = absl::ZeroDuration(),
-              int min_nodes = 1) {
+              int min_nodes = 1,
+              absl::Duration heartbeat_interval = absl::ZeroDuration()) {
     CoordinatorOptions options = TestOptions(nodes);
     options.rejoin_grace = grace;
     options.min_nodes = min_nodes;
+    options.heartbeat_interval = heartbeat_interval;
     ASSERT_OK_AND_ASSIGN(coordinator_,
                          Coordinator::Create(options, &clock_, &registry_));
   }
@@ -178,7 +180,7 @@ TEST_F(CoordinatorReformTest, ALostMemberIsDroppedAndTheSurvivorsReNumbered) {
 TEST_F(CoordinatorReformTest, AMemberItsPeersSawVanishIsLostAtItsNextSlot) {
   // Timeout 5 s, heartbeats every 1 s: reported vanished, a member is LOST
   // once 1.25 s passed without its heartbeat, not 5 s.
-  Create(3);
+  Create(3, absl::ZeroDuration(), 1, absl::Seconds(1));
   Form(3);
   Beat({{0, joins_[0]}, {1, joins_[1]}, {2, joins_[2]}}, 1);
   clock_.Advance(absl::Milliseconds(300));
@@ -203,7 +205,7 @@ TEST_F(CoordinatorReformTest, AMemberItsPeersSawVanishIsLostAtItsNextSlot) {
 }
 
 TEST_F(CoordinatorReformTest, MembersThatVanishTogetherLeaveInOneReFormation) {
-  Create(4);
+  Create(4, absl::ZeroDuration(), 1, absl::Seconds(1));
   Form(4);
   Beat({{0, joins_[0]}, {1, joins_[1]}, {2, joins_[2]}, {3, joins_[3]}}, 1);
   // Rank 3 heartbeats 400 ms later than rank 2; both die; rank 0 saw both

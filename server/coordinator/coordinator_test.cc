@@ -149,7 +149,7 @@ TEST_F(CoordinatorTest, FourNodesGetRanksPeersAndAShardMapCoveringAll) {
     EXPECT_EQ(r.config().optimizer(), "adam");
     EXPECT_EQ(r.config().parameter_count(), kParameters);
     EXPECT_EQ(r.config().heartbeat_timeout_ms(), 5000);
-    EXPECT_EQ(r.config().heartbeat_interval_ms(), 1000);
+    EXPECT_EQ(r.config().heartbeat_interval_ms(), 250);
   }
   EXPECT_EQ(ranks.size(), 4u);
 }

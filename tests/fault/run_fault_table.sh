@@ -17,7 +17,7 @@ bazel test --config=ci //tests/fault:fault_table --test_output=streamed \
   echo
   echo "Made by \`tests/fault/run_fault_table.sh $runs\` on $(date -u +%Y-%m-%d)" \
     "($(nproc) cores, $(uname -m)); jobs on loopback, 1 worker per daemon,"
-  echo "heartbeat timeout 2 s (heartbeats every 400 ms), --rejoin_grace 0."
+  echo "heartbeat timeout 2 s (heartbeats every 250 ms), --rejoin_grace 0."
   echo "Times in seconds from the fault. *detect*: the coordinator acted on it"
   echo "(a new group epoch; for the coordinator, serving the group again)."
   echo "*resume*: a step committed again (the next run's first step at N-1,"
