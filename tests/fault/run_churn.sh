@@ -21,7 +21,7 @@ bazel test --config=ci //tests/fault:fault_table --test_output=streamed \
   echo "Made by \`tests/fault/run_churn.sh $minutes\` on $(date -u +%Y-%m-%d)" \
     "($(nproc) cores, $(uname -m)); 4 daemons on loopback, 1 worker each,"
   echo "runs of 200 steps back to back (each on the daemons serving when it"
-  echo "begins), heartbeat timeout 2 s, --rejoin_grace 0. A run in progress"
+  echo "begins), heartbeat timeout 2 s (heartbeats every 250 ms), --rejoin_grace 0. A run in progress"
   echo "when a daemon is killed fails with its group (no replicas yet); the"
   echo "step rate counts the steps of finished runs per second of wall time."
   echo
