@@ -183,9 +183,9 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
     }
   }
 
-  const auto waiting = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::any_of(pending_.begin(), pending_.end(),
-                       [id](const PendingJoin& p) { return p.id == id; });
+  const auto is_this = [id](const PendingJoin& p) { return p.id == id; };
+  const auto waiting = [this, &is_this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::any_of(pending_.begin(), pending_.end(), is_this);
   };
   while (waiting() && !shutdown_) {
     const absl::Time now = absl::Now();
@@ -203,9 +203,7 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
                             ? std::string()
                             : absl::StrCat(" (", reform_blocked_, ")"))
                   : RendezvousProgressLocked();
-      pending_.erase(
-          std::find_if(pending_.begin(), pending_.end(),
-                       [id](const PendingJoin& p) { return p.id == id; }));
+      pending_.erase(std::find_if(pending_.begin(), pending_.end(), is_this));
       if (gave_up) {
         return absl::CancelledError(
             absl::StrCat("node ", request.hostname(),
@@ -223,11 +221,8 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
     if (formed_) ReformIfDueLocked();
   }
   if (waiting()) return absl::UnavailableError("coordinator is shutting down");
-  for (size_t rank = 0; rank < members_.size(); ++rank) {
-    if (members_[rank].join.data_address() == request.data_address() &&
-        members_[rank].join.hostname() == request.hostname()) {
-      return JoinResponseLocked(static_cast<int>(rank));
-    }
+  if (const int rank = RankOfLocked(request); rank >= 0) {
+    return JoinResponseLocked(rank);
   }
   if (!adopted_from_.empty()) {
     return absl::FailedPreconditionError(
@@ -426,9 +421,12 @@ bool Coordinator::ReformIfDueLocked() {
   }
   const uint64_t from = group_epoch_;
   const size_t was = members_.size();
-  const std::string why =
-      absl::StrCat("the group re-formed (epoch ", from, " -> ", from + 1, ": ",
-                   absl::StrJoin(changes, "; "), ")");
+  const char* const cause = drop_due           ? "node_lost"
+                            : pending_.empty() ? "node_back"
+                                               : "node_joined";
+  const std::string changed = absl::StrJoin(changes, "; ");
+  const std::string why = absl::StrCat("the group re-formed (epoch ", from,
+                                       " -> ", from + 1, ": ", changed, ")");
   const uint64_t run_id =
       runs_.current() != nullptr ? runs_.current()->run_id() : 0;
   if (runs_.FailCurrent(-1, why, now)) {
@@ -443,18 +441,12 @@ bool Coordinator::ReformIfDueLocked() {
   begin_waiting_.clear();
   std::vector<PendingJoin> joins;
   joins.swap(pending_);
-  const size_t joins_taken = joins.size();
   InstallGroupLocked(std::move(survivors), std::move(joins));
   dropped_ = std::move(dropped);
-  const bool back_only = !drop_due && !came_back_.empty() && joins_taken == 0;
   came_back_.clear();
-  reformed_because_ = absl::StrJoin(changes, "; ");
+  reformed_because_ = changed;
   reformed_at_ = now;
-  metrics_.reformations
-      ->WithLabels({drop_due    ? "node_lost"
-                    : back_only ? "node_back"
-                                : "node_joined"})
-      ->Increment();
+  metrics_.reformations->WithLabels({cause})->Increment();
   STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << why << "; "
                         << was << " -> " << members_.size() << " nodes, "
                         << planner_->total_workers() << " workers";
@@ -597,6 +589,16 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
   return JoinResponseLocked(rank);
 }
 
+int Coordinator::RankOfLocked(const proto::JoinRequest& node) const {
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    if (members_[rank].join.data_address() == node.data_address() &&
+        members_[rank].join.hostname() == node.hostname()) {
+      return static_cast<int>(rank);
+    }
+  }
+  return -1;
+}
+
 void Coordinator::RegisterLocked(int rank, const proto::JoinRequest& node,
                                  const proto::RunStatus& run,
                                  uint64_t highest_run_id) {
@@ -619,21 +621,15 @@ void Coordinator::RegisterLocked(int rank, const proto::JoinRequest& node,
 absl::StatusOr<proto::JoinResponse> Coordinator::MoveToCurrentEpochLocked(
     const proto::RejoinRequest& request) {
   const proto::JoinRequest& node = request.node();
-  for (size_t rank = 0; rank < members_.size(); ++rank) {
-    Member& member = members_[rank];
-    if (member.join.data_address() != node.data_address() ||
-        member.join.hostname() != node.hostname() || !member.carried_over ||
-        member.heard_from) {
-      continue;
-    }
+  const int rank = RankOfLocked(node);
+  if (rank >= 0 && members_[rank].carried_over && !members_[rank].heard_from) {
     // Its run was of the old group; it begins the next one in this.
-    RegisterLocked(static_cast<int>(rank), node, proto::RunStatus(),
-                   request.highest_run_id());
+    RegisterLocked(rank, node, proto::RunStatus(), request.highest_run_id());
     STARLING_LOG(INFO) << "rank " << request.rank() << " of group epoch "
                        << request.group_epoch() << " (" << node.hostname()
-                       << ") is " << DescribeLocked(static_cast<int>(rank))
-                       << " of group epoch " << group_epoch_;
-    return JoinResponseLocked(static_cast<int>(rank));
+                       << ") is " << DescribeLocked(rank) << " of group epoch "
+                       << group_epoch_;
+    return JoinResponseLocked(rank);
   }
   const auto dropped = dropped_.find(node.data_address());
   return absl::FailedPreconditionError(absl::StrCat(

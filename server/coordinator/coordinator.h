@@ -276,6 +276,10 @@ class Coordinator {
   // current run fails).
   void MarkLostLocked(int rank, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rank of the member that is `node` (hostname and data address), or
+  // -1.
+  int RankOfLocked(const proto::JoinRequest& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Member `rank` is `node`, re-registered: HEALTHY, heard from now, in
   // `run` (run ids continue above `highest_run_id`).
   void RegisterLocked(int rank, const proto::JoinRequest& node,

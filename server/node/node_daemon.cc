@@ -42,12 +42,10 @@ std::string LocalHostname() {
 }  // namespace
 
 NodeDaemon::NodeDaemon(NodeOptions options, NodeMetrics metrics,
-                       std::shared_ptr<CollectiveMonitor> collectives,
-                       metrics::MetricsRegistry* registry)
+                       std::shared_ptr<CollectiveMonitor> collectives)
     : options_(std::move(options)),
       metrics_(metrics),
-      collectives_(std::move(collectives)),
-      registry_(registry) {}
+      collectives_(std::move(collectives)) {}
 
 NodeDaemon::~NodeDaemon() { Stop(); }
 
@@ -109,7 +107,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<CollectiveMonitor> collectives,
                             CollectiveMonitor::Create(registry));
   std::unique_ptr<NodeDaemon> daemon(
-      new NodeDaemon(options, metrics, std::move(collectives), registry));
+      new NodeDaemon(options, metrics, std::move(collectives)));
   NodeDaemon* d = daemon.get();
   // The coordinator's address is checked before anything is bound.
   CoordinatorLinkOptions link;
@@ -320,10 +318,11 @@ absl::StatusOr<RunRendezvous::Begun> NodeDaemon::Plane::BeginRun(
     const std::vector<proto::TensorSpec>& tensors,
     const std::string& local_error, int local_workers, uint64_t next_op_seq,
     absl::Time deadline) {
-  if (daemon->link_->group_epoch() != group.group_epoch()) {
-    return absl::UnavailableError(absl::StrCat(
-        "the group re-formed (group epoch ", group.group_epoch(), " -> ",
-        daemon->link_->group_epoch(), "); the run begins in the new group"));
+  if (const uint64_t now = daemon->link_->group_epoch();
+      now != group.group_epoch()) {
+    return absl::UnavailableError(
+        absl::StrCat("the group re-formed (group epoch ", group.group_epoch(),
+                     " -> ", now, "); the run begins in the new group"));
   }
   STARLING_ASSIGN_OR_RETURN(
       proto::BeginRunResponse response,

@@ -156,8 +156,7 @@ class NodeDaemon : public WorkerRequestHandler {
   };
 
   NodeDaemon(NodeOptions options, NodeMetrics metrics,
-             std::shared_ptr<CollectiveMonitor> collectives,
-             metrics::MetricsRegistry* registry);
+             std::shared_ptr<CollectiveMonitor> collectives);
   absl::Status Listen();
   absl::Status Join();
   // The plane of `group` (connected to its peers within
@@ -201,7 +200,6 @@ class NodeDaemon : public WorkerRequestHandler {
   const NodeOptions options_;
   NodeMetrics metrics_;
   const std::shared_ptr<CollectiveMonitor> collectives_;
-  metrics::MetricsRegistry* const registry_;  // borrowed
   // Bytes of the attached workers' pools (the daemon maps them).
   std::atomic<uint64_t> pool_bytes_{0};
   std::unique_ptr<CoordinatorLink> link_;

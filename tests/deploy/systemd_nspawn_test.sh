@@ -249,6 +249,24 @@ kill_main() {
   log "kill -9 $unit MainPID $KILLED_PID: systemd started MainPID $NEW_PID after $(elapsed "$KILL_TIME") s ($(prop "$unit" ActiveState), NRestarts=$(prop "$unit" NRestarts))"
 }
 # wait_active UNIT SECONDS: until ActiveState=active (READY=1 again).
+# journal_line UNIT PATTERN: the last line of UNIT's journal matching
+# PATTERN, waited for up to 10 s; empty if none came.
+journal_line() {
+  local line=
+  for _ in $(seq 1 100); do
+    line=$(in_ct journalctl -u "$1" --no-pager -n 80 | grep "$2" | tail -1 || true)
+    [[ -n $line ]] && break
+    sleep 0.1
+  done
+  echo "$line"
+}
+
+# The coordinator's group epoch, from its /metrics.
+group_epoch() {
+  in_ct curl -s --max-time 2 http://127.0.0.1:29401/metrics |
+    awk '/^starling_coordinator_group_epoch /{print $2}'
+}
+
 wait_active() {
   local unit=$1 state=
   for _ in $(seq 1 $(($2 * 10))); do
@@ -297,13 +315,7 @@ in_ct test -s /var/lib/starling/coordinator.state ||
   die "the coordinator keeps no record in /var/lib/starling (StateDirectory, --state_file)"
 kill_main starling-coordinator.service
 wait_active starling-coordinator.service 30
-resumed=""
-for _ in $(seq 1 100); do
-  resumed=$(in_ct journalctl -u starling-coordinator.service --no-pager -n 80 |
-    grep 'resumed group epoch' | tail -1 || true)
-  [[ -n $resumed ]] && break
-  sleep 0.1
-done
+resumed=$(journal_line starling-coordinator.service 'resumed group epoch')
 [[ -n $resumed ]] || die "the restarted coordinator did not resume its record"
 log "coordinator journal: ${resumed#*: }"
 node_pid=$(prop starling-node@0.service MainPID)
@@ -320,21 +332,13 @@ log "starling-node@0 stayed active (MainPID $node_pid) across the coordinator's 
 # The node: systemd restarts it (RestartSec=5s) and the new daemon, joining
 # afresh, is taken back: the coordinator drops its dead predecessor and
 # re-forms the group with it (a new group epoch); READY=1 once it serves.
-epoch_before=$(in_ct curl -s --max-time 2 http://127.0.0.1:29401/metrics |
-  awk '/^starling_coordinator_group_epoch /{print $2}')
+epoch_before=$(group_epoch)
 kill_main starling-node@0.service
 wait_active starling-node@0.service 60
-reformed=
-for _ in $(seq 1 100); do
-  reformed=$(in_ct journalctl -u starling-coordinator.service --no-pager -n 80 |
-    grep 'the group re-formed' | tail -1 || true)
-  [[ -n $reformed ]] && break
-  sleep 0.1
-done
+reformed=$(journal_line starling-coordinator.service 'the group re-formed')
 [[ -n $reformed ]] || die "the coordinator did not re-form the group with the restarted node"
 log "coordinator journal: ${reformed#*: }"
-epoch_after=$(in_ct curl -s --max-time 2 http://127.0.0.1:29401/metrics |
-  awk '/^starling_coordinator_group_epoch /{print $2}')
+epoch_after=$(group_epoch)
 [[ -n $epoch_before && -n $epoch_after && $epoch_after -gt $epoch_before ]] ||
   die "group epoch $epoch_before -> $epoch_after: no new epoch for the restarted node"
 # systemctl status tells the same (the coordinator's STATUS= line).

@@ -302,8 +302,10 @@ void CoordinatorLink::JoinAfresh() {
           << "this node is not a member of job " << options_.job_id
           << "'s group; " << joined.status().message() << "; asking again";
     }
-    // The coordinator held the join until its deadline (a run is going
-    // on): ask again at once. Otherwise pause before asking again.
+    // The coordinator held the join until its deadline (a group still
+    // forming, or a resumed one waiting for its members; a running group's
+    // run is waited out in AskToJoin): ask again at once. Otherwise pause
+    // before asking again.
     if (!absl::IsDeadlineExceeded(joined.status()) &&
         !PauseUntil(now + kMaxRetry)) {
       return;

@@ -38,14 +38,6 @@ std::unique_ptr<MeteredTransport> MeteredTransport::Create(
       std::move(inner), std::move(sent_by_peer), std::move(received_by_peer)));
 }
 
-absl::StatusOr<std::unique_ptr<MeteredTransport>> MeteredTransport::Create(
-    std::unique_ptr<transport::Transport> inner,
-    metrics::MetricsRegistry* registry) {
-  absl::StatusOr<Counters> counters = Register(registry);
-  if (!counters.ok()) return counters.status();
-  return Create(std::move(inner), *counters);
-}
-
 MeteredTransport::MeteredTransport(std::unique_ptr<transport::Transport> inner,
                                    std::vector<metrics::Counter*> sent,
                                    std::vector<metrics::Counter*> received)

@@ -44,10 +44,6 @@ class MeteredTransport : public transport::Transport {
   // outlive the transport).
   static std::unique_ptr<MeteredTransport> Create(
       std::unique_ptr<transport::Transport> inner, const Counters& counters);
-  // Register, then Create.
-  static absl::StatusOr<std::unique_ptr<MeteredTransport>> Create(
-      std::unique_ptr<transport::Transport> inner,
-      metrics::MetricsRegistry* registry);
 
   // Bytes registered now (RegisterRegion minus DeregisterRegion).
   uint64_t registered_bytes() const {
