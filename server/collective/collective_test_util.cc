@@ -260,6 +260,9 @@ absl::Status CheckCollective(
       case OpKind::kBarrier:
         s = comm->Barrier(call);
         break;
+      case OpKind::kShift:
+        s = comm->Shift(absl::MakeSpan(data), c.type, root, call);
+        break;
     }
     if (!s.ok()) return s;
     size_t begin = 0, end = c.count;

@@ -7,6 +7,7 @@
 #include "server/collective/op_context.h"
 #include "server/collective/reduce_broadcast.h"
 #include "server/collective/ring.h"
+#include "server/collective/shift.h"
 #include "server/collective/tree.h"
 
 namespace starling {
@@ -61,6 +62,7 @@ AlgorithmFn Dispatch(OpKind kind, Algorithm algorithm) {
     case OpKind::kBroadcast:
       return kBroadcast[index];
     case OpKind::kBarrier:
+    case OpKind::kShift:
       break;
   }
   return nullptr;
@@ -132,6 +134,11 @@ void Communicator::RetireOpsBelow(uint64_t end) {
   retired_end_ = end;
 }
 
+absl::Status Communicator::Shift(absl::Span<std::byte> data, DataType type,
+                                 int distance, const CallOptions& call) {
+  return Run(OpKind::kShift, data, type, ReduceOp::kSum, distance, call);
+}
+
 absl::Status Communicator::Barrier(const CallOptions& call) {
   return Run(OpKind::kBarrier, absl::Span<std::byte>(), DataType::kFloat32,
              ReduceOp::kSum, 0, call);
@@ -169,7 +176,19 @@ absl::Status Communicator::RunOp(uint64_t seq, OpKind kind,
         absl::StrCat(what, ": timeout must be positive, got ",
                      absl::FormatDuration(timeout)));
   }
-  if (root < 0 || root >= size()) {
+  if (kind == OpKind::kShift) {
+    if (size() > 1 && (root < 1 || root >= size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": distance ", root, " is not in [1, ", size() - 1,
+                       "] for a group of ", size()));
+    }
+    if (data.size() / element_bytes % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": buffer of ", data.size() / element_bytes, " ",
+          DataTypeName(type),
+          " elements does not split into an outgoing and an incoming half"));
+    }
+  } else if (root < 0 || root >= size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": root ", root, " is not a rank of a group of ", size()));
   }
@@ -180,11 +199,12 @@ absl::Status Communicator::RunOp(uint64_t seq, OpKind kind,
   desc.op = op;
   desc.count = data.size() / element_bytes;
   desc.root = root;
-  desc.algorithm = kind == OpKind::kBarrier
+  desc.algorithm = kind == OpKind::kBarrier || kind == OpKind::kShift
                        ? Algorithm::kAuto
                        : SelectAlgorithm(options_.selector, kind, data.size(),
                                          size(), call.algorithm);
-  AlgorithmFn fn = Dispatch(kind, desc.algorithm);
+  AlgorithmFn fn =
+      kind == OpKind::kShift ? ShiftExchange : Dispatch(kind, desc.algorithm);
   const size_t scratch_bytes =
       ScratchBytes(desc.algorithm, kind, desc.count, element_bytes, size(),
                    rank(), options_.selector.doubling_max_bytes);

@@ -162,6 +162,14 @@ class Communicator {
   absl::Status Broadcast(absl::Span<std::byte> data, DataType type, int root,
                          const CallOptions& call = CallOptions());
 
+  // `data` is two halves: the first is sent into the second half of rank
+  // (rank() + distance) mod size(), and the second receives rank
+  // (rank() - distance) mod size()'s first half (shift.h). InvalidArgument
+  // for a distance outside [1, size()) (any, for a group of 1) or an odd
+  // element count.
+  absl::Status Shift(absl::Span<std::byte> data, DataType type, int distance,
+                     const CallOptions& call = CallOptions());
+
   // Returns once every rank has entered the barrier.
   absl::Status Barrier(const CallOptions& call = CallOptions());
 

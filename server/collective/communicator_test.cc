@@ -1,11 +1,14 @@
 #include "server/collective/communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -117,6 +120,89 @@ TEST(Communicator, ReduceScatterUpdateAllGatherIsTheDaemonStep) {
         return absl::OkStatus();
       });
   ASSERT_OK(FirstError(statuses));
+}
+
+TEST(Communicator, ShiftHandsEachRanksBlockToTheRankDistanceAhead) {
+  // Every distance of every group size up to 5, with blocks that need
+  // several chunks: rank r's incoming half is exactly rank r - d's
+  // outgoing half.
+  for (int size = 1; size <= 5; ++size) {
+    for (int distance = size == 1 ? 0 : 1; distance < std::max(size, 1);
+         ++distance) {
+      for (size_t half : {0u, 3u, 200000u}) {
+        auto statuses = RunOnLoopback(
+            size, CommunicatorOptions(), [&](int rank, Communicator* comm) {
+              std::vector<float> values(2 * half, -1.0f);
+              for (size_t i = 0; i < half; ++i) {
+                values[i] = static_cast<float>(rank * 1000003 + i);
+              }
+              std::vector<std::byte> data = Floats(values);
+              absl::Status s = comm->Shift(absl::MakeSpan(data),
+                                           DataType::kFloat32, distance);
+              if (!s.ok()) return s;
+              const int from = (rank - distance + size) % size;
+              for (size_t i = 0; i < half; ++i) {
+                const float expected = static_cast<float>(from * 1000003 + i);
+                if (FloatAt(data, half + i) != expected ||
+                    FloatAt(data, i) != values[i]) {
+                  return absl::InternalError(absl::StrCat(
+                      "rank ", rank, " element ", i, ": ",
+                      FloatAt(data, half + i), ", expected ", expected));
+                }
+              }
+              return absl::OkStatus();
+            });
+        ASSERT_OK(FirstError(statuses))
+            << "N=" << size << " d=" << distance << " half=" << half;
+      }
+    }
+  }
+}
+
+TEST(Communicator, ShiftRejectsABadDistanceOrAnOddCount) {
+  auto statuses =
+      RunOnLoopback(3, ShortTimeout(), [](int rank, Communicator* comm) {
+        std::vector<std::byte> data(16);
+        if (rank == 0) {
+          absl::Status s =
+              comm->Shift(absl::MakeSpan(data), DataType::kFloat32, 3);
+          if (!absl::IsInvalidArgument(s) ||
+              !absl::StrContains(s.message(), "distance 3 is not in [1, 2]")) {
+            return absl::InternalError(
+                absl::StrCat("distance 3: ", s.ToString()));
+          }
+          std::vector<std::byte> odd(12);
+          s = comm->Shift(absl::MakeSpan(odd), DataType::kFloat32, 1);
+          if (!absl::IsInvalidArgument(s) ||
+              !absl::StrContains(s.message(), "3 float32 elements")) {
+            return absl::InternalError(
+                absl::StrCat("odd count: ", s.ToString()));
+          }
+          return absl::OkStatus();
+        }
+        // The others ran ops 0 and 1 too and time out naming rank 0.
+        absl::Status s =
+            comm->Shift(absl::MakeSpan(data), DataType::kFloat32, 1);
+        if (s.ok()) return absl::InternalError("op 0 succeeded alone");
+        return absl::OkStatus();
+      });
+  ASSERT_OK(FirstError(statuses));
+}
+
+TEST(Communicator, ShiftsWithDifferentDistancesFailNamingBothCalls) {
+  auto statuses =
+      RunOnLoopback(3, ShortTimeout(), [](int rank, Communicator* comm) {
+        std::vector<std::byte> data(16);
+        return comm->Shift(absl::MakeSpan(data), DataType::kFloat32,
+                           rank == 1 ? 2 : 1);
+      });
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_THAT(statuses[rank],
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("shift of 2 float32 by 1 rank(s)"),
+                               HasSubstr("shift of 2 float32 by 2 rank(s)"))))
+        << "rank " << rank;
+  }
 }
 
 TEST(Communicator, MismatchedCountsFailOnEveryRankNamingBothCalls) {

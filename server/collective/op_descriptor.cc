@@ -41,6 +41,8 @@ absl::string_view OpKindName(OpKind kind) {
       return "broadcast";
     case OpKind::kBarrier:
       return "barrier";
+    case OpKind::kShift:
+      return "shift";
   }
   return "unknown-op";
 }
@@ -84,7 +86,7 @@ absl::StatusOr<OpDescriptor> OpDescriptor::Decode(
   const uint8_t algorithm = Get<uint8_t>(&wire[25]);
   const uint8_t dtype = Get<uint8_t>(&wire[26]);
   const uint8_t op = Get<uint8_t>(&wire[27]);
-  if (kind < 1 || kind > 5 || algorithm > 4 ||
+  if (kind < 1 || kind > 6 || algorithm > 4 ||
       dtype > static_cast<uint8_t>(DataType::kInt64) ||
       op > static_cast<uint8_t>(ReduceOp::kAverage)) {
     return absl::InvalidArgumentError(
@@ -118,6 +120,9 @@ std::string OpDescriptor::ToString() const {
     case OpKind::kBroadcast:
       return absl::StrCat("broadcast of ", count, " ", DataTypeName(dtype),
                           " (root ", root, ", ", AlgorithmName(algorithm), ")");
+    case OpKind::kShift:
+      return absl::StrCat("shift of ", count / 2, " ", DataTypeName(dtype),
+                          " by ", root, " rank(s)");
     default:
       return absl::StrCat(OpKindName(kind), " of ", count, " ",
                           DataTypeName(dtype), " (", ReduceOpName(op), ", ",

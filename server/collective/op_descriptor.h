@@ -29,6 +29,8 @@ enum class OpKind : uint8_t {
   kAllGather = 3,
   kBroadcast = 4,
   kBarrier = 5,
+  // Each rank's block to the rank `root` ahead (shift.h).
+  kShift = 6,
 };
 
 // kAuto lets the selector choose from the byte size and the group size.
@@ -40,7 +42,8 @@ enum class Algorithm : uint8_t {
   kReduceBroadcast = 4,
 };
 
-// "allreduce", "reducescatter", "allgather", "broadcast", "barrier".
+// "allreduce", "reducescatter", "allgather", "broadcast", "barrier",
+// "shift".
 absl::string_view OpKindName(OpKind kind);
 // "auto", "butterfly", "ring", "tree", "reduce-broadcast".
 absl::string_view AlgorithmName(Algorithm algorithm);
@@ -54,7 +57,7 @@ struct OpDescriptor {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   uint64_t count = 0;  // elements
-  int32_t root = 0;    // broadcast only
+  int32_t root = 0;    // broadcast: the root; shift: the distance
 
   std::array<std::byte, kWireBytes> Encode() const;
   // InvalidArgument if `wire` is not a descriptor.

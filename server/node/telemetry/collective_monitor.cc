@@ -115,6 +115,8 @@ double CollectiveMonitor::BusFactor(OpKind kind, int size) {
       return 1;
     case OpKind::kBarrier:
       return 0;
+    case OpKind::kShift:
+      return 0.5;  // half the buffer leaves, half arrives
   }
   return 0;
 }
