@@ -122,6 +122,11 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
         absl::StrCat("--staleness=", options->staleness,
                      ": the staleness bound must be >= 0"));
   }
+  if (options->replicas < 0 || options->replicas > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas=", options->replicas,
+        ": 0 (one copy of each shard) or 1 (a buddy replica besides)"));
+  }
   return absl::OkStatus();
 }
 
@@ -142,6 +147,7 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
   config.set_epochs(options.epochs);
   config.set_staleness(
       options.mode == proto::JobConfig::MODE_ASYNC_SGD ? options.staleness : 0);
+  config.set_replicas(options.replicas);
   if (proto::IsElasticMode(options.mode)) {
     config.set_elastic_tau(options.elastic_tau);
     config.set_elastic_beta(options.elastic_beta);

@@ -75,6 +75,8 @@ struct CoordinatorOptions {
   // MODE_ASYNC_SGD: the staleness bound s (>= 0; JobConfig.staleness). Sent
   // as 0 in the other modes, where it means nothing.
   int staleness = 1;
+  // JobConfig.replicas: 1 keeps a buddy replica of every shard, 0 none.
+  int replicas = 1;
   // The EASGD modes (JobConfig.elastic_*; sent as 0 in the others): steps
   // between exchanges (>= 1), beta = alpha * workers (in (0, 1]) and
   // async_measgd's Nesterov momentum (in [0, 1)). Defaults: beta and

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/base/status_matchers.h"
@@ -168,6 +169,23 @@ TEST(CoordinatorOptions, StalenessIsSentInAsyncSgdOnly) {
   EXPECT_THAT(ValidateAndComplete(&options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "--staleness=-1: the staleness bound must be >= 0"));
+}
+
+TEST(CoordinatorOptions, ABuddyReplicaIsKeptUnlessTurnedOff) {
+  CoordinatorOptions options = Valid();
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(JobConfigFor(options).replicas(), 1);
+  options.replicas = 0;
+  ASSERT_OK(ValidateAndComplete(&options));
+  EXPECT_EQ(JobConfigFor(options).replicas(), 0);
+  for (int bad : {-1, 2}) {
+    options.replicas = bad;
+    EXPECT_THAT(ValidateAndComplete(&options),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("--replicas=", bad,
+                                                ": 0 (one copy of each "
+                                                "shard) or 1"))));
+  }
 }
 
 }  // namespace

@@ -98,6 +98,13 @@ ABSL_FLAG(int, staleness, 1,
           "--mode=async_sgd only: the staleness bound s (>= 0; stale "
           "synchronous parallel): a pull for step t includes every update of "
           "the steps before t - s. Ignored (sent as 0) in the other modes");
+ABSL_FLAG(int, replicas, 1,
+          "replicas of each daemon's shard besides its own: 1 keeps its "
+          "master parameters and optimizer state also on a buddy daemon "
+          "(another host's, where there is one), updated every step, so "
+          "that a committed step survives the loss of one daemon; 0 keeps "
+          "one copy (less traffic: 1/N of the model per daemon and step). "
+          "Modes of the synchronous step; the shard owners' keep one copy");
 ABSL_FLAG(int, elastic_tau, 4,
           "EASGD modes: tau, the local steps between a worker's elastic "
           "exchanges with the centre (>= 1)");
@@ -150,6 +157,7 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options->collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options->staleness = absl::GetFlag(FLAGS_staleness);
+  options->replicas = absl::GetFlag(FLAGS_replicas);
   options->elastic_tau = absl::GetFlag(FLAGS_elastic_tau);
   options->elastic_beta = absl::GetFlag(FLAGS_elastic_beta);
   options->elastic_momentum = absl::GetFlag(FLAGS_elastic_momentum);

@@ -15,6 +15,7 @@
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/base/version.h"
+#include "server/node/sync/buddy.h"
 #include "server/transport/peer_address.h"
 #include "server/transport/tcp/socket_util.h"
 #include "server/transport/tcp/tcp_options.h"
@@ -261,6 +262,15 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
   run_options.optimizer = config.optimizer();
   run_options.learning_rate = static_cast<float>(config.learning_rate());
   run_options.self = plane->self;
+  // A buddy replica of each shard in the modes of the synchronous step
+  // (the job's setting), on another host where the group has one.
+  if (config.replicas() > 0 && !proto::UsesShardOwners(config.mode())) {
+    std::vector<std::string> hosts;
+    for (const proto::PeerInfo& peer : group.peers()) {
+      hosts.push_back(peer.hostname());
+    }
+    run_options.buddy_distance = BuddyDistance(hosts);
+  }
   plane->runs = std::make_unique<RunManager>(
       run_options, plane->comm.get(), plane->transport.get(), &metrics_,
       plane.get(), [this](int64_t step, const absl::Status& status) {

@@ -13,6 +13,8 @@
 #   tests/bench/sync_step_bench.sh --bin DIR        # binaries from DIR, no build
 #   tests/bench/sync_step_bench.sh --daemons 2 --workers 1 --dim 1000000 --steps 10
 #   tests/bench/sync_step_bench.sh --pull-view      # workers read views, no pull copies
+#   tests/bench/sync_step_bench.sh --netns 1gbit --workers 1 --replicas 0
+#                                  # one daemon per simulated host (peerbench)
 #
 # Options: --daemons D (4) --workers W (2) --dim N (10000000) --warmup N (3)
 # --steps N (20) --port-base P (38400: coordinator P, its metrics P+1,
@@ -20,11 +22,17 @@
 # starling-coordinator, starling-node, sync_step_worker) --keep (leave the
 # scratch directory with every process's logs) --pull-view (workers read
 # the parameters in place: Client::ParametersView, sync_step_worker
-# --pull_view). Every process this script starts is stopped on exit, by pid.
+# --pull_view) --replicas N (the coordinator's --replicas: 1, each shard
+# also on a buddy daemon, the default; 0, one copy) --netns RATE (each
+# daemon and its workers in host namespace h<r> of ../shared/peerbench's
+# simulated cluster, one NIC of RATE each, the coordinator on its control
+# host; needs root; the cluster is taken down on exit). Every process this
+# script starts is stopped on exit, by pid.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DAEMONS=4 WORKERS=2 DIM=10000000 WARMUP=3 STEPS=20 PORT_BASE=38400 BIN="" KEEP=0
-BUILT_BIN= PULL_VIEW=0
+BUILT_BIN= PULL_VIEW=0 REPLICAS=1 NETNS=""
+PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --daemons) DAEMONS=$2; shift 2 ;;
@@ -36,7 +44,9 @@ while [[ $# -gt 0 ]]; do
     --bin) BIN=$(realpath "$2"); shift 2 ;;
     --keep) KEEP=1; shift ;;
     --pull-view) PULL_VIEW=1; shift ;;
-    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
+    --replicas) REPLICAS=$2; shift 2 ;;
+    --netns) NETNS=$2; shift 2 ;;
+    -h|--help) sed -n 2,31p "$0"; exit 0 ;;
     *) echo "sync_step_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -60,9 +70,14 @@ done
 WORK=$(mktemp -d /tmp/sync_step_bench.XXXXXX)
 PIDS=()
 WORKER_PIDS=()
+# In the simulated cluster: host r's namespace and addresses; else loopback.
+in_host() { if [[ -n $NETNS ]]; then ip netns exec "h$1" "${@:2}"; else "${@:2}"; fi; }
+in_ctl() { if [[ -n $NETNS ]]; then ip netns exec pbctl "$@"; else "$@"; fi; }
+PB=$WORK/peerbench
 cleanup() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [[ -n $NETNS && -d $PB ]]; then (cd "$PB" && ./cluster.sh down >/dev/null 2>&1) || true; fi
   if [[ $KEEP == 1 ]]; then
     echo "logs: $WORK"
   else
@@ -92,7 +107,7 @@ wait_for() {
 
 scrape() {
   for ((r = 0; r < DAEMONS; r++)); do
-    curl -sf "http://127.0.0.1:$((PORT_BASE + 70 + r))/metrics" >"$WORK/metrics.$1.$r"
+    in_host "$r" curl -sf "http://127.0.0.1:$((PORT_BASE + 70 + r))/metrics" >"$WORK/metrics.$1.$r"
   done
   # CPU time (jiffies) of the machine and of this job's processes, to tell
   # how much other processes took during the timed steps.
@@ -109,14 +124,26 @@ scrape() {
 
 mkdir -p "$WORK/sync"
 COORD=127.0.0.1:$PORT_BASE
-"$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
+if [[ -n $NETNS ]]; then
+  [[ $(id -u) -eq 0 ]] || { echo "sync_step_bench.sh: --netns needs root (ip netns, tc)" >&2; exit 2; }
+  [[ -d $PEERBENCH_SRC ]] || { echo "sync_step_bench.sh: no peerbench at $PEERBENCH_SRC (set PEERBENCH_SRC)" >&2; exit 2; }
+  cp -r "$PEERBENCH_SRC" "$PB" && chmod -R u+w "$PB"
+  echo "== simulated cluster: $DAEMONS hosts, $NETNS each"
+  (cd "$PB" && ./cluster.sh up "$DAEMONS" "$NETNS" >/dev/null)
+  for ((r = 0; r < DAEMONS; r++)); do ip netns exec "h$r" ip link set lo up; done
+  COORD=10.77.0.254:$PORT_BASE
+fi
+in_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
+    --replicas "$REPLICAS" \
     --parameter_count "$DIM" --learning_rate 0.1 --listen "$COORD" \
     --metrics_port $((PORT_BASE + 1)) --log_level warning \
     >"$WORK/coordinator.out" 2>"$WORK/coordinator.err" &
 PIDS+=($!)
 for ((r = 0; r < DAEMONS; r++)); do
-  "$BIN/starling-node" --coordinator "$COORD" --job_id bench --hostname "node$r" \
-      --data_port $((PORT_BASE + 10 + r)) --admin_port $((PORT_BASE + 40 + r)) \
+  DATA_ADDRESS=()
+  [[ -n $NETNS ]] && DATA_ADDRESS=(--data_address "10.77.0.$((r + 1))")
+  in_host "$r" "$BIN/starling-node" --coordinator "$COORD" --job_id bench --hostname "node$r" \
+      "${DATA_ADDRESS[@]}" --data_port $((PORT_BASE + 10 + r)) --admin_port $((PORT_BASE + 40 + r)) \
       --metrics_port $((PORT_BASE + 70 + r)) --worker_socket "$WORK/node$r.sock" \
       --local_workers "$WORKERS" --log_level warning \
       >"$WORK/node$r.out" 2>"$WORK/node$r.err" &
@@ -127,7 +154,7 @@ VIEW_FLAG=()
 [[ $PULL_VIEW == 1 ]] && VIEW_FLAG=(--pull_view)
 for ((r = 0; r < DAEMONS; r++)); do
   for ((w = 0; w < WORKERS; w++)); do
-    "$BIN/sync_step_worker" --worker_socket "$WORK/node$r.sock" --worker_index "$w" \
+    in_host "$r" "$BIN/sync_step_worker" --worker_socket "$WORK/node$r.sock" --worker_index "$w" \
         --dim "$DIM" --warmup "$WARMUP" --steps "$STEPS" --sync_dir "$WORK/sync" \
         "${VIEW_FLAG[@]}" \
         >"$WORK/worker$r.$w.out" 2>"$WORK/worker$r.$w.err" &
@@ -147,7 +174,7 @@ for pid in "${WORKER_PIDS[@]}"; do
 done
 
 echo "commit $(cd "$REPO" && git rev-parse --short HEAD)$(cd "$REPO" && git diff --quiet HEAD -- server || echo ' (server/ modified)'), binaries $BIN"
-echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), replicas $REPLICAS, $([[ -n $NETNS ]] && echo "simulated hosts of $NETNS" || echo loopback), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$WORK" "$DAEMONS" "$WORKERS" "$STEPS" <<'EOF'
 import re, sys
 work, daemons, workers, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -179,14 +206,15 @@ for r in range(daemons):
     copied = {p: diff(a, b, f'starling_node_copied_bytes_total{{phase="{p}"}}') / max(n, 1) / 1e6
               for p in ('local_reduce', 'allreduce_staging', 'pull')}
     step_mean = diff(a, b, 'starling_node_step_seconds_sum') / max(diff(a, b, 'starling_node_step_seconds_count'), 1) * 1e3
+    replication = diff(a, b, 'starling_node_replication_seconds_total') / max(n, 1) * 1e3
     rows.append((r, ws[0]['rank'], med('step_ms'), med('pull_ms'), med('push_ms'), med('grad_ms'),
-                 step_mean, int(n), copied['local_reduce'], copied['pull'], copied['allreduce_staging'],
+                 step_mean, replication, int(n), copied['local_reduce'], copied['pull'], copied['allreduce_staging'],
                  sum(copied.values())))
 print()
-print('| daemon (rank) | step median ms | pull median ms | push median ms | gradient median ms | daemon step mean ms | steps | copied MB/step: local reduce | pull | all-reduce staging | total |')
-print('|---|---|---|---|---|---|---|---|---|---|---|')
+print('| daemon (rank) | step median ms | pull median ms | push median ms | gradient median ms | daemon step mean ms | replication mean ms | steps | copied MB/step: local reduce | pull | all-reduce staging | total |')
+print('|---|---|---|---|---|---|---|---|---|---|---|---|')
 for row in rows:
-    print('| node%d (%s) | %.2f | %.2f | %.2f | %.2f | %.3f | %d | %.1f | %.1f | %.1f | %.1f |' % row)
+    print('| node%d (%s) | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %d | %.1f | %.1f | %.1f | %.1f |' % row)
 print()
 print('medians: per worker over the timed steps; the row shows the larger of its workers. copied: bytes read + written by the daemon (starling_node_copied_bytes_total), 1 MB = 1e6 bytes')
 t0, b0, o0 = map(int, open(f'{work}/cpu.timed').read().split())

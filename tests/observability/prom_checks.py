@@ -21,7 +21,8 @@ import time
 import urllib.parse
 import urllib.request
 
-OPS = {"allreduce", "reducescatter", "allgather", "broadcast", "barrier"}
+OPS = {"allreduce", "reducescatter", "allgather", "broadcast", "barrier",
+       "shift"}
 ALGORITHMS = {"butterfly", "ring", "tree", "reduce-broadcast", "none"}
 SIZE_BUCKETS = {"0-4KiB", "4-64KiB", "64KiB-1MiB", "1-16MiB", "16-256MiB",
                 "256MiB+"}

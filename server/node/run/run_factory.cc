@@ -40,6 +40,14 @@ absl::Status InitRun(const std::vector<proto::TensorSpec>& tensors,
 
 absl::Status AddOptimizer(const RunFactoryOptions& options, size_t elements,
                           Run* run) {
+  STARLING_ASSIGN_OR_RETURN(
+      run->optimizer,
+      CreateRunOptimizer(options, elements, run->total_workers));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<shard::Optimizer>> CreateRunOptimizer(
+    const RunFactoryOptions& options, size_t elements, int total_workers) {
   shard::OptimizerOptions optimizer_options;
   optimizer_options.name = options.optimizer;
   optimizer_options.learning_rate = options.learning_rate;
@@ -48,15 +56,16 @@ absl::Status AddOptimizer(const RunFactoryOptions& options, size_t elements,
     optimizer_options.learning_rate = 0.0f;
   }
   STARLING_ASSIGN_OR_RETURN(
-      run->optimizer, shard::CreateOptimizer(optimizer_options, elements));
+      std::unique_ptr<shard::Optimizer> optimizer,
+      shard::CreateOptimizer(optimizer_options, elements));
   // Gradients are averaged over the workers; the EASGD centre adds the
   // workers' elastic differences as they are (each already weighted by
   // alpha).
   if (optimizer_options.name != "easgd") {
-    STARLING_RETURN_IF_ERROR(run->optimizer->SetGradientScale(
-        1.0f / static_cast<float>(std::max(1, run->total_workers))));
+    STARLING_RETURN_IF_ERROR(optimizer->SetGradientScale(
+        1.0f / static_cast<float>(std::max(1, total_workers))));
   }
-  return absl::OkStatus();
+  return optimizer;
 }
 
 }  // namespace node

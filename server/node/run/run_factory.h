@@ -10,12 +10,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/common.pb.h"
 #include "server/node/run/run.h"
+#include "server/shard/optimizer/optimizer.h"
 
 namespace starling {
 namespace node {
@@ -32,6 +35,10 @@ struct RunFactoryOptions {
   // shard::CreateOptimizer names; "none": the shard is never updated.
   std::string optimizer = "sgd";
   float learning_rate = 0.01f;
+  // Sync runs: this rank keeps a replica of the master shard of rank
+  // `rank - buddy_distance` (mod ranks) and hands its own to rank
+  // `rank + buddy_distance` (sync/sync_run.h ShardReplica); 0: no replica.
+  int buddy_distance = 0;
 };
 
 // Fills `run` for `tensors` (their buckets set: proto::AssignBuckets),
@@ -47,6 +54,11 @@ absl::Status InitRun(const std::vector<proto::TensorSpec>& tensors,
 // factory's errors as they come.
 absl::Status AddOptimizer(const RunFactoryOptions& options, size_t elements,
                           Run* run);
+
+// The optimizer AddOptimizer gives a run of `total_workers`, for `elements`:
+// also the one a buddy applies to its replica of another rank's shard.
+absl::StatusOr<std::unique_ptr<shard::Optimizer>> CreateRunOptimizer(
+    const RunFactoryOptions& options, size_t elements, int total_workers);
 
 }  // namespace node
 }  // namespace starling

@@ -455,6 +455,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunManager::BeginRun(
   run_options.rank = transport_->rank();
   run_options.optimizer = options_.optimizer;
   run_options.learning_rate = options_.learning_rate;
+  run_options.buddy_distance = options_.buddy_distance;
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Run> run,
                             engine_->CreateRun(tensors, run_options));
   comm_->SkipTo(begun.first_op_seq);

@@ -96,6 +96,8 @@ struct RunManagerOptions {
   // "none": plain all-reduce jobs, the shard is never updated.
   std::string optimizer = "sgd";
   float learning_rate = 0.01f;
+  // RunFactoryOptions::buddy_distance of every run (0: no replicas).
+  int buddy_distance = 0;
   // Runs kept in recent_runs().
   int history = 8;
   // "rank 2 (127.0.0.1:29502)": this daemon in messages.

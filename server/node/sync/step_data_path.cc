@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -78,6 +79,9 @@ absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
 
 absl::Status StepDataPath::UpdateAndGather(
     SyncRun& run, int64_t step, const collective::CallOptions& call) {
+  if (run.replica != nullptr) {
+    STARLING_RETURN_IF_ERROR(HandToBuddy(run, call));
+  }
   STARLING_RETURN_IF_ERROR(Annotate(
       run.optimizer->Apply(absl::MakeSpan(run.master),
                            absl::MakeConstSpan(run.master_gradients), step + 1),
@@ -112,12 +116,87 @@ absl::Status StepDataPath::UpdateAndGather(
   return absl::OkStatus();
 }
 
+absl::Status StepDataPath::HandToBuddy(SyncRun& run,
+                                       const collective::CallOptions& call) {
+  ShardReplica& replica = *run.replica;
+  const absl::Time start = absl::Now();
+  std::memcpy(replica.exchange.data(), run.master_gradients.data(),
+              run.master_gradients.size() * sizeof(float));
+  std::fill(replica.exchange.begin() + run.master_gradients.size(),
+            replica.exchange.begin() + replica.half, 0.0f);
+  const int size = comm_->size();
+  STARLING_RETURN_IF_ERROR(
+      Annotate(comm_->Shift(AsBytes(absl::MakeSpan(replica.exchange)),
+                            DataType::kFloat32, replica.distance, call),
+               absl::StrCat("handing the shard's gradient to its buddy, rank ",
+                            (comm_->rank() + replica.distance) % size,
+                            ", and taking rank ", replica.of_rank, "'s")));
+  metrics_->replicated_bytes->Increment(
+      static_cast<double>(replica.half * sizeof(float)));
+  metrics_->replication_seconds->Increment(
+      absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::UpdateReplica(SyncRun& run, int64_t step) {
+  ShardReplica& replica = *run.replica;
+  const absl::Span<const float> grads =
+      absl::MakeConstSpan(replica.exchange)
+          .subspan(replica.half, replica.master.size());
+  const absl::Status applied =
+      replica.optimizer->Apply(absl::MakeSpan(replica.master), grads, step + 1);
+  if (!applied.ok()) {
+    metrics_->replica_lag_steps->Set(
+        static_cast<double>(step + 1 - replica.version));
+    return Annotate(applied, absl::StrCat("the replica of rank ",
+                                          replica.of_rank, "'s shard"));
+  }
+  replica.version = step + 1;
+  metrics_->replica_lag_steps->Set(0);
+  // The owner all-gathered its version step + 1: the replica must hold the
+  // same values (the same optimizer on the same inputs).
+  const absl::Span<const float> params = run.store->parameters();
+  std::vector<uint16_t> narrowed;
+  for (const ShardReplica::Part& part : replica.parts) {
+    const size_t n = part.end - part.begin;
+    const float* mine = replica.master.data() + part.offset;
+    bool equal;
+    if (run.wire == DataType::kFloat32) {
+      equal =
+          std::memcmp(mine, params.data() + part.begin, n * sizeof(float)) == 0;
+    } else {
+      narrowed.resize(n);
+      collective::FromFloat32(run.wire, mine, narrowed.data(), n);
+      equal = std::memcmp(narrowed.data(), run.wire16.data() + part.begin,
+                          n * sizeof(uint16_t)) == 0;
+    }
+    if (!equal) {
+      metrics_->replica_mismatches->Increment();
+      const bool first = replica.exact;
+      replica.exact = false;
+      const absl::Status diverged = absl::DataLossError(absl::StrCat(
+          "the replica of rank ", replica.of_rank, "'s shard diverged at ",
+          "version ", step + 1, " (elements ", part.begin, "-", part.end,
+          " differ from what rank ", replica.of_rank, " all-gathered)"));
+      return first ? diverged : absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
 void StepDataPath::TakeMaster(SyncRun& run) {
   const absl::Span<const float> params = run.store->parameters();
   for (const Bucket& b : run.buckets) {
     std::memcpy(run.master.data() + b.master_offset,
                 params.data() + b.owned_begin,
                 (b.owned_end - b.owned_begin) * sizeof(float));
+  }
+  if (run.replica != nullptr) {
+    for (const ShardReplica::Part& part : run.replica->parts) {
+      std::memcpy(run.replica->master.data() + part.offset,
+                  params.data() + part.begin,
+                  (part.end - part.begin) * sizeof(float));
+    }
   }
 }
 

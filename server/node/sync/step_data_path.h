@@ -12,6 +12,8 @@
 //      (16-bit runs narrow the float32 sum into `wire16` first), and this
 //      rank's part into the master gradients (ReduceBucket);
 // and after the step's last bucket (UpdateAndGather):
+//   2b. with a replica (sync_run.h): the master gradients shifted to the
+//      buddy, the replica's owner's taken (HandToBuddy);
 //   3. the optimizer (gradient scale 1 / total workers) updates the master
 //      shard;
 //   4. per bucket, this rank's part of the master into the full vector (or
@@ -70,10 +72,19 @@ class StepDataPath {
   absl::Status UpdateAndGather(SyncRun& run, int64_t step,
                                const collective::CallOptions& call);
 
+  // After the all-gather of version step + 1 (and off the step's critical
+  // path: the version may be published): the optimizer on the replica with
+  // the owner's gradient HandToBuddy took, and the check that the replica
+  // equals what the owner all-gathered. The optimizer's error (the
+  // replica then lags: starling_node_replica_lag_steps); DataLoss the
+  // first time the replica differs (counted every time).
+  // REQUIRES: run.replica; no step writes the parameters meanwhile.
+  absl::Status UpdateReplica(SyncRun& run, int64_t step);
+
   // The master shard from run.store->parameters() (version 0, once the
-  // initial parameters are in). Workers of a 16-bit run see the 16-bit
-  // values; the master keeps them exactly (they came from 16-bit buffers,
-  // or are zeros).
+  // initial parameters are in), and the replica's, if any. Workers of a 16-bit
+  // run see the 16-bit values; the master keeps them exactly (they came from
+  // 16-bit buffers, or are zeros).
   static void TakeMaster(SyncRun& run);
 
   // A pull: copies the tensors `pull` names from run.store->parameters()
@@ -85,6 +96,11 @@ class StepDataPath {
                               const SyncRun& run) const;
 
  private:
+  // Before the optimizer: the master gradients to the buddy and the
+  // replica's owner's gradients from it (Communicator::Shift). The shift's
+  // error, annotated with both ranks.
+  absl::Status HandToBuddy(SyncRun& run, const collective::CallOptions& call);
+
   // Step 1: the bucket's gradients into run.store->gradients().
   absl::Status LocalReduce(const std::vector<Round>& rounds, SyncRun& run,
                            int bucket);

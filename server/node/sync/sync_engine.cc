@@ -46,6 +46,14 @@ absl::StatusOr<std::shared_ptr<Run>> SyncEngine::CreateRun(
                             CreateSyncRun(tensors, options));
   metrics_->shard_bytes->Set(
       static_cast<double>(run->master.size() * sizeof(float)));
+  const ShardReplica* replica = run->replica.get();
+  metrics_->replica_of_rank->Set(replica != nullptr ? replica->of_rank : -1);
+  metrics_->replica_bytes->Set(
+      replica != nullptr
+          ? static_cast<double>(replica->master.size() * sizeof(float) +
+                                replica->optimizer->StateBytes())
+          : 0.0);
+  metrics_->replica_lag_steps->Set(0);
   return run;
 }
 
@@ -201,17 +209,29 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
   store.MarkWriting(step + 1);
   const absl::Status status =
       data_path_.UpdateAndGather(run, step, manager_->Call(run));
-  absl::MutexLock lock(&mu_);
-  updating_ = false;
-  if (!status.ok()) return Annotate(status, where);
-  if (run_.get() != &run) {
-    return absl::AbortedError(absl::StrCat(where, ": the run ended"));
+  {
+    absl::MutexLock lock(&mu_);
+    updating_ = false;
+    if (!status.ok()) return Annotate(status, where);
+    if (run_.get() != &run) {
+      return absl::AbortedError(absl::StrCat(where, ": the run ended"));
+    }
+    store.MarkVersion(step + 1);
+    applied_version_ = step + 1;
+    *applied = true;
+    metrics_->steps->Increment();
+    metrics_->step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
   }
-  store.MarkVersion(step + 1);
-  applied_version_ = step + 1;
-  *applied = true;
-  metrics_->steps->Increment();
-  metrics_->step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  // Published: the workers compute the next step while the replica this
+  // daemon keeps takes the same update. Its failure leaves this run going
+  // (the owner's shard is intact) and is logged once; the replica lags.
+  if (run.replica != nullptr) {
+    const absl::Status replicated = data_path_.UpdateReplica(run, step);
+    if (!replicated.ok()) {
+      STARLING_LOG(WARNING)
+          << "run " << run.id << ": " << Annotate(replicated, where).message();
+    }
+  }
   return absl::OkStatus();
 }
 

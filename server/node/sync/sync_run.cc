@@ -1,5 +1,9 @@
 #include "server/node/sync/sync_run.h"
 
+#include <algorithm>
+#include <memory>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
 #include "server/collective/shard_layout.h"
@@ -42,6 +46,39 @@ absl::Status CutBuckets(SyncRun& run, const RunFactoryOptions& options) {
   return absl::OkStatus();
 }
 
+// The replica of rank `rank - distance`'s master shard.
+absl::Status AddReplica(SyncRun& run, const RunFactoryOptions& options) {
+  const int distance = options.buddy_distance;
+  if (distance < 0 || distance >= std::max(options.ranks, 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("buddy distance ", distance, " is not in [0, ",
+                     options.ranks, ") for a group of ", options.ranks));
+  }
+  if (distance == 0 || options.ranks < 2) return absl::OkStatus();
+  auto replica = std::make_unique<ShardReplica>();
+  replica->distance = distance;
+  replica->of_rank = (options.rank - distance + options.ranks) % options.ranks;
+  uint64_t offset = 0;
+  for (const Bucket& bucket : run.buckets) {
+    const collective::ShardLayout parts(bucket.end - bucket.begin,
+                                        options.ranks);
+    ShardReplica::Part part;
+    part.begin = bucket.begin + parts.Begin(replica->of_rank);
+    part.end = bucket.begin + parts.End(replica->of_rank);
+    part.offset = offset;
+    offset += part.end - part.begin;
+    replica->parts.push_back(part);
+    replica->half += parts.MaxSize();
+  }
+  replica->master.assign(offset, 0.0f);
+  replica->exchange.assign(2 * replica->half, 0.0f);
+  STARLING_ASSIGN_OR_RETURN(
+      replica->optimizer,
+      CreateRunOptimizer(options, offset, run.total_workers));
+  run.replica = std::move(replica);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<SyncRun>> CreateSyncRun(
@@ -64,6 +101,7 @@ absl::StatusOr<std::shared_ptr<SyncRun>> CreateSyncRun(
   }
   STARLING_RETURN_IF_ERROR(
       AddOptimizer(options, run->master.size(), run.get()));
+  STARLING_RETURN_IF_ERROR(AddReplica(*run, options));
   return run;
 }
 

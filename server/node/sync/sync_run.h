@@ -18,9 +18,22 @@
 // reduce-scatter and all-gather move that type (`wire16` stages them);
 // otherwise float32.
 //
+// Replica (RunFactoryOptions::buddy_distance d > 0, more than one rank):
+// this rank is the buddy of rank r - d (mod N) and keeps a replica of that
+// rank's master shard and optimizer state; rank r + d keeps this rank's.
+// Each step, once the reduce-scatter left every bucket's reduced gradient
+// in the master gradients and before the all-gather, the ranks shift them
+// by d (Communicator::Shift): the buddy then holds the owner's gradient of
+// the step, so that when any rank's all-gather ends (the step is
+// committed) every shard's update exists on two daemons. The buddy applies
+// the same optimizer to its replica after publishing its own version (off
+// the step's critical path) and checks it against what the owner
+// all-gathered: equal bit for bit (the same code on the same inputs), or
+// the replica is counted as diverged.
+//
 // Thread safety: the buckets and wire type are immutable after
-// CreateSyncRun; the master, its gradients and `wire16` belong to the step
-// thread.
+// CreateSyncRun; the master, its gradients, `wire16` and the replica
+// belong to the step thread.
 #ifndef STARLING_SERVER_NODE_SYNC_SYNC_RUN_H_
 #define STARLING_SERVER_NODE_SYNC_SYNC_RUN_H_
 
@@ -33,6 +46,7 @@
 #include "server/collective/data_type.h"
 #include "server/node/run/run.h"
 #include "server/node/run/run_factory.h"
+#include "server/shard/optimizer/optimizer.h"
 
 namespace starling {
 namespace node {
@@ -51,6 +65,33 @@ struct Bucket {
   uint64_t master_offset = 0;
 };
 
+// Rank `of_rank`'s master shard, as its buddy keeps it.
+struct ShardReplica {
+  // The owner, and the buddy distance d (this rank = of_rank + d mod N).
+  int of_rank = -1;
+  int distance = 0;
+  // The owner's part of each bucket: flat [begin, end), at `offset` in
+  // `master` (bucket order, as the owner's master shard).
+  struct Part {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+    uint64_t offset = 0;
+  };
+  std::vector<Part> parts;
+  std::vector<float> master;
+  // The run's optimizer, made for the owner's shard.
+  std::unique_ptr<shard::Optimizer> optimizer;
+  // The shift's buffer, two halves of `half` floats (the largest master
+  // shard of any rank, so the same on every rank): this rank's reduced
+  // gradient, zero-padded, then the owner's.
+  std::vector<float> exchange;
+  size_t half = 0;
+  // Updates applied to the replica (the owner's version it holds).
+  int64_t version = 0;
+  // Equal to every version the owner all-gathered so far.
+  bool exact = true;
+};
+
 struct SyncRun : Run {
   std::vector<Bucket> buckets;
   collective::DataType wire = collective::DataType::kFloat32;
@@ -59,12 +100,16 @@ struct SyncRun : Run {
   std::vector<float> master;
   std::vector<float> master_gradients;
   std::vector<uint16_t> wire16;
+  // The replica this rank keeps of another's shard; null without one.
+  std::unique_ptr<ShardReplica> replica;
 };
 
 // The run of `tensors` (their buckets set: proto::AssignBuckets): InitRun's
 // parts, the buckets, this rank's owned parts and master shard, the wire
-// type, and an optimizer for the master. InitRun's errors; InvalidArgument
-// for a bucket whose tensors are not consecutive; the optimizer's.
+// type, an optimizer for the master, and the replica of rank
+// rank - buddy_distance's (none for a distance of 0 or a group of one).
+// InitRun's errors; InvalidArgument for a bucket whose tensors are not
+// consecutive or a buddy distance outside [0, ranks); the optimizer's.
 absl::StatusOr<std::shared_ptr<SyncRun>> CreateSyncRun(
     const std::vector<proto::TensorSpec>& tensors,
     const RunFactoryOptions& options);

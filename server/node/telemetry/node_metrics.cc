@@ -162,6 +162,40 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
              "coordinator re-formed the group (a member lost, a node taken "
              "in): the run in progress then ended"));
   m.regroups = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_replica_of_rank",
+                            "Rank whose master shard and optimizer state this "
+                            "daemon keeps a replica of (-1: none)"));
+  m.replica_of_rank = g->Get();
+  m.replica_of_rank->Set(-1);
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_replica_bytes",
+                            "Bytes of the replica this daemon keeps (master "
+                            "parameters and optimizer state of its owner's "
+                            "shard)"));
+  m.replica_bytes = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_replicated_bytes_total",
+                              "Reduced-gradient bytes this daemon handed the "
+                              "buddy keeping its shard's replica"));
+  m.replicated_bytes = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_replication_seconds_total",
+                              "Seconds the steps spent handing the reduced "
+                              "gradient to the buddy (the replication's "
+                              "share of the step)"));
+  m.replication_seconds = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_replica_lag_steps",
+                            "Steps the replica this daemon keeps is behind "
+                            "its owner's shard (0 after every step that "
+                            "replicated)"));
+  m.replica_lag_steps = g->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_replica_mismatches_total",
+                              "Replica versions found unequal to what the "
+                              "owner all-gathered (the replica diverged)"));
+  m.replica_mismatches = c->Get();
   metrics::Counter* samples;
   STARLING_ASSIGN_OR_RETURN(
       c, registry->AddCounter("starling_node_worker_samples_total",

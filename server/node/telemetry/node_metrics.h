@@ -100,6 +100,18 @@ struct NodeMetrics {
   metrics::Counter* worker_failures = nullptr;
   // Data planes replaced because the coordinator re-formed the group.
   metrics::Counter* regroups = nullptr;
+  // The buddy replica (sync/sync_run.h ShardReplica): the rank whose
+  // master shard this daemon replicates (-1: none) and the replica's bytes
+  // (master and optimizer state); the reduced-gradient bytes this daemon
+  // handed its own buddy and the seconds those shifts took; the owner's
+  // versions the replica is behind (0 after every step that replicated);
+  // replica versions found unequal to what the owner all-gathered.
+  metrics::Gauge* replica_of_rank = nullptr;
+  metrics::Gauge* replica_bytes = nullptr;
+  metrics::Counter* replicated_bytes = nullptr;
+  metrics::Counter* replication_seconds = nullptr;
+  metrics::Gauge* replica_lag_steps = nullptr;
+  metrics::Counter* replica_mismatches = nullptr;
   // Samples, loss and accuracy the local workers report.
   std::shared_ptr<WorkerProgress> progress;
 };
