@@ -26,12 +26,16 @@
 # also on a buddy daemon, the default; 0, one copy) --netns RATE (each
 # daemon and its workers in host namespace h<r> of ../shared/peerbench's
 # simulated cluster, one NIC of RATE each, the coordinator on its control
-# host; needs root; the cluster is taken down on exit). Every process this
-# script starts is stopped on exit, by pid.
+# host, the daemons sharing a cluster secret; needs root and
+# deploy/setup.sh --bench; the cluster is taken down on exit) --compute D
+# (each worker sleeps D per step, as while a GPU computes) --pipeline
+# (workers push asynchronously and wait for step t's push at step t + 2,
+# as starling-worker does). Every process this script starts is stopped
+# on exit, by pid.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DAEMONS=4 WORKERS=2 DIM=10000000 WARMUP=3 STEPS=20 PORT_BASE=38400 BIN="" KEEP=0
-BUILT_BIN= PULL_VIEW=0 REPLICAS=1 NETNS=""
+BUILT_BIN= PULL_VIEW=0 REPLICAS=1 NETNS="" COMPUTE=0s PIPELINE=0
 PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -45,8 +49,10 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP=1; shift ;;
     --pull-view) PULL_VIEW=1; shift ;;
     --replicas) REPLICAS=$2; shift 2 ;;
+    --compute) COMPUTE=$2; shift 2 ;;
+    --pipeline) PIPELINE=1; shift ;;
     --netns) NETNS=$2; shift 2 ;;
-    -h|--help) sed -n 2,31p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,34p "$0"; exit 0 ;;
     *) echo "sync_step_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -107,7 +113,9 @@ wait_for() {
 
 scrape() {
   for ((r = 0; r < DAEMONS; r++)); do
-    in_host "$r" curl -sf "http://127.0.0.1:$((PORT_BASE + 70 + r))/metrics" >"$WORK/metrics.$1.$r"
+    local host=127.0.0.1
+    [[ -n $NETNS ]] && host=10.77.0.$((r + 1))
+    in_host "$r" curl -sf "http://$host:$((PORT_BASE + 70 + r))/metrics" >"$WORK/metrics.$1.$r"
   done
   # CPU time (jiffies) of the machine and of this job's processes, to tell
   # how much other processes took during the timed steps.
@@ -132,6 +140,8 @@ if [[ -n $NETNS ]]; then
   (cd "$PB" && ./cluster.sh up "$DAEMONS" "$NETNS" >/dev/null)
   for ((r = 0; r < DAEMONS; r++)); do ip netns exec "h$r" ip link set lo up; done
   COORD=10.77.0.254:$PORT_BASE
+  head -c 32 /dev/urandom >"$WORK/secret"
+  chmod 600 "$WORK/secret"
 fi
 in_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
     --replicas "$REPLICAS" \
@@ -141,7 +151,8 @@ in_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
 PIDS+=($!)
 for ((r = 0; r < DAEMONS; r++)); do
   DATA_ADDRESS=()
-  [[ -n $NETNS ]] && DATA_ADDRESS=(--data_address "10.77.0.$((r + 1))")
+  [[ -n $NETNS ]] && DATA_ADDRESS=(--data_address "10.77.0.$((r + 1))"
+                                   --cluster_secret_file "$WORK/secret")
   in_host "$r" "$BIN/starling-node" --coordinator "$COORD" --job_id bench --hostname "node$r" \
       "${DATA_ADDRESS[@]}" --data_port $((PORT_BASE + 10 + r)) --admin_port $((PORT_BASE + 40 + r)) \
       --metrics_port $((PORT_BASE + 70 + r)) --worker_socket "$WORK/node$r.sock" \
@@ -149,9 +160,11 @@ for ((r = 0; r < DAEMONS; r++)); do
       >"$WORK/node$r.out" 2>"$WORK/node$r.err" &
   PIDS+=($!)
 done
-# Only with --pull-view, so that workers built before views existed run too.
+# Only when asked for, so that workers built before these flags run too.
 VIEW_FLAG=()
-[[ $PULL_VIEW == 1 ]] && VIEW_FLAG=(--pull_view)
+[[ $COMPUTE != 0s ]] && VIEW_FLAG+=(--compute "$COMPUTE")
+[[ $PULL_VIEW == 1 ]] && VIEW_FLAG+=(--pull_view)
+[[ $PIPELINE == 1 ]] && VIEW_FLAG+=(--pipeline)
 for ((r = 0; r < DAEMONS; r++)); do
   for ((w = 0; w < WORKERS; w++)); do
     in_host "$r" "$BIN/sync_step_worker" --worker_socket "$WORK/node$r.sock" --worker_index "$w" \
@@ -174,7 +187,7 @@ for pid in "${WORKER_PIDS[@]}"; do
 done
 
 echo "commit $(cd "$REPO" && git rev-parse --short HEAD)$(cd "$REPO" && git diff --quiet HEAD -- server || echo ' (server/ modified)'), binaries $BIN"
-echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), replicas $REPLICAS, $([[ -n $NETNS ]] && echo "simulated hosts of $NETNS" || echo loopback), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), compute $COMPUTE$([[ $PIPELINE == 1 ]] && echo ', pipelined pushes'), replicas $REPLICAS, $([[ -n $NETNS ]] && echo "simulated hosts of $NETNS" || echo loopback), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$WORK" "$DAEMONS" "$WORKERS" "$STEPS" <<'EOF'
 import re, sys
 work, daemons, workers, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -6,6 +6,13 @@
 // daemons' data path), push `step`. t_w is a per-worker hash of the
 // element index, so workers differ and every run computes the same values.
 //
+// --compute D sleeps D per step before the gradient pass, as a worker
+// does while its GPU runs forward and backward. --pipeline pushes
+// asynchronously into one of two gradient buffers and waits for step t's
+// push only at step t + 2, when its buffer is reused (as starling-worker
+// does): the worker pulls version t + 1 and computes while the daemons
+// finish step t (its replication included).
+//
 // With --pull_view the worker reads the parameters in place, read-only,
 // from the daemon's memory (Client::ParametersView) instead of pulling a
 // copy into its pool; "pull" times the view (the wait for the version).
@@ -53,6 +60,14 @@ ABSL_FLAG(std::string, sync_dir, "",
           "no handshake");
 ABSL_FLAG(bool, pull_view, false,
           "read the parameters through Client::ParametersView (no copy)");
+ABSL_FLAG(absl::Duration, compute, absl::ZeroDuration(),
+          "simulated forward/backward time per step (the worker sleeps, as "
+          "while its GPU computes), before the gradient pass");
+ABSL_FLAG(bool, pipeline, false,
+          "push asynchronously and wait for step t's push only when its "
+          "gradient buffer is reused, at step t + 2 (as starling-worker "
+          "does): the worker pulls and computes step t + 1 while the "
+          "daemons finish step t");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120),
           "bound on connecting, each op and each handshake");
 
@@ -131,14 +146,19 @@ absl::StatusOr<absl::Span<const float>> Parameters(Client& client,
 }
 
 absl::Status Run(Client& client, int64_t dim, int warmup, int steps, bool view,
-                 const std::string& sync_dir, absl::Duration timeout) {
+                 const std::string& sync_dir, absl::Duration timeout,
+                 absl::Duration compute, bool pipeline) {
   absl::Status status =
       client.DeclareTensor("x", {dim}, client::DataType::kFloat32);
   if (!status.ok()) return status;
   absl::StatusOr<absl::Span<float>> x = client.AllocateTensor("x");
   if (!x.ok()) return x.status();
-  absl::StatusOr<absl::Span<float>> grad = client.AllocateTensor("x");
-  if (!grad.ok()) return grad.status();
+  absl::StatusOr<absl::Span<float>> grads[2] = {client.AllocateTensor("x"),
+                                                client.AllocateTensor("x")};
+  if (!grads[0].ok()) return grads[0].status();
+  if (!grads[1].ok()) return grads[1].status();
+  client::Future pushes[2];
+  bool pending[2] = {false, false};
   absl::StatusOr<absl::Span<const float>> params =
       Parameters(client, 0, view, *x);
   if (!params.ok()) return params.status();
@@ -152,21 +172,41 @@ absl::Status Run(Client& client, int64_t dim, int warmup, int steps, bool view,
   std::vector<double> step_ms, pull_ms, push_ms, grad_ms;
   for (int64_t step = 0; step < warmup + steps; ++step) {
     if (step == warmup) {
+      // The timed steps begin with no push of the warm-up outstanding.
+      for (int s = 0; s < 2; ++s) {
+        if (!pending[s]) continue;
+        status = pushes[s].Wait(timeout);
+        if (!status.ok()) return status;
+        pending[s] = false;
+      }
       status = Handshake(sync_dir, "timed", client.rank(),
                          client.worker_index(), timeout);
       if (!status.ok()) return status;
     }
     const absl::Time t0 = absl::Now();
+    const int slot = static_cast<int>(step % 2);
+    if (pending[slot]) {
+      status = pushes[slot].Wait(timeout);
+      if (!status.ok()) return status;
+      pending[slot] = false;
+    }
     params = Parameters(client, step, view, *x);
     if (!params.ok()) return params.status();
     const absl::Time t1 = absl::Now();
+    if (compute > absl::ZeroDuration()) absl::SleepFor(compute);
+    absl::StatusOr<absl::Span<float>>& grad = grads[pipeline ? slot : 0];
     float* g = grad->data();
     const float* p = params->data();
     const float* t = target.data();
     for (int64_t i = 0; i < dim; ++i) g[i] = p[i] - t[i];
     const absl::Time t2 = absl::Now();
-    status = client.PushGradients(step, {Tensor{"x", *grad}});
-    if (!status.ok()) return status;
+    if (pipeline) {
+      pushes[slot] = client.PushGradientsAsync(step, {Tensor{"x", *grad}});
+      pending[slot] = true;
+    } else {
+      status = client.PushGradients(step, {Tensor{"x", *grad}});
+      if (!status.ok()) return status;
+    }
     const absl::Time t3 = absl::Now();
     if (step >= warmup) {
       step_ms.push_back(Ms(t3 - t0));
@@ -174,6 +214,11 @@ absl::Status Run(Client& client, int64_t dim, int warmup, int steps, bool view,
       grad_ms.push_back(Ms(t2 - t1));
       push_ms.push_back(Ms(t3 - t2));
     }
+  }
+  for (int slot = 0; slot < 2; ++slot) {
+    if (!pending[slot]) continue;
+    status = pushes[slot].Wait(timeout);
+    if (!status.ok()) return status;
   }
   status = Handshake(sync_dir, "done", client.rank(), client.worker_index(),
                      timeout);
@@ -212,13 +257,14 @@ int Main(int argc, char** argv) {
   options.worker_index = absl::GetFlag(FLAGS_worker_index);
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.pool_bytes =
-      2 * static_cast<size_t>(dim + 64) * sizeof(float) + (size_t{1} << 16);
+      3 * static_cast<size_t>(dim + 64) * sizeof(float) + (size_t{1} << 16);
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   absl::Status status = client.status();
   if (status.ok()) {
     status = Run(**client, dim, absl::GetFlag(FLAGS_warmup),
                  absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_pull_view),
-                 absl::GetFlag(FLAGS_sync_dir), options.timeout);
+                 absl::GetFlag(FLAGS_sync_dir), options.timeout,
+                 absl::GetFlag(FLAGS_compute), absl::GetFlag(FLAGS_pipeline));
   }
   if (!status.ok()) {
     std::fprintf(stderr, "sync_step_worker: %s\n",

@@ -114,6 +114,8 @@ std::vector<RankResult> RunSteps(
           absl::Status s =
               path.UpdateAndGather(run, step, collective::CallOptions());
           if (!s.ok()) return s;
+          s = path.HandToBuddy(run, collective::CallOptions());
+          if (!s.ok()) return s;
           s = path.UpdateReplica(run, step);
           if (!s.ok() && errors[rank].ok()) errors[rank] = s;
           if (step == 1 && rank == 0 && tamper != nullptr) tamper(run);

@@ -79,9 +79,6 @@ absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
 
 absl::Status StepDataPath::UpdateAndGather(
     SyncRun& run, int64_t step, const collective::CallOptions& call) {
-  if (run.replica != nullptr) {
-    STARLING_RETURN_IF_ERROR(HandToBuddy(run, call));
-  }
   STARLING_RETURN_IF_ERROR(Annotate(
       run.optimizer->Apply(absl::MakeSpan(run.master),
                            absl::MakeConstSpan(run.master_gradients), step + 1),
@@ -131,6 +128,10 @@ absl::Status StepDataPath::HandToBuddy(SyncRun& run,
                absl::StrCat("handing the shard's gradient to its buddy, rank ",
                             (comm_->rank() + replica.distance) % size,
                             ", and taking rank ", replica.of_rank, "'s")));
+  // Once any daemon passes this, every buddy holds its owner's gradient.
+  STARLING_RETURN_IF_ERROR(
+      Annotate(comm_->Barrier(call),
+               "waiting for every buddy to hold its owner's gradient"));
   metrics_->replicated_bytes->Increment(
       static_cast<double>(replica.half * sizeof(float)));
   metrics_->replication_seconds->Increment(

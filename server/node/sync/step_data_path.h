@@ -12,14 +12,15 @@
 //      (16-bit runs narrow the float32 sum into `wire16` first), and this
 //      rank's part into the master gradients (ReduceBucket);
 // and after the step's last bucket (UpdateAndGather):
-//   2b. with a replica (sync_run.h): the master gradients shifted to the
-//      buddy, the replica's owner's taken (HandToBuddy);
 //   3. the optimizer (gradient scale 1 / total workers) updates the master
 //      shard;
 //   4. per bucket, this rank's part of the master into the full vector (or
 //      `wire16`) and the all-gather, widened into store->parameters().
 // Publishing version s + 1, and keeping pulls out while step 4 writes the
-// parameters, is the engine's. A pull copies the tensors it names out of
+// parameters, is the engine's; so is, after publishing and before the
+// pushes are answered, the replica's part (sync_run.h): HandToBuddy (the
+// master gradients shifted to the buddy, the owner's taken, then a
+// barrier) and UpdateReplica. A pull copies the tensors it names out of
 // the parameters into the worker's pool, narrowed to 16 bits for 16-bit
 // tensors. The run's master is taken from its initial parameters
 // (TakeMaster). The rounds every mode has (a worker all-reduce, the initial
@@ -72,8 +73,15 @@ class StepDataPath {
   absl::Status UpdateAndGather(SyncRun& run, int64_t step,
                                const collective::CallOptions& call);
 
-  // After the all-gather of version step + 1 (and off the step's critical
-  // path: the version may be published): the optimizer on the replica with
+  // After the all-gather of step `step` (the version may be published, the
+  // master gradients still the step's): this rank's master gradients to
+  // its buddy and the replica's owner's from it (Communicator::Shift),
+  // then a barrier, so that once any rank returns every buddy holds its
+  // owner's gradient of the step. The collectives' errors, annotated with
+  // both ranks. REQUIRES: run.replica.
+  absl::Status HandToBuddy(SyncRun& run, const collective::CallOptions& call);
+
+  // After HandToBuddy for version step + 1: the optimizer on the replica with
   // the owner's gradient HandToBuddy took, and the check that the replica
   // equals what the owner all-gathered. The optimizer's error (the
   // replica then lags: starling_node_replica_lag_steps); DataLoss the
@@ -96,11 +104,6 @@ class StepDataPath {
                               const SyncRun& run) const;
 
  private:
-  // Before the optimizer: the master gradients to the buddy and the
-  // replica's owner's gradients from it (Communicator::Shift). The shift's
-  // error, annotated with both ranks.
-  absl::Status HandToBuddy(SyncRun& run, const collective::CallOptions& call);
-
   // Step 1: the bucket's gradients into run.store->gradients().
   absl::Status LocalReduce(const std::vector<Round>& rounds, SyncRun& run,
                            int bucket);

@@ -222,10 +222,17 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
     metrics_->steps->Increment();
     metrics_->step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
   }
-  // Published: the workers compute the next step while the replica this
-  // daemon keeps takes the same update. Its failure leaves this run going
-  // (the owner's shard is intact) and is logged once; the replica lags.
+  // Published: pulls of the new version go on while the step is
+  // replicated, and the pushes are answered (the step acknowledged) once
+  // every buddy holds its owner's gradient: a worker that pulls before its
+  // push is answered (the trainer does) computes the next step meanwhile.
+  // A failed hand-over fails the step like any collective; a replica that
+  // cannot take the update leaves the run going (the owner's shard is
+  // intact), logged once; the replica lags.
   if (run.replica != nullptr) {
+    const absl::Status handed =
+        data_path_.HandToBuddy(run, manager_->Call(run));
+    if (!handed.ok()) return Annotate(handed, where);
     const absl::Status replicated = data_path_.UpdateReplica(run, step);
     if (!replicated.ok()) {
       STARLING_LOG(WARNING)

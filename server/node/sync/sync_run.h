@@ -21,13 +21,12 @@
 // Replica (RunFactoryOptions::buddy_distance d > 0, more than one rank):
 // this rank is the buddy of rank r - d (mod N) and keeps a replica of that
 // rank's master shard and optimizer state; rank r + d keeps this rank's.
-// Each step, once the reduce-scatter left every bucket's reduced gradient
-// in the master gradients and before the all-gather, the ranks shift them
-// by d (Communicator::Shift): the buddy then holds the owner's gradient of
-// the step, so that when any rank's all-gather ends (the step is
-// committed) every shard's update exists on two daemons. The buddy applies
-// the same optimizer to its replica after publishing its own version (off
-// the step's critical path) and checks it against what the owner
+// Each step, once the version is published (pulls go on), the ranks shift
+// their master gradients (the step's reduced gradient of their shard) by d
+// (Communicator::Shift) and pass a barrier before the step's pushes are
+// answered: when a worker is told its step is committed, every shard's
+// update of it exists on two daemons. The buddy applies the same
+// optimizer to its replica and checks it against what the owner
 // all-gathered: equal bit for bit (the same code on the same inputs), or
 // the replica is counted as diverged.
 //
