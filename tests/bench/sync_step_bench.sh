@@ -22,8 +22,10 @@
 # starling-coordinator, starling-node, sync_step_worker) --keep (leave the
 # scratch directory with every process's logs) --pull-view (workers read
 # the parameters in place: Client::ParametersView, sync_step_worker
-# --pull_view) --replicas N (the coordinator's --replicas: 1, each shard
-# also on a buddy daemon, the default; 0, one copy) --netns RATE (each
+# --pull_view) --optimizer NAME (the coordinator's, default sgd)
+# --replicas N (the coordinator's --replicas: 1, each shard also on a buddy
+# daemon, the default, for an optimizer with state or a 16-bit wire; 0, one
+# copy) --netns RATE (each
 # daemon and its workers in host namespace h<r> of ../shared/peerbench's
 # simulated cluster, one NIC of RATE each, the coordinator on its control
 # host, the daemons sharing a cluster secret; needs root and
@@ -35,7 +37,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DAEMONS=4 WORKERS=2 DIM=10000000 WARMUP=3 STEPS=20 PORT_BASE=38400 BIN="" KEEP=0
-BUILT_BIN= PULL_VIEW=0 REPLICAS=1 NETNS="" COMPUTE=0s PIPELINE=0
+BUILT_BIN= PULL_VIEW=0 REPLICAS=1 NETNS="" OPTIMIZER=sgd COMPUTE=0s PIPELINE=0
 PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -49,10 +51,11 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP=1; shift ;;
     --pull-view) PULL_VIEW=1; shift ;;
     --replicas) REPLICAS=$2; shift 2 ;;
+    --optimizer) OPTIMIZER=$2; shift 2 ;;
     --compute) COMPUTE=$2; shift 2 ;;
     --pipeline) PIPELINE=1; shift ;;
     --netns) NETNS=$2; shift 2 ;;
-    -h|--help) sed -n 2,34p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,35p "$0"; exit 0 ;;
     *) echo "sync_step_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -144,7 +147,7 @@ if [[ -n $NETNS ]]; then
   chmod 600 "$WORK/secret"
 fi
 in_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
-    --replicas "$REPLICAS" \
+    --replicas "$REPLICAS" --optimizer "$OPTIMIZER" \
     --parameter_count "$DIM" --learning_rate 0.1 --listen "$COORD" \
     --metrics_port $((PORT_BASE + 1)) --log_level warning \
     >"$WORK/coordinator.out" 2>"$WORK/coordinator.err" &
@@ -187,7 +190,7 @@ for pid in "${WORKER_PIDS[@]}"; do
 done
 
 echo "commit $(cd "$REPO" && git rev-parse --short HEAD)$(cd "$REPO" && git diff --quiet HEAD -- server || echo ' (server/ modified)'), binaries $BIN"
-echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), compute $COMPUTE$([[ $PIPELINE == 1 ]] && echo ', pipelined pushes'), replicas $REPLICAS, $([[ -n $NETNS ]] && echo "simulated hosts of $NETNS" || echo loopback), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), compute $COMPUTE$([[ $PIPELINE == 1 ]] && echo ', pipelined pushes'), optimizer $OPTIMIZER, replicas $REPLICAS, $([[ -n $NETNS ]] && echo "simulated hosts of $NETNS" || echo loopback), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$WORK" "$DAEMONS" "$WORKERS" "$STEPS" <<'EOF'
 import re, sys
 work, daemons, workers, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -176,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{2, 1, "momentum", proto::DATA_TYPE_FLOAT32},
                       Case{3, 1, "adam", proto::DATA_TYPE_FLOAT32},
                       Case{4, 2, "adam", proto::DATA_TYPE_FLOAT32},
-                      Case{5, 3, "sgd", proto::DATA_TYPE_FLOAT32},
+                      Case{5, 3, "sgd", proto::DATA_TYPE_BFLOAT16},
                       Case{3, 2, "momentum", proto::DATA_TYPE_FLOAT16},
                       Case{4, 1, "adam", proto::DATA_TYPE_BFLOAT16}));
 
@@ -212,6 +212,30 @@ TEST(Replica, ABuddyDistanceOutsideTheGroupIsRefused) {
       std::shared_ptr<SyncRun> run,
       CreateSyncRun(Tensors(proto::DATA_TYPE_FLOAT32), options));
   EXPECT_EQ(run->replica, nullptr);
+}
+
+TEST(Replica, NoneWhereEveryDaemonHoldsEveryMasterShardAlready) {
+  // Plain SGD keeps no state and a float32 wire all-gathers the master
+  // exactly: no replica, no hand-over. With state, or a 16-bit wire, one.
+  RunFactoryOptions options;
+  options.run_id = 1;
+  options.total_workers = 1;
+  options.ranks = 3;
+  options.rank = 1;
+  options.buddy_distance = 1;
+  options.optimizer = "sgd";
+  ASSERT_OK_AND_ASSIGN(
+      std::shared_ptr<SyncRun> run,
+      CreateSyncRun(Tensors(proto::DATA_TYPE_FLOAT32), options));
+  EXPECT_EQ(run->replica, nullptr);
+  ASSERT_OK_AND_ASSIGN(
+      run, CreateSyncRun(Tensors(proto::DATA_TYPE_FLOAT16), options));
+  ASSERT_NE(run->replica, nullptr);
+  EXPECT_EQ(run->replica->of_rank, 0);
+  options.optimizer = "momentum";
+  ASSERT_OK_AND_ASSIGN(
+      run, CreateSyncRun(Tensors(proto::DATA_TYPE_FLOAT32), options));
+  ASSERT_NE(run->replica, nullptr);
 }
 
 }  // namespace

@@ -55,6 +55,13 @@ absl::Status AddReplica(SyncRun& run, const RunFactoryOptions& options) {
                      options.ranks, ") for a group of ", options.ranks));
   }
   if (distance == 0 || options.ranks < 2) return absl::OkStatus();
+  // With no optimizer state and float32 on the wire, the all-gathered
+  // parameters are every master shard, exactly, on every daemon: nothing
+  // more to keep (every rank decides alike: same optimizer, same wire).
+  if (run.optimizer->StateBytes() == 0 &&
+      run.wire == collective::DataType::kFloat32) {
+    return absl::OkStatus();
+  }
   auto replica = std::make_unique<ShardReplica>();
   replica->distance = distance;
   replica->of_rank = (options.rank - distance + options.ranks) % options.ranks;

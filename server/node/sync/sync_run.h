@@ -28,7 +28,9 @@
 // update of it exists on two daemons. The buddy applies the same
 // optimizer to its replica and checks it against what the owner
 // all-gathered: equal bit for bit (the same code on the same inputs), or
-// the replica is counted as diverged.
+// the replica is counted as diverged. A run whose optimizer keeps no state
+// (sgd, none) and whose wire is float32 needs no replica: every daemon
+// holds every master shard exactly (the all-gathered parameters).
 //
 // Thread safety: the buckets and wire type are immutable after
 // CreateSyncRun; the master, its gradients, `wire16` and the replica
@@ -106,7 +108,8 @@ struct SyncRun : Run {
 // The run of `tensors` (their buckets set: proto::AssignBuckets): InitRun's
 // parts, the buckets, this rank's owned parts and master shard, the wire
 // type, an optimizer for the master, and the replica of rank
-// rank - buddy_distance's (none for a distance of 0 or a group of one).
+// rank - buddy_distance's (none for a distance of 0, a group of one, or a
+// stateless optimizer on a float32 wire).
 // InitRun's errors; InvalidArgument for a bucket whose tensors are not
 // consecutive or a buddy distance outside [0, ranks); the optimizer's.
 absl::StatusOr<std::shared_ptr<SyncRun>> CreateSyncRun(
