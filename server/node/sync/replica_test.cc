@@ -108,7 +108,7 @@ std::vector<RankResult> RunSteps(
         StepDataPath::TakeMaster(run);
         StepDataPath path(comm, &*metrics);
         for (int64_t step = 0; step < steps; ++step) {
-          for (size_t j = 0; j < run.master_gradients.size(); ++j) {
+          for (size_t j = 0; j < run.master.size(); ++j) {
             run.master_gradients[j] = Gradient(rank, step, j);
           }
           absl::Status s =

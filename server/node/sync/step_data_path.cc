@@ -80,8 +80,10 @@ absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
 absl::Status StepDataPath::UpdateAndGather(
     SyncRun& run, int64_t step, const collective::CallOptions& call) {
   STARLING_RETURN_IF_ERROR(Annotate(
-      run.optimizer->Apply(absl::MakeSpan(run.master),
-                           absl::MakeConstSpan(run.master_gradients), step + 1),
+      run.optimizer->Apply(
+          absl::MakeSpan(run.master),
+          absl::MakeConstSpan(run.master_gradients).first(run.master.size()),
+          step + 1),
       "optimizer"));
   float* params = run.store->parameters().data();
   const absl::Time start = absl::Now();
@@ -117,13 +119,10 @@ absl::Status StepDataPath::HandToBuddy(SyncRun& run,
                                        const collective::CallOptions& call) {
   ShardReplica& replica = *run.replica;
   const absl::Time start = absl::Now();
-  std::memcpy(replica.exchange.data(), run.master_gradients.data(),
-              run.master_gradients.size() * sizeof(float));
-  std::fill(replica.exchange.begin() + run.master_gradients.size(),
-            replica.exchange.begin() + replica.half, 0.0f);
   const int size = comm_->size();
+  // In place: the master gradients are the shift's buffer (sync_run.h).
   STARLING_RETURN_IF_ERROR(
-      Annotate(comm_->Shift(AsBytes(absl::MakeSpan(replica.exchange)),
+      Annotate(comm_->Shift(AsBytes(absl::MakeSpan(run.master_gradients)),
                             DataType::kFloat32, replica.distance, call),
                absl::StrCat("handing the shard's gradient to its buddy, rank ",
                             (comm_->rank() + replica.distance) % size,
@@ -142,7 +141,7 @@ absl::Status StepDataPath::HandToBuddy(SyncRun& run,
 absl::Status StepDataPath::UpdateReplica(SyncRun& run, int64_t step) {
   ShardReplica& replica = *run.replica;
   const absl::Span<const float> grads =
-      absl::MakeConstSpan(replica.exchange)
+      absl::MakeConstSpan(run.master_gradients)
           .subspan(replica.half, replica.master.size());
   const absl::Status applied =
       replica.optimizer->Apply(absl::MakeSpan(replica.master), grads, step + 1);
@@ -157,7 +156,10 @@ absl::Status StepDataPath::UpdateReplica(SyncRun& run, int64_t step) {
   // The owner all-gathered its version step + 1: the replica must hold the
   // same values (the same optimizer on the same inputs).
   const absl::Span<const float> params = run.store->parameters();
-  std::vector<uint16_t> narrowed;
+  if (run.wire != DataType::kFloat32) {
+    collective::FromFloat32(run.wire, replica.master.data(),
+                            replica.narrowed.data(), replica.master.size());
+  }
   for (const ShardReplica::Part& part : replica.parts) {
     const size_t n = part.end - part.begin;
     const float* mine = replica.master.data() + part.offset;
@@ -166,9 +168,8 @@ absl::Status StepDataPath::UpdateReplica(SyncRun& run, int64_t step) {
       equal =
           std::memcmp(mine, params.data() + part.begin, n * sizeof(float)) == 0;
     } else {
-      narrowed.resize(n);
-      collective::FromFloat32(run.wire, mine, narrowed.data(), n);
-      equal = std::memcmp(narrowed.data(), run.wire16.data() + part.begin,
+      equal = std::memcmp(replica.narrowed.data() + part.offset,
+                          run.wire16.data() + part.begin,
                           n * sizeof(uint16_t)) == 0;
     }
     if (!equal) {

@@ -78,7 +78,11 @@ absl::Status AddReplica(SyncRun& run, const RunFactoryOptions& options) {
     replica->half += parts.MaxSize();
   }
   replica->master.assign(offset, 0.0f);
-  replica->exchange.assign(2 * replica->half, 0.0f);
+  if (run.wire != collective::DataType::kFloat32) {
+    replica->narrowed.assign(offset, 0);
+  }
+  // The shift's buffer: the reduced gradients and, after them, the owner's.
+  run.master_gradients.resize(2 * replica->half, 0.0f);
   STARLING_ASSIGN_OR_RETURN(
       replica->optimizer,
       CreateRunOptimizer(options, offset, run.total_workers));

@@ -82,11 +82,12 @@ struct ShardReplica {
   std::vector<float> master;
   // The run's optimizer, made for the owner's shard.
   std::unique_ptr<shard::Optimizer> optimizer;
-  // The shift's buffer, two halves of `half` floats (the largest master
-  // shard of any rank, so the same on every rank): this rank's reduced
-  // gradient, zero-padded, then the owner's.
-  std::vector<float> exchange;
+  // The largest master shard of any rank (so the same on every rank): each
+  // half of the shift's buffer, SyncRun::master_gradients.
   size_t half = 0;
+  // 16-bit wires: the replica narrowed to the wire type, for the check
+  // against what the owner all-gathered (sized once; empty for float32).
+  std::vector<uint16_t> narrowed;
   // Updates applied to the replica (the owner's version it holds).
   int64_t version = 0;
   // Equal to every version the owner all-gathered so far.
@@ -96,8 +97,12 @@ struct ShardReplica {
 struct SyncRun : Run {
   std::vector<Bucket> buckets;
   collective::DataType wire = collective::DataType::kFloat32;
-  // The master shard and its reduced gradients, and the 16-bit staging of
-  // the wire (full length; empty for a float32 wire).
+  // The master shard and its reduced gradients (the first master.size()
+  // floats), and the 16-bit staging of the wire (full length; empty for a
+  // float32 wire). With a replica, master_gradients is the shift's buffer
+  // itself, two halves of replica->half floats: this rank's reduced
+  // gradients, zero-padded (the padding is never written), then the
+  // owner's, as the shift leaves them.
   std::vector<float> master;
   std::vector<float> master_gradients;
   std::vector<uint16_t> wire16;
