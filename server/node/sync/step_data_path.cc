@@ -79,12 +79,31 @@ absl::Status StepDataPath::ReduceBucket(const std::vector<Round>& rounds,
 
 absl::Status StepDataPath::UpdateAndGather(
     SyncRun& run, int64_t step, const collective::CallOptions& call) {
+  STARLING_RETURN_IF_ERROR(UpdateMaster(run, step));
+  return Gather(run, call);
+}
+
+absl::Status StepDataPath::UpdateMaster(SyncRun& run, int64_t step) {
+  if (run.replica != nullptr) {
+    // What this update overwrites, should the group lose a daemon before
+    // the step commits everywhere (sync_run.h): sized at creation, so a
+    // copy, no allocation.
+    std::copy(run.master.begin(), run.master.end(), run.undo_master.begin());
+    const absl::Span<const float> state = run.optimizer->state();
+    std::copy(state.begin(), state.end(), run.undo_state.begin());
+  }
   STARLING_RETURN_IF_ERROR(Annotate(
       run.optimizer->Apply(
           absl::MakeSpan(run.master),
           absl::MakeConstSpan(run.master_gradients).first(run.master.size()),
           step + 1),
       "optimizer"));
+  run.master_version = step + 1;
+  return absl::OkStatus();
+}
+
+absl::Status StepDataPath::Gather(SyncRun& run,
+                                  const collective::CallOptions& call) {
   float* params = run.store->parameters().data();
   const absl::Time start = absl::Now();
   for (size_t k = 0; k < run.buckets.size(); ++k) {
@@ -115,7 +134,7 @@ absl::Status StepDataPath::UpdateAndGather(
   return absl::OkStatus();
 }
 
-absl::Status StepDataPath::HandToBuddy(SyncRun& run,
+absl::Status StepDataPath::HandToBuddy(SyncRun& run, int64_t step,
                                        const collective::CallOptions& call) {
   ShardReplica& replica = *run.replica;
   const absl::Time start = absl::Now();
@@ -127,6 +146,7 @@ absl::Status StepDataPath::HandToBuddy(SyncRun& run,
                absl::StrCat("handing the shard's gradient to its buddy, rank ",
                             (comm_->rank() + replica.distance) % size,
                             ", and taking rank ", replica.of_rank, "'s")));
+  replica.gradient_version = step + 1;
   // Once any daemon passes this, every buddy holds its owner's gradient.
   STARLING_RETURN_IF_ERROR(
       Annotate(comm_->Barrier(call),

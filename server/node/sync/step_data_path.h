@@ -72,6 +72,11 @@ class StepDataPath {
   // REQUIRES: the parameters are the caller's to write (no pull reads them).
   absl::Status UpdateAndGather(SyncRun& run, int64_t step,
                                const collective::CallOptions& call);
+  // Its two halves: step 3 alone (with a replica, the master and state it
+  // overwrites kept in run.undo_*; run.master_version = step + 1), and
+  // step 4.
+  absl::Status UpdateMaster(SyncRun& run, int64_t step);
+  absl::Status Gather(SyncRun& run, const collective::CallOptions& call);
 
   // After the all-gather of step `step` (the version may be published, the
   // master gradients still the step's): this rank's master gradients to
@@ -79,7 +84,10 @@ class StepDataPath {
   // then a barrier, so that once any rank returns every buddy holds its
   // owner's gradient of the step. The collectives' errors, annotated with
   // both ranks. REQUIRES: run.replica.
-  absl::Status HandToBuddy(SyncRun& run, const collective::CallOptions& call);
+  // (`step`: the push round; the owner's half then holds the update of
+  // version step + 1: ShardReplica::gradient_version.)
+  absl::Status HandToBuddy(SyncRun& run, int64_t step,
+                           const collective::CallOptions& call);
 
   // After HandToBuddy for version step + 1: the optimizer on the replica with
   // the owner's gradient HandToBuddy took, and the check that the replica

@@ -231,7 +231,7 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
   // intact), logged once; the replica lags.
   if (run.replica != nullptr) {
     const absl::Status handed =
-        data_path_.HandToBuddy(run, manager_->Call(run));
+        data_path_.HandToBuddy(run, step, manager_->Call(run));
     if (!handed.ok()) return Annotate(handed, where);
     const absl::Status replicated = data_path_.UpdateReplica(run, step);
     if (!replicated.ok()) {

@@ -55,13 +55,8 @@ absl::Status AddReplica(SyncRun& run, const RunFactoryOptions& options) {
                      options.ranks, ") for a group of ", options.ranks));
   }
   if (distance == 0 || options.ranks < 2) return absl::OkStatus();
-  // With no optimizer state and float32 on the wire, the all-gathered
-  // parameters are every master shard, exactly, on every daemon: nothing
-  // more to keep (every rank decides alike: same optimizer, same wire).
-  if (run.optimizer->StateBytes() == 0 &&
-      run.wire == collective::DataType::kFloat32) {
-    return absl::OkStatus();
-  }
+  // A shard that never changes needs no second copy.
+  if (options.optimizer == "none") return absl::OkStatus();
   auto replica = std::make_unique<ShardReplica>();
   replica->distance = distance;
   replica->of_rank = (options.rank - distance + options.ranks) % options.ranks;
@@ -83,6 +78,9 @@ absl::Status AddReplica(SyncRun& run, const RunFactoryOptions& options) {
   }
   // The shift's buffer: the reduced gradients and, after them, the owner's.
   run.master_gradients.resize(2 * replica->half, 0.0f);
+  // What the last update overwrote (sync_run.h, continuation).
+  run.undo_master.assign(run.master.size(), 0.0f);
+  run.undo_state.assign(run.optimizer->state().size(), 0.0f);
   STARLING_ASSIGN_OR_RETURN(
       replica->optimizer,
       CreateRunOptimizer(options, offset, run.total_workers));

@@ -28,9 +28,18 @@
 // update of it exists on two daemons. The buddy applies the same
 // optimizer to its replica and checks it against what the owner
 // all-gathered: equal bit for bit (the same code on the same inputs), or
-// the replica is counted as diverged. A run whose optimizer keeps no state
-// (sgd, none) and whose wire is float32 needs no replica: every daemon
-// holds every master shard exactly (the all-gathered parameters).
+// the replica is counted as diverged. Every run keeps one (but those of
+// optimizer "none", whose shard never changes): a run that goes on after a
+// daemon is lost takes that daemon's shard from its buddy
+// (sync/continuation.h), which a stateless optimizer's all-gathered
+// parameters cannot promise (an all-gather cut short leaves them mixed).
+//
+// Continuation. With a replica, each rank also keeps its master and
+// optimizer state as they were before its last update (`undo_*`), and the
+// versions of what it holds (`master_version`, the replica's `version` and
+// `gradient_version`), so that the survivors of a lost daemon can agree on
+// the last step every shard can be brought to and roll forward or back to
+// it (sync/continuation.h).
 //
 // Thread safety: the buckets and wire type are immutable after
 // CreateSyncRun; the master, its gradients, `wire16` and the replica
@@ -90,6 +99,10 @@ struct ShardReplica {
   std::vector<uint16_t> narrowed;
   // Updates applied to the replica (the owner's version it holds).
   int64_t version = 0;
+  // The version whose update the owner's half of the shift buffer holds
+  // (the owner's gradient of step gradient_version - 1), once the shift of
+  // that step returned here; -1 before any.
+  int64_t gradient_version = -1;
   // Equal to every version the owner all-gathered so far.
   bool exact = true;
 };
@@ -108,13 +121,19 @@ struct SyncRun : Run {
   std::vector<uint16_t> wire16;
   // The replica this rank keeps of another's shard; null without one.
   std::unique_ptr<ShardReplica> replica;
+  // Updates applied to the master (the step thread's; with a replica,
+  // undo_master and undo_state hold version master_version - 1 once
+  // master_version > 0).
+  int64_t master_version = 0;
+  std::vector<float> undo_master;
+  std::vector<float> undo_state;
 };
 
 // The run of `tensors` (their buckets set: proto::AssignBuckets): InitRun's
 // parts, the buckets, this rank's owned parts and master shard, the wire
 // type, an optimizer for the master, and the replica of rank
-// rank - buddy_distance's (none for a distance of 0, a group of one, or a
-// stateless optimizer on a float32 wire).
+// rank - buddy_distance's (none for a distance of 0, a group of one, or
+// optimizer "none").
 // InitRun's errors; InvalidArgument for a bucket whose tensors are not
 // consecutive or a buddy distance outside [0, ranks); the optimizer's.
 absl::StatusOr<std::shared_ptr<SyncRun>> CreateSyncRun(

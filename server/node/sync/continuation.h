@@ -1,0 +1,108 @@
+// Continuation: a run of the synchronous step goes on in a group re-formed
+// without some of its daemons (DESIGN.md "Failure"), from the last step
+// every shard can be brought to.
+//
+// What each survivor holds when its run stopped (sync_run.h): its master
+// shard and optimizer state at `master_version` (the version before it in
+// undo_*), and the replica of its owner's at replica `version`, with the
+// owner's gradient of `gradient_version` in the shift buffer once that
+// step's shift returned. The order of a step (step_data_path.h) bounds what
+// the survivors can disagree on: a rank updates its shard for version v + 1
+// only after every rank passed the barrier of version v (their pushes of
+// step v reach it only then), so the masters differ by at most one version
+// and a replica lags its owner by at most one, its gradient in hand once
+// the shift returned.
+//
+// PlanResume picks the version V the run goes on from: the newest of M and
+// M - 1 (M the newest master) at which every old shard can be had — a
+// survivor's own (its master at V, or its undo at V), a lost rank's from
+// its buddy (the replica at V, or at V - 1 with the gradient of V in hand,
+// applied now). A step any worker was told is committed passed its
+// barrier on some daemon, so every rank had shifted it: V includes it
+// (acknowledged updates are never lost). Both a rank and its buddy lost:
+// that shard has no copy, and the run cannot go on (FailedPrecondition
+// naming both).
+//
+// ContinueRun runs the exchange on the new group's communicator: every
+// daemon's account (an all-reduce of small integers), the plan (each
+// computes the same), each shard brought to V by the daemon that has it,
+// then one all-reduce of the whole master and optimizer state, each value
+// written by exactly one daemon and -0.0 by the others (x + -0.0 == x for
+// every float, so the sum moves the values bit for bit), from which each
+// daemon takes its shard, its new buddy's replica and the parameters of
+// version V. Every survivor ends with the same parameters, and each shard
+// with the state its owner (or buddy) held: bit-identical to a run that
+// had stopped at V.
+//
+// Thread-compatible: the step thread (or the regroup thread, before the new
+// plane serves anyone) owns the runs it is handed.
+#ifndef STARLING_SERVER_NODE_SYNC_CONTINUATION_H_
+#define STARLING_SERVER_NODE_SYNC_CONTINUATION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/collective/communicator.h"
+#include "server/node/run/run_factory.h"
+#include "server/node/sync/sync_run.h"
+
+namespace starling {
+namespace node {
+
+// One daemon's account of the run it carries into the new group.
+struct CarryAccount {
+  int64_t run_id = 0;  // 0: carries no state of it
+  int64_t old_rank = -1;
+  int64_t old_size = 0;
+  int64_t master_version = 0;
+  int64_t replica_of = -1;  // old rank; -1: no replica
+  int64_t replica_version = -1;
+  int64_t gradient_version = -1;
+  int64_t local_workers = 0;
+  // The elements of the run's flat vector (all must agree).
+  int64_t elements = 0;
+  static constexpr int kFields = 9;
+};
+
+// `run` (may be null: no state) as rank `old_rank` of `old_size` held it.
+CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
+                       int old_size, int local_workers);
+
+struct ResumePlan {
+  // The version the run goes on from (the next step workers push).
+  int64_t version = 0;
+  // Index = old rank: the new rank that holds that shard at `version`,
+  // and whether in its replica (the old rank was lost).
+  std::vector<int> source;
+  std::vector<bool> from_replica;
+  // Every worker of the new group.
+  int total_workers = 0;
+  // The newest master version any survivor held (version or version + 1).
+  int64_t newest = 0;
+};
+
+// The plan every daemon computes alike from the accounts (index = new
+// rank). FailedPrecondition when a daemon carries no state of `run_id` or
+// another run, the accounts disagree on the old group or the model, or a
+// shard has no copy at either candidate version (naming the old ranks).
+absl::StatusOr<ResumePlan> PlanResume(
+    uint64_t run_id, const std::vector<CarryAccount>& accounts);
+
+// The exchange above. `carried` (may be null) is this daemon's run as rank
+// `old_rank` of `old_size` left it; `options` the new run's (run id, rank
+// and size in the new group, optimizer, buddy distance; total_workers is
+// the plan's). Returns the new run at `*version` (its parameters, master,
+// state and replica filled). The plan's and the collectives' errors.
+absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
+    const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
+    int local_workers, RunFactoryOptions options,
+    collective::Communicator* comm, const collective::CallOptions& call,
+    int64_t* version, ResumePlan* plan_out = nullptr);
+
+}  // namespace node
+}  // namespace starling
+
+#endif  // STARLING_SERVER_NODE_SYNC_CONTINUATION_H_

@@ -1,0 +1,393 @@
+// A run of the synchronous step going on without a lost daemon
+// (continuation.h): N daemons' data paths on loopback take k whole steps and
+// stop step k + 1 at chosen points; the survivors form a group of N - 1,
+// agree on the version, and end with every shard's master and optimizer
+// state bit for bit those of a fault-free run at that version, the same
+// parameters everywhere, and each new buddy holding its owner's shard.
+#include "server/node/sync/continuation.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/common.pb.h"
+#include "server/base/status_matchers.h"
+#include "server/collective/collective_test_util.h"
+#include "server/collective/communicator.h"
+#include "server/metrics/metrics_registry.h"
+#include "server/node/run/run_factory.h"
+#include "server/node/sync/step_data_path.h"
+#include "server/node/sync/sync_run.h"
+#include "server/node/telemetry/node_metrics.h"
+
+namespace starling {
+namespace node {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<proto::TensorSpec> Tensors(proto::DataType dtype) {
+  std::vector<proto::TensorSpec> tensors;
+  const int64_t sizes[] = {700, 29, 3001};
+  const int buckets[] = {1, 1, 0};
+  for (int t = 0; t < 3; ++t) {
+    proto::TensorSpec spec;
+    spec.set_name(absl::StrCat("t", t));
+    spec.add_shape(sizes[t]);
+    spec.set_dtype(dtype);
+    spec.set_bucket(buckets[t]);
+    tensors.push_back(spec);
+  }
+  return tensors;
+}
+
+float Initial(uint64_t i) {
+  return static_cast<float>(static_cast<int>(i % 2001) - 1000) / 64.0f;
+}
+
+// The reduced gradient of flat element i in step `step` (the same whoever
+// owns i, so that the reference does not depend on the group).
+float Gradient(int64_t step, uint64_t i) {
+  return std::sin(0.001f * static_cast<float>(i) +
+                  0.13f * static_cast<float>(step));
+}
+
+// How far a rank got into step k + 1 when the group lost a daemon.
+enum class Reached {
+  kNothing,   // before its update
+  kUpdated,   // its master updated (the all-gather cut short)
+  kShifted,   // all-gathered and shifted to its buddy, barrier not passed
+  kCommitted  // the whole step, its replica updated
+};
+
+struct Scenario {
+  std::string name;
+  int ranks;
+  int distance;
+  std::string optimizer;
+  proto::DataType dtype;
+  std::vector<int> lost;  // old ranks
+  // For step k + 1 (every rank alike; kUpdated applies to `updated` ranks
+  // only, the others reached nothing).
+  Reached reached;
+  std::vector<int> updated;
+  // The version the survivors must go on from; -1: the run cannot go on.
+  int64_t expect_version;
+};
+
+void PrintTo(const Scenario& s, std::ostream* os) { *os << s.name; }
+
+constexpr int64_t kSteps = 3;  // k
+
+RunFactoryOptions OptionsFor(const Scenario& c, int ranks, int rank,
+                             int distance) {
+  RunFactoryOptions options;
+  options.run_id = 7;
+  options.total_workers = ranks;
+  options.ranks = ranks;
+  options.rank = rank;
+  options.optimizer = c.optimizer;
+  options.learning_rate = 0.05f;
+  options.buddy_distance = distance;
+  return options;
+}
+
+void SetGradients(SyncRun& run, int64_t step) {
+  for (const Bucket& b : run.buckets) {
+    for (uint64_t i = b.owned_begin; i < b.owned_end; ++i) {
+      run.master_gradients[b.master_offset + (i - b.owned_begin)] =
+          Gradient(step, i);
+    }
+  }
+}
+
+// Each rank's master and state written into full vectors (flat order).
+struct Full {
+  std::vector<float> master;
+  std::vector<float> state;
+};
+void AddShard(const SyncRun& run, Full* full) {
+  const uint64_t n = run.layout.total_elements;
+  const size_t shard = run.master.size();
+  const absl::Span<const float> state = run.optimizer->state();
+  const size_t slots = shard == 0 ? 0 : state.size() / shard;
+  if (full->master.empty()) full->master.assign(n, 0.0f);
+  if (full->state.size() < slots * n) full->state.assign(slots * n, 0.0f);
+  for (const Bucket& b : run.buckets) {
+    for (uint64_t i = b.owned_begin; i < b.owned_end; ++i) {
+      const size_t j = b.master_offset + (i - b.owned_begin);
+      full->master[i] = run.master[j];
+      for (size_t s = 0; s < slots; ++s) {
+        full->state[s * n + i] = state[s * shard + j];
+      }
+    }
+  }
+}
+
+// A fault-free run of `versions` steps on `c.ranks` daemons: the full
+// master and state after it, and the parameters.
+Full Reference(const Scenario& c, int64_t versions,
+               std::vector<float>* params) {
+  std::vector<std::shared_ptr<SyncRun>> runs(c.ranks);
+  EXPECT_OK(collective::FirstError(collective::RunOnLoopback(
+      c.ranks, collective::CommunicatorOptions(),
+      [&](int rank, collective::Communicator* comm) -> absl::Status {
+        metrics::MetricsRegistry registry;
+        absl::StatusOr<NodeMetrics> metrics = NodeMetrics::Register(&registry);
+        if (!metrics.ok()) return metrics.status();
+        absl::StatusOr<std::shared_ptr<SyncRun>> created = CreateSyncRun(
+            Tensors(c.dtype), OptionsFor(c, c.ranks, rank, c.distance));
+        if (!created.ok()) return created.status();
+        SyncRun& run = **created;
+        absl::Span<float> p = run.store->parameters();
+        for (size_t i = 0; i < p.size(); ++i) p[i] = Initial(i);
+        StepDataPath::TakeMaster(run);
+        StepDataPath path(comm, &*metrics);
+        for (int64_t step = 0; step < versions; ++step) {
+          SetGradients(run, step);
+          absl::Status s =
+              path.UpdateAndGather(run, step, collective::CallOptions());
+          if (!s.ok()) return s;
+        }
+        runs[rank] = *created;
+        return absl::OkStatus();
+      })));
+  Full full;
+  for (const auto& run : runs) {
+    if (run != nullptr) AddShard(*run, &full);
+  }
+  if (runs[0] != nullptr) {
+    const absl::Span<const float> p = runs[0]->store->parameters();
+    params->assign(p.begin(), p.end());
+  }
+  return full;
+}
+
+// The old group: k whole steps, then step k + 1 as far as the scenario says.
+std::vector<std::shared_ptr<SyncRun>> OldGroup(const Scenario& c) {
+  std::vector<std::shared_ptr<SyncRun>> runs(c.ranks);
+  EXPECT_OK(collective::FirstError(collective::RunOnLoopback(
+      c.ranks, collective::CommunicatorOptions(),
+      [&](int rank, collective::Communicator* comm) -> absl::Status {
+        metrics::MetricsRegistry registry;
+        absl::StatusOr<NodeMetrics> metrics = NodeMetrics::Register(&registry);
+        if (!metrics.ok()) return metrics.status();
+        absl::StatusOr<std::shared_ptr<SyncRun>> created = CreateSyncRun(
+            Tensors(c.dtype), OptionsFor(c, c.ranks, rank, c.distance));
+        if (!created.ok()) return created.status();
+        SyncRun& run = **created;
+        if (run.replica == nullptr) return absl::InternalError("no replica");
+        absl::Span<float> p = run.store->parameters();
+        for (size_t i = 0; i < p.size(); ++i) p[i] = Initial(i);
+        StepDataPath::TakeMaster(run);
+        StepDataPath path(comm, &*metrics);
+        const collective::CallOptions call;
+        for (int64_t step = 0; step <= kSteps; ++step) {
+          SetGradients(run, step);
+          const bool last = step == kSteps;
+          if (last && c.reached == Reached::kNothing) break;
+          if (last && c.reached == Reached::kUpdated) {
+            bool mine = false;
+            for (int u : c.updated) mine |= u == rank;
+            if (mine) {
+              absl::Status s = path.UpdateMaster(run, step);
+              if (!s.ok()) return s;
+            }
+            break;
+          }
+          absl::Status s = path.UpdateAndGather(run, step, call);
+          if (!s.ok()) return s;
+          s = path.HandToBuddy(run, step, call);
+          if (!s.ok()) return s;
+          if (last && c.reached == Reached::kShifted) break;
+          s = path.UpdateReplica(run, step);
+          if (!s.ok()) return s;
+        }
+        runs[rank] = *created;
+        return absl::OkStatus();
+      })));
+  return runs;
+}
+
+class ContinuationTest : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(ContinuationTest, SurvivorsGoOnBitForBitFromTheAgreedVersion) {
+  const Scenario& c = GetParam();
+  std::vector<std::shared_ptr<SyncRun>> old = OldGroup(c);
+  std::vector<int> survivors;
+  for (int r = 0; r < c.ranks; ++r) {
+    bool lost = false;
+    for (int l : c.lost) lost |= l == r;
+    if (!lost) survivors.push_back(r);
+  }
+  const int n = static_cast<int>(survivors.size());
+  const int distance = n > 1 ? 1 : 0;
+  std::vector<std::shared_ptr<SyncRun>> resumed(n);
+  std::vector<int64_t> versions(n, -2);
+  std::vector<absl::Status> errors = collective::RunOnLoopback(
+      n, collective::CommunicatorOptions(),
+      [&](int rank, collective::Communicator* comm) -> absl::Status {
+        int64_t version = -1;
+        absl::StatusOr<std::shared_ptr<SyncRun>> run =
+            ContinueRun(old[survivors[rank]], survivors[rank], c.ranks, 1,
+                        OptionsFor(c, n, rank, distance), comm,
+                        collective::CallOptions(), &version);
+        if (!run.ok()) return run.status();
+        resumed[rank] = *run;
+        versions[rank] = version;
+        return absl::OkStatus();
+      });
+  if (c.expect_version < 0) {
+    for (const absl::Status& e : errors) {
+      EXPECT_THAT(e, StatusIs(absl::StatusCode::kFailedPrecondition,
+                              HasSubstr("cannot go on")));
+    }
+    return;
+  }
+  for (int r = 0; r < n; ++r) {
+    ASSERT_OK(errors[r]);
+    EXPECT_EQ(versions[r], c.expect_version) << "rank " << r;
+  }
+  std::vector<float> params;
+  const Full want = Reference(c, c.expect_version, &params);
+  Full got;
+  for (const auto& run : resumed) AddShard(*run, &got);
+  ASSERT_EQ(got.master.size(), want.master.size());
+  EXPECT_EQ(std::memcmp(got.master.data(), want.master.data(),
+                        want.master.size() * sizeof(float)),
+            0);
+  ASSERT_EQ(got.state.size(), want.state.size());
+  EXPECT_EQ(std::memcmp(got.state.data(), want.state.data(),
+                        want.state.size() * sizeof(float)),
+            0);
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE(absl::StrCat("new rank ", r));
+    const SyncRun& run = *resumed[r];
+    EXPECT_EQ(run.total_workers, n);
+    EXPECT_EQ(run.master_version, c.expect_version);
+    const absl::Span<const float> p = run.store->parameters();
+    ASSERT_EQ(p.size(), params.size());
+    EXPECT_EQ(std::memcmp(p.data(), params.data(), p.size() * sizeof(float)),
+              0);
+    if (n > 1) {
+      ASSERT_NE(run.replica, nullptr);
+      const SyncRun& owner = *resumed[run.replica->of_rank];
+      EXPECT_EQ(run.replica->master, owner.master);
+      const absl::Span<const float> a = run.replica->optimizer->state();
+      const absl::Span<const float> b = owner.optimizer->state();
+      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+      EXPECT_EQ(run.replica->version, c.expect_version);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, ContinuationTest,
+    ::testing::Values(Scenario{"LostBeforeTheUpdate",
+                               3,
+                               1,
+                               "adam",
+                               proto::DATA_TYPE_FLOAT32,
+                               {1},
+                               Reached::kNothing,
+                               {},
+                               kSteps},
+                      Scenario{"SomeUpdatedNoneCommittedRollsBack",
+                               4,
+                               1,
+                               "momentum",
+                               proto::DATA_TYPE_FLOAT32,
+                               {2},
+                               Reached::kUpdated,
+                               {0, 1},
+                               kSteps},
+                      Scenario{"TheLostRanksOwnerUpdatedRollsBack",
+                               3,
+                               1,
+                               "adam",
+                               proto::DATA_TYPE_FLOAT32,
+                               {1},
+                               Reached::kUpdated,
+                               {0},
+                               kSteps},
+                      Scenario{"ShiftedEverywhereRollsForward",
+                               4,
+                               2,
+                               "adam",
+                               proto::DATA_TYPE_FLOAT32,
+                               {3},
+                               Reached::kShifted,
+                               {},
+                               kSteps + 1},
+                      Scenario{"CommittedStaysCommitted",
+                               5,
+                               1,
+                               "sgd",
+                               proto::DATA_TYPE_FLOAT32,
+                               {0},
+                               Reached::kCommitted,
+                               {},
+                               kSteps + 1},
+                      Scenario{"SixteenBitWire",
+                               3,
+                               1,
+                               "adam",
+                               proto::DATA_TYPE_BFLOAT16,
+                               {2},
+                               Reached::kShifted,
+                               {},
+                               kSteps + 1},
+                      Scenario{"TwoNonBuddiesLost",
+                               5,
+                               1,
+                               "momentum",
+                               proto::DATA_TYPE_FLOAT16,
+                               {1, 3},
+                               Reached::kCommitted,
+                               {},
+                               kSteps + 1},
+                      Scenario{"ARankAndItsBuddyLostCannotGoOn",
+                               4,
+                               1,
+                               "adam",
+                               proto::DATA_TYPE_FLOAT32,
+                               {1, 2},
+                               Reached::kCommitted,
+                               {},
+                               -1},
+                      Scenario{"DownToOne",
+                               2,
+                               1,
+                               "momentum",
+                               proto::DATA_TYPE_FLOAT32,
+                               {0},
+                               Reached::kShifted,
+                               {},
+                               kSteps + 1}),
+    [](const ::testing::TestParamInfo<Scenario>& info) {
+      return info.param.name;
+    });
+
+TEST(PlanResume, NamesADaemonWithNoStateOfTheRun) {
+  CarryAccount a;
+  a.run_id = 7;
+  a.old_rank = 0;
+  a.old_size = 2;
+  CarryAccount b;  // a newcomer
+  EXPECT_THAT(PlanResume(7, {a, b}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 1 of the new group holds no state of "
+                                 "run 7")));
+}
+
+}  // namespace
+}  // namespace node
+}  // namespace starling
