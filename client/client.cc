@@ -243,6 +243,44 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   return std::unique_ptr<Client>(new Client(std::move(connection)));
 }
 
+absl::StatusOr<Client::Rejoined> Client::Rejoin() {
+  const uint64_t run_id = connection_->run_id();
+  if (run_id == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        connection_->where(), " takes part in no run: nothing to rejoin"));
+  }
+  const ClientOptions options = connection_->options();
+  const std::vector<proto::TensorSpec> specs = connection_->Declarations();
+  std::unique_ptr<SharedPool> pool = connection_->TakePool();
+  // Closing first frees this worker's index on the daemon.
+  connection_.reset();
+  pending_ = std::make_unique<Pending>();
+  STARLING_ASSIGN_OR_RETURN(connection_,
+                            Connection::Open(options, std::move(pool)));
+  if (connection_->run_id() != run_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", run_id, " did not go on in the re-formed group (",
+        connection_->where(),
+        "); its daemons' logs and `starlingctl status` say why; this worker "
+        "may declare the next run"));
+  }
+  for (const proto::TensorSpec& spec : specs) {
+    STARLING_RETURN_IF_ERROR(connection_->Declare(spec));
+  }
+  STARLING_RETURN_IF_ERROR(connection_->EnsureCommitted());
+  Rejoined rejoined;
+  rejoined.run_id = run_id;
+  rejoined.next_step = connection_->next_step();
+  rejoined.last_pushed = last_pushed_.load();
+  rejoined.rolled_back =
+      std::max<int64_t>(0, rejoined.last_pushed + 1 - rejoined.next_step);
+  rolled_back_.fetch_add(rejoined.rolled_back);
+  last_pushed_.store(rejoined.next_step - 1);
+  return rejoined;
+}
+
+int64_t Client::rolled_back_steps() const { return rolled_back_.load(); }
+
 int Client::rank() const { return connection_->hello().rank(); }
 int Client::group_size() const { return connection_->hello().group_size(); }
 int Client::local_workers() const {
@@ -395,6 +433,9 @@ void FromBFloat16(absl::Span<const uint16_t> from, absl::Span<float> to) {
 Future Client::Push(int64_t step, const std::vector<Tensor>& gradients,
                     bool complete_step) {
   const std::string what = absl::StrCat("push_gradients step ", step);
+  int64_t pushed = last_pushed_.load(std::memory_order_relaxed);
+  while (step > pushed && !last_pushed_.compare_exchange_weak(pushed, step)) {
+  }
   absl::Status status = connection_->EnsureCommitted();
   if (!status.ok()) return Failed(Annotate(status, what));
   // Check every buffer before changing anything.

@@ -88,6 +88,7 @@
 #ifndef STARLING_CLIENT_CLIENT_H_
 #define STARLING_CLIENT_CLIENT_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -397,6 +398,35 @@ class Client {
   // Returns once every worker of the job entered the barrier.
   absl::Status Barrier();
 
+  // After an op failed because the group of daemons re-formed around a
+  // lost daemon ("run R stopped at step S: ...; reconnect to resume"):
+  // reconnects to this worker's daemon (the same pool: every buffer stays
+  // valid), declares the run's tensors again and learns where the run goes
+  // on. The daemons carry a run of the synchronous step on from the newest
+  // step every shard can be brought to, which includes every step a push
+  // returned for (acknowledged updates are never lost); steps this worker
+  // pushed that had not returned may be rolled back, and are to be pushed
+  // again: `rolled_back` says how many (the event is logged by the
+  // trainers and counted in rolled_back_steps()). rank(), group_size() and
+  // total_workers() are the new group's afterwards; the data schedule
+  // (GetSchedule) is re-planned for it.
+  // FailedPrecondition when the run did not go on (the coordinator failed
+  // it: the message says why; this worker may declare the next run);
+  // Connect's errors otherwise, after which the client can only be
+  // destroyed.
+  struct Rejoined {
+    uint64_t run_id = 0;
+    // Pull version next_step, then push it.
+    int64_t next_step = 0;
+    // The last step this worker pushed before (-1: none).
+    int64_t last_pushed = -1;
+    // Pushed steps the group rolled back: last_pushed + 1 - next_step, or 0.
+    int64_t rolled_back = 0;
+  };
+  absl::StatusOr<Rejoined> Rejoin();
+  // Steps rolled back over every Rejoin of this client.
+  int64_t rolled_back_steps() const;
+
   // This worker is done with the run: returns once every worker of the job
   // called Finish() (a barrier) and the run ended. Declarations after it
   // begin the next run. Bounded by ClientOptions::timeout.
@@ -413,6 +443,9 @@ class Client {
   // The step whose parts are being pushed, and step times not sent yet.
   struct Pending;
   std::unique_ptr<Pending> pending_;
+  // The highest step pushed (sent), and steps rolled back by Rejoin.
+  std::atomic<int64_t> last_pushed_{-1};
+  std::atomic<int64_t> rolled_back_{0};
 };
 
 }  // namespace client

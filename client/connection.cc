@@ -71,7 +71,7 @@ Connection::Connection(ClientOptions options, std::unique_ptr<SharedPool> pool,
       fd_(std::move(fd)) {}
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
-    const ClientOptions& options_in) {
+    const ClientOptions& options_in, std::unique_ptr<SharedPool> pool) {
   ClientOptions options = options_in;
   if (options.worker_index < 0) {
     return absl::InvalidArgumentError(
@@ -81,8 +81,9 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
     options.worker_name = absl::StrCat("worker ", options.worker_index);
   }
   const absl::Time deadline = absl::Now() + options.timeout;
-  STARLING_ASSIGN_OR_RETURN(std::unique_ptr<SharedPool> pool,
-                            SharedPool::Create(options.pool_bytes));
+  if (pool == nullptr) {
+    STARLING_ASSIGN_OR_RETURN(pool, SharedPool::Create(options.pool_bytes));
+  }
   STARLING_ASSIGN_OR_RETURN(ScopedFd fd,
                             ConnectUnix(options.socket_path, deadline));
   const int socket = fd.get();
@@ -136,6 +137,13 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   });
   connection->writer_ = std::thread([c = connection.get()] { c->WriteLoop(); });
   return connection;
+}
+
+std::vector<proto::TensorSpec> Connection::Declarations() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<proto::TensorSpec> specs = specs_;
+  for (proto::TensorSpec& spec : specs) spec.clear_bucket();
+  return specs;
 }
 
 Connection::~Connection() {

@@ -36,8 +36,10 @@ namespace client {
 
 class Connection {
  public:
+  // `pool`: an existing pool to hand the daemon (Client::Rejoin: the
+  // worker's buffers stay where they are); null makes a new one.
   static absl::StatusOr<std::unique_ptr<Connection>> Open(
-      const ClientOptions& options);
+      const ClientOptions& options, std::unique_ptr<SharedPool> pool = nullptr);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -53,6 +55,12 @@ class Connection {
   // and where().
   std::shared_ptr<internal::FutureState> Send(proto::WorkerRequest request,
                                               std::string what);
+
+  // The pool, taken away before this connection is closed (Rejoin); the
+  // connection allocates nothing after.
+  std::unique_ptr<SharedPool> TakePool() { return std::move(pool_); }
+  // The declarations in order, as the worker made them.
+  std::vector<proto::TensorSpec> Declarations() const;
 
   // Declarations, kept here for AllocateTensor and to check buffer sizes.
   absl::Status Declare(const proto::TensorSpec& spec);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "server/base/coordinator_answers.h"
+#include "server/base/job_config_checks.h"
 #include "server/base/logging.h"
 #include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
@@ -412,6 +413,13 @@ bool Coordinator::ReformIfDueLocked() {
     const std::string blocked =
         absl::StrCat("re-forming would leave ", n, " node", n == 1 ? "" : "s",
                      ", fewer than --min_nodes=", options_.min_nodes);
+    if (drop_due && CanCarryLocked()) {
+      const uint64_t waiting = runs_.current()->run_id();
+      if (runs_.FailCurrent(-1, blocked, clock_->Now())) {
+        metrics_.runs_ended->WithLabels({"failed"})->Increment();
+        STARLING_LOG(WARNING) << "run " << waiting << " failed: " << blocked;
+      }
+    }
     if (blocked != reform_blocked_) {
       reform_blocked_ = blocked;
       STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << blocked
@@ -429,10 +437,17 @@ bool Coordinator::ReformIfDueLocked() {
                                        " -> ", from + 1, ": ", changed, ")");
   const uint64_t run_id =
       runs_.current() != nullptr ? runs_.current()->run_id() : 0;
-  if (runs_.FailCurrent(-1, why, now)) {
+  // Only members lost (none taken in, none back without its state): the
+  // survivors hold every shard between them and carry the run on.
+  const bool carry =
+      CanCarryLocked() && drop_due && pending_.empty() && came_back_.empty();
+  if (!carry && runs_.FailCurrent(-1, why, now)) {
     metrics_.runs_ended->WithLabels({"failed"})->Increment();
     STARLING_LOG(WARNING) << "run " << run_id << " failed: " << why;
   }
+  carried_run_id_ = carry ? run_id : 0;
+  suspended_since_ = absl::InfiniteFuture();
+  suspended_on_.clear();
   for (const auto& [rank, call] : begin_waiting_) {
     begin_answers_.emplace(
         call.id, absl::UnavailableError(absl::StrCat(
@@ -450,6 +465,12 @@ bool Coordinator::ReformIfDueLocked() {
   STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << why << "; "
                         << was << " -> " << members_.size() << " nodes, "
                         << planner_->total_workers() << " workers";
+  if (carry) {
+    runs_.CarryOn(static_cast<int>(members_.size()), planner_->total_workers());
+    STARLING_LOG(WARNING) << "run " << run_id << " goes on in group epoch "
+                          << group_epoch_ << " on " << members_.size()
+                          << " nodes, from its last committed step";
+  }
   LogRanksLocked();
   return true;
 }
@@ -784,6 +805,7 @@ proto::JoinResponse Coordinator::JoinResponseLocked(int rank) const {
   response.set_group_epoch(group_epoch_);
   response.set_group_key(group_key_);
   response.set_reformed_because(reformed_because_);
+  response.set_carried_run_id(carried_run_id_);
   for (size_t r = 0; r < members_.size(); ++r) {
     proto::PeerInfo* peer = response.add_peers();
     peer->set_rank(static_cast<int32_t>(r));
@@ -890,8 +912,38 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
                        Seconds(HeartbeatInterval(options_)), ")"));
     }
   }
+  CheckSuspendedLocked(now);
   ReformIfDueLocked();
   return newly_lost;
+}
+
+bool Coordinator::CanCarryLocked() const {
+  if (runs_.current() == nullptr) return false;
+  const proto::JobConfig config = JobConfigFor(options_);
+  return !proto::UsesShardOwners(config.mode()) && config.replicas() > 0 &&
+         config.optimizer() != "none";
+}
+
+void Coordinator::CheckSuspendedLocked(absl::Time now) {
+  if (suspended_since_ == absl::InfiniteFuture()) return;
+  if (runs_.current() == nullptr) {
+    suspended_since_ = absl::InfiniteFuture();
+    return;
+  }
+  for (const Member& m : members_) {
+    if (m.health == proto::NODE_HEALTH_LOST) return;  // a re-formation is due
+  }
+  if (now - suspended_since_ < 2 * options_.heartbeat_timeout) return;
+  const std::string error = absl::StrCat(
+      suspended_on_, " and no member was lost within ",
+      Seconds(2 * options_.heartbeat_timeout), ": nothing carries it on");
+  const uint64_t run_id = runs_.current()->run_id();
+  suspended_since_ = absl::InfiniteFuture();
+  if (runs_.FailCurrent(-1, error, now)) {
+    metrics_.runs_ended->WithLabels({"failed"})->Increment();
+    STARLING_LOG(WARNING) << "run " << run_id << " failed: " << error;
+    MarkDirtyLocked();
+  }
 }
 
 void Coordinator::MarkLostLocked(int rank, const std::string& why) {
@@ -910,7 +962,13 @@ void Coordinator::MarkLostLocked(int rank, const std::string& why) {
   metrics_.node_failures->Increment();
   const uint64_t run_id =
       runs_.current() != nullptr ? runs_.current()->run_id() : 0;
-  if (runs_.FailCurrent(rank, last_error_, now)) {
+  if (CanCarryLocked()) {
+    // Every shard of a lost member is also on its buddy: the run goes on
+    // once the group re-forms without it (ReformIfDueLocked decides).
+    STARLING_LOG(WARNING) << "run " << run_id << " waits for the group to "
+                          << "re-form without " << DescribeLocked(rank)
+                          << " and goes on from its last committed step";
+  } else if (runs_.FailCurrent(rank, last_error_, now)) {
     metrics_.runs_ended->WithLabels({"failed"})->Increment();
     STARLING_LOG(ERROR) << "run " << run_id << " failed: " << last_error_;
   }
@@ -1036,6 +1094,7 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
       ended.set_steps(run.steps());
       ended.set_failed_step(-1);
       ended.set_error(run.error());
+      ended.set_suspended(run.suspended());
       EndRunLocked(request.rank(), ended);
     }
   }

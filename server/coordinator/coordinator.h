@@ -276,6 +276,13 @@ class Coordinator {
   // current run fails).
   void MarkLostLocked(int rank, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the current run can go on without a lost member: a mode of the
+  // synchronous step keeping buddy replicas (JobConfig.replicas > 0, an
+  // optimizer other than none), and a run running.
+  bool CanCarryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A run suspended on some rank for a peer's loss with no member LOST
+  // within twice the heartbeat timeout: nothing will carry it; it fails.
+  void CheckSuspendedLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rank of the member that is `node` (hostname and data address), or
   // -1.
   int RankOfLocked(const proto::JoinRequest& node) const
@@ -358,6 +365,13 @@ class Coordinator {
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
   // Why the group last re-formed (JoinResponse.reformed_because).
   std::string reformed_because_ ABSL_GUARDED_BY(mu_);
+  // The run that goes on in the current group (JoinResponse
+  // carried_run_id), 0 if none.
+  uint64_t carried_run_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // When a rank first reported the current run suspended (RunStatus
+  // suspended), and which; InfiniteFuture when none did.
+  absl::Time suspended_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::string suspended_on_ ABSL_GUARDED_BY(mu_);
   absl::Time reformed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Why the last due re-formation could not happen (logged once).
   std::string reform_blocked_ ABSL_GUARDED_BY(mu_);

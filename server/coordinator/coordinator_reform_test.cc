@@ -325,7 +325,8 @@ TEST_F(CoordinatorReformTest, AMemberThatJoinsAfreshHasRestarted) {
   ASSERT_GE(status.recent_runs_size(), 1);
   EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FAILED);
   EXPECT_THAT(status.recent_runs(0).error(),
-              HasSubstr("rank 1 (node-1, 10.0.0.1:29500) lost: restarted"));
+              HasSubstr("rank 1 (node-1, 10.0.0.1:29500) of group epoch 1 "
+                        "dropped: restarted"));
   EXPECT_EQ(Reformations("node_lost"), 1);
 }
 

@@ -176,6 +176,20 @@ absl::Status Coordinator::EndRun(const proto::EndRunRequest& request) {
 
 void Coordinator::EndRunLocked(int rank, const proto::EndRunRequest& request) {
   Member& member = members_[rank];
+  if (request.state() == proto::RunStatus::STATE_FAILED &&
+      request.suspended() && CanCarryLocked() &&
+      runs_.current()->run_id() == request.run_id()) {
+    // Stopped there for a peer's loss: the run goes on if the group
+    // re-forms without the lost member (CheckSuspendedLocked bounds it).
+    if (suspended_since_ == absl::InfiniteFuture()) {
+      suspended_since_ = clock_->Now();
+      suspended_on_ = absl::StrCat("run ", request.run_id(), " stopped on ",
+                                   DescribeLocked(rank), ": ", request.error());
+      STARLING_LOG(WARNING)
+          << suspended_on_ << "; it goes on once the group re-forms";
+    }
+    return;
+  }
   const RunBook::Ended ended =
       runs_.End(rank, DescribeLocked(rank), static_cast<int>(members_.size()),
                 request, clock_->Now());

@@ -30,9 +30,10 @@ constexpr auto kFailed = proto::RunStatus::STATE_FAILED;
 
 class CoordinatorRunsTest : public ::testing::Test {
  protected:
-  void Form(int nodes, uint64_t parameter_count = 0) {
+  void Form(int nodes, uint64_t parameter_count = 0, int replicas = 1) {
     CoordinatorOptions options = TestOptions(nodes);
     options.parameter_count = parameter_count;
+    options.replicas = replicas;
     ASSERT_OK_AND_ASSIGN(coordinator_,
                          Coordinator::Create(options, &clock_, &registry_));
     for (const auto& r : JoinAll(coordinator_.get(), nodes)) {
@@ -328,8 +329,10 @@ TEST_F(CoordinatorRunsTest, AFailedRunInAHeartbeatShowsInStatusAtOnce) {
                               "state=\"failed\"} 1\n"));
 }
 
+// Without replicas (with them the run waits for the re-formed group that
+// carries it on: ALostRankWithReplicasLeavesTheRunToGoOn).
 TEST_F(CoordinatorRunsTest, ALostRankFailsTheCurrentRun) {
-  Form(3);
+  Form(3, 0, /*replicas=*/0);
   const uint64_t run = BeginRun();
   for (int second = 0; second < 6; ++second) {
     clock_.Advance(absl::Seconds(1));
@@ -348,6 +351,27 @@ TEST_F(CoordinatorRunsTest, ALostRankFailsTheCurrentRun) {
   EXPECT_TRUE(status.degraded());
   EXPECT_EQ(status.healthy_nodes(), 2);
   EXPECT_EQ(status.recent_runs(0).state(), kFailed);
+}
+
+TEST_F(CoordinatorRunsTest, ALostRankWithReplicasLeavesTheRunToGoOn) {
+  Form(3);
+  const uint64_t run = BeginRun();
+  for (int second = 0; second < 6; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_OK(coordinator_->Heartbeat(BeatInRun(1, run, kRunning)).status());
+    ASSERT_OK(coordinator_->Heartbeat(BeatInRun(2, run, kRunning)).status());
+  }
+  // Rank 0 lost (kept for its --rejoin_grace here): the run is not failed
+  // but waits for the group to re-form without it, which carries it on.
+  absl::StatusOr<proto::HeartbeatResponse> r =
+      coordinator_->Heartbeat(BeatInRun(1, run, kRunning));
+  if (r.ok()) {
+    EXPECT_THAT(r->failed_runs(), SizeIs(0));
+  }
+  const proto::JobStatus status = Status();
+  ASSERT_NE(status.current_run().run_id(), 0u);
+  EXPECT_EQ(status.current_run().run_id(), run);
+  EXPECT_EQ(status.current_run().state(), proto::RunStatus::STATE_RUNNING);
 }
 
 }  // namespace

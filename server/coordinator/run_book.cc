@@ -285,5 +285,11 @@ std::vector<proto::RunStatus> RunBook::Recent() const {
   return runs;
 }
 
+void RunBook::CarryOn(int group_size, int total_workers) {
+  if (!current_.has_value()) return;
+  current_->status.set_total_workers(total_workers);
+  current_->finished.assign(group_size, false);
+}
+
 }  // namespace coordinator
 }  // namespace starling

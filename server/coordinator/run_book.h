@@ -69,6 +69,10 @@ class RunBook {
   // (`rank` lost: `error`). Returns whether a run failed now.
   bool FailCurrent(int rank, const std::string& error, absl::Time now);
 
+  // The current run goes on in a re-formed group of `group_size` ranks and
+  // `total_workers` workers (none of which finished it yet).
+  void CarryOn(int group_size, int total_workers);
+
   // Steps of run `run_id` as a heartbeat reported them (highest kept).
   void NoteSteps(uint64_t run_id, int64_t steps);
 

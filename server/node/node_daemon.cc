@@ -276,6 +276,11 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
       plane.get(), [this](int64_t step, const absl::Status& status) {
         OnStep(step, status);
       });
+  plane->runs->SetSuspendedHandler(
+      [this, epoch = group.group_epoch(), rank, size](std::shared_ptr<Run> run,
+                                                      const absl::Status&) {
+        OnRunSuspended(std::move(run), epoch, rank, size);
+      });
   // The one place the job's mode picks its engine (proto/job_config_checks:
   // which modes the shard owners run).
   if (proto::UsesShardOwners(config.mode())) {
@@ -432,6 +437,7 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
   std::shared_ptr<Plane> old;
   uint64_t old_epoch;
   int old_rank;
+  int old_size;
   {
     absl::MutexLock lock(&mu_);
     if (group.group_epoch() <= group_.group_epoch() && plane_ != nullptr) {
@@ -440,6 +446,7 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     old = std::move(plane_);
     old_epoch = group_.group_epoch();
     old_rank = group_.rank();
+    old_size = group_.group_size();
     group_ = group;
   }
   const absl::Status why = absl::UnavailableError(absl::StrCat(
@@ -450,7 +457,10 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
           : absl::StrCat(": ", group.reformed_because()),
       "): daemon ", SelfAt(old_rank), " is now rank ", group.rank(), " of ",
       group.group_size(),
-      "; this run ended with its group, the next one begins in the new"));
+      group.carried_run_id() != 0
+          ? std::string()
+          : "; this run ended with its group, the next one begins in the "
+            "new"));
   const absl::Time start = absl::Now();
   if (old != nullptr) {
     // Peers that left the group are not waited for (their goodbye, a
@@ -476,6 +486,31 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
       absl::Seconds(5), 2 * absl::Milliseconds(config_.heartbeat_timeout_ms()));
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Plane> plane,
                             OpenDataPlane(group, connect_timeout));
+  // The run that goes on in the new group: this daemon's state of it (the
+  // old plane handed it over as it stopped), agreed with the others before
+  // any worker attaches to the new plane.
+  std::optional<Carry> carry;
+  {
+    absl::MutexLock lock(&mu_);
+    carry = std::move(carry_);
+    carry_.reset();
+  }
+  if (group.carried_run_id() != 0) {
+    CarriedRun carried;
+    carried.run_id = group.carried_run_id();
+    carried.local_workers = options_.local_workers;
+    carried.old_rank = old_rank;
+    carried.old_size = old_size;
+    if (carry.has_value() && carry->run_id == carried.run_id &&
+        carry->epoch == old_epoch) {
+      carried.run = std::move(carry->run);
+      carried.old_rank = carry->old_rank;
+      carried.old_size = carry->old_size;
+    }
+    // Its errors are logged and reported there: the run fails on every
+    // daemon alike (the plan is the same everywhere).
+    plane->runs->ContinueRun(carried).IgnoreError();
+  }
   size_t stale_workers = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -547,13 +582,53 @@ void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
 }
 
 void NodeDaemon::OnRunFailed(const proto::RunFailure& failure) {
+  {
+    // A run the coordinator failed does not go on.
+    absl::MutexLock lock(&mu_);
+    if (carry_.has_value() && carry_->run_id == failure.run_id()) {
+      STARLING_LOG(WARNING) << "run " << failure.run_id()
+                            << " does not go on: the coordinator failed it ("
+                            << failure.error() << ")";
+      carry_.reset();
+    }
+  }
   std::shared_ptr<Plane> p = plane();
   if (p == nullptr || p->group.group_epoch() != link_->group_epoch()) return;
   p->runs->AbortRun(
       failure.run_id(),
       absl::AbortedError(absl::StrCat("the coordinator reports run ",
                                       failure.run_id(), " failed on rank ",
-                                      failure.rank(), ": ", failure.error())));
+                                      failure.rank(), ": ", failure.error())),
+      /*may_continue=*/false);
+}
+
+void NodeDaemon::OnRunSuspended(std::shared_ptr<Run> run, uint64_t epoch,
+                                int rank, int size) {
+  absl::MutexLock lock(&mu_);
+  Carry carry;
+  carry.run_id = run->id;
+  carry.run = std::move(run);
+  carry.old_rank = rank;
+  carry.old_size = size;
+  carry.epoch = epoch;
+  carry.since = absl::Now();
+  carry_ = std::move(carry);
+}
+
+bool NodeDaemon::CarryPendingLocked(absl::Time now) {
+  if (!carry_.has_value()) return false;
+  // The coordinator re-forms the group (or fails the run) within about a
+  // heartbeat timeout of the loss; past three, nothing is coming.
+  const absl::Duration bound = std::max(
+      absl::Seconds(5), 3 * absl::Milliseconds(config_.heartbeat_timeout_ms()));
+  if (now - carry_->since > bound) {
+    STARLING_LOG(WARNING) << "run " << carry_->run_id
+                          << " does not go on: no re-formed group carried it "
+                          << "within " << absl::FormatDuration(bound);
+    carry_.reset();
+    return false;
+  }
+  return true;
 }
 
 void NodeDaemon::OnLostRanks(const std::vector<int>& lost_ranks) {
@@ -582,10 +657,13 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
     absl::MutexLock lock(&mu_);
     // A worker that comes while the plane of a re-formed group is being
     // built waits for it (bounded) instead of being turned away.
+    // So does one that comes while a run that may go on waits for the
+    // re-formed group that carries it (or for the coordinator to fail it).
     mu_.AwaitWithDeadline(
         absl::Condition(
             +[](NodeDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-              return d->stopped_ || d->plane_ != nullptr;
+              return d->stopped_ || (d->plane_ != nullptr &&
+                                     !d->CarryPendingLocked(absl::Now()));
             },
             this),
         absl::Now() + kAttachWait);

@@ -180,6 +180,15 @@ class NodeDaemon : public WorkerRequestHandler {
   void FillHeartbeat(proto::HeartbeatRequest* request);
   void OnLostRanks(const std::vector<int>& lost_ranks);
   void OnRunFailed(const proto::RunFailure& failure);
+  // A plane of epoch `epoch` (this daemon rank `rank` of `size` in it)
+  // stopped a run that may go on in a re-formed group (RunManager
+  // SetSuspendedHandler): kept until the group re-forms (carried or not),
+  // the coordinator fails it, or CarryPendingLocked's bound passes.
+  void OnRunSuspended(std::shared_ptr<Run> run, uint64_t epoch, int rank,
+                      int size);
+  // A suspended run waits for its group's decision (workers that
+  // reconnect wait for it too); drops it past the bound.
+  bool CarryPendingLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStep(int64_t step, const absl::Status& status);
   // A worker's schedule request (its reader thread): the coordinator's
   // schedule for this rank from the asked iteration, from the cache or one
@@ -190,6 +199,16 @@ class NodeDaemon : public WorkerRequestHandler {
   // "rank 2 (127.0.0.1:29502)", of the plane now.
   std::string Self() const;
   std::string SelfAt(int rank) const;
+
+  // A run that may go on in the re-formed group (OnRunSuspended).
+  struct Carry {
+    uint64_t run_id = 0;
+    std::shared_ptr<Run> run;
+    int old_rank = -1;
+    int old_size = 0;
+    uint64_t epoch = 0;
+    absl::Time since;
+  };
 
   // One schedule asked of the coordinator: pending until `done`.
   struct CachedSchedule {
@@ -220,6 +239,8 @@ class NodeDaemon : public WorkerRequestHandler {
   // re-formations) and the next one to build.
   proto::JoinResponse group_ ABSL_GUARDED_BY(mu_);
   std::optional<proto::JoinResponse> next_group_ ABSL_GUARDED_BY(mu_);
+  // The run a stopped plane handed over, until the group decides.
+  std::optional<Carry> carry_ ABSL_GUARDED_BY(mu_);
   // Attached workers: session -> the group epoch of the plane they
   // attached to (their rank and group size are that group's).
   std::map<uint64_t, uint64_t> attached_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -200,17 +201,16 @@ TEST(Reform, ADaemonBackWithinTheGraceKeepsItsRankAndTrains) {
   TrainOn(cluster, {0, 1, 2});
 }
 
-TEST(Reform, ADaemonKilledMidRunEndsTheRunAndTheNextOneTrainsAtNMinus1) {
-  NodeCluster cluster(Options());
-  cluster.StartCoordinator();
-  cluster.StartDaemons();
+// Starts a worker on each daemon (3 daemons) training `steps` steps, and
+// kills daemon kVictim once every node ran a few.
+std::vector<pid_t> TrainAndKill(NodeCluster& cluster,
+                                const std::vector<std::string>& flags) {
   std::vector<pid_t> workers;
   for (int d = 0; d < kDaemons; ++d) {
-    workers.push_back(cluster.StartWorker(
-        d, 0, {"--steps=100000", "--step_delay=5ms", "--timeout=20s"}));
+    workers.push_back(cluster.StartWorker(d, 0, flags));
   }
   proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
+  EXPECT_TRUE(cluster.WaitForJob(
       absl::Seconds(20),
       [](const proto::JobStatus& s) {
         if (!s.formed()) return false;
@@ -223,8 +223,76 @@ TEST(Reform, ADaemonKilledMidRunEndsTheRunAndTheNextOneTrainsAtNMinus1) {
       << "the job did not get going\n"
       << cluster.ServerLogs();
   cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  return workers;
+}
+
+// The number after `key` in `text` (-1 if absent).
+int64_t NumberAfter(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(text.c_str() + at + key.size(), nullptr, 10);
+}
+
+// With buddy replicas (the default), the run goes on: the survivors take
+// the lost daemon's shard and optimizer state from its buddy, agree on
+// the last step every shard can be brought to, and their workers rejoin
+// and finish the run; no step a push returned for is lost, and the
+// survivors end bit-identical.
+TEST(Reform, ADaemonKilledMidRunTheRunGoesOnAtNMinus1) {
+  ClusterOptions options = Options();
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  const std::vector<pid_t> workers = TrainAndKill(
+      cluster, {"--steps=400", "--step_delay=5ms", "--timeout=20s"});
+  std::string first;
   for (int d = 0; d < kDaemons; ++d) {
-    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(20));
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
+    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
+                              << cluster.ServerLogs();
+    if (d == kVictim) {
+      EXPECT_EQ(r.exit_code, 1);
+      continue;
+    }
+    ASSERT_EQ(r.exit_code, 0)
+        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    // Told, and nothing acknowledged lost.
+    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+    const int64_t resumed = NumberAfter(r.err, "rejoined run 1 at step ");
+    const int64_t acknowledged =
+        NumberAfter(r.err, "acknowledged through step ");
+    EXPECT_GT(resumed, acknowledged) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(" of 2;")) << r.err;
+    const size_t at = r.out.find("params=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    if (first.empty()) first = r.out.substr(at);
+    EXPECT_EQ(r.out.substr(at), first) << "daemon " << d;
+  }
+  AwaitGroup(cluster, {0, 2}, 2, kDaemons - 1);
+  // Run 1 finished on the survivors; the next run trains at N-1.
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [](const proto::JobStatus& s) { return s.recent_runs_size() >= 1; },
+      &status));
+  EXPECT_EQ(status.recent_runs(0).run_id(), 1u);
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
+      << status.recent_runs(0).error();
+  TrainOn(cluster, {0, 2});
+}
+
+// Without replicas the lost shard has no copy: the run fails on every
+// node, naming the lost daemon, and the next run trains at N-1.
+TEST(Reform, WithoutReplicasADaemonKilledMidRunEndsTheRun) {
+  NodeCluster cluster(Options());
+  cluster.StartCoordinatorWith("coordinator", {"--replicas=0"});
+  cluster.StartDaemons();
+  const std::vector<pid_t> workers = TrainAndKill(
+      cluster, {"--steps=100000", "--step_delay=5ms", "--timeout=20s"});
+  for (int d = 0; d < kDaemons; ++d) {
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(30));
     ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
                               << cluster.ServerLogs();
     EXPECT_EQ(r.exit_code, 1) << "daemon " << d;
@@ -235,11 +303,13 @@ TEST(Reform, ADaemonKilledMidRunEndsTheRunAndTheNextOneTrainsAtNMinus1) {
                                               cluster.data_port(kVictim))),
                                           HasSubstr("the group re-formed")))
           << "daemon " << d;
+      EXPECT_THAT(r.err, HasSubstr("run 1 did not go on")) << r.err;
     }
   }
   AwaitGroup(cluster, {0, 2}, 2, kDaemons - 1);
   TrainOn(cluster, {0, 2});
   // The failed run and the re-formation are in the job's history.
+  proto::JobStatus status;
   ASSERT_TRUE(cluster.WaitForJob(
       absl::Seconds(10),
       [](const proto::JobStatus& s) { return s.recent_runs_size() >= 2; },

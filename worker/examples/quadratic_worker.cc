@@ -71,6 +71,9 @@ ABSL_FLAG(bool, check_allreduce, false,
           "sums (prints allreduce=ok)");
 ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
           "sleep per step (stands in for compute)");
+ABSL_FLAG(int, rejoins, 3,
+          "when the group of daemons re-forms around a lost daemon and the "
+          "run goes on (Client::Rejoin), rejoin it up to this many times");
 
 namespace starling {
 namespace examples {
@@ -88,9 +91,12 @@ using client::Tensor;
 absl::StatusOr<std::vector<float>> Train(Client& client, int dim, int steps,
                                          int staleness, bool homogeneous,
                                          absl::Duration delay,
-                                         absl::Duration timeout) {
+                                         absl::Duration timeout,
+                                         bool rejoined = false,
+                                         int64_t* acknowledged = nullptr) {
   absl::Status status =
-      client.DeclareTensor("x", {dim}, client::DataType::kFloat32);
+      rejoined ? absl::OkStatus()
+               : client.DeclareTensor("x", {dim}, client::DataType::kFloat32);
   if (!status.ok()) return status;
   // Buffers live in the client's shared-memory pool: zero copy. A pushed
   // buffer is read by the daemon until its push completes, so each push in
@@ -132,6 +138,7 @@ absl::StatusOr<std::vector<float>> Train(Client& client, int dim, int steps,
     if (staleness == 0 && !(status = pushes[slot].Wait(timeout)).ok()) {
       return status;
     }
+    if (staleness == 0 && acknowledged != nullptr) *acknowledged = step;
   }
   for (int64_t step = std::max<int64_t>(first, steps - staleness - 1);
        step < steps; ++step) {
@@ -256,8 +263,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "quadratic_worker: --staleness must be >= 0\n");
     return 2;
   }
-  options.pool_bytes =
-      (staleness + 3) * static_cast<size_t>(dim + 64) * sizeof(float) + 4096;
+  // Each Train allocates its buffers again after a rejoin.
+  options.pool_bytes = (1 + std::max(0, absl::GetFlag(FLAGS_rejoins))) *
+                           (staleness + 3) * static_cast<size_t>(dim + 64) *
+                           sizeof(float) +
+                       4096;
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   if (!client.ok()) return Fail(client.status());
   const int declared_dim = absl::GetFlag(FLAGS_declared_dim);
@@ -277,9 +287,37 @@ int Main(int argc, char** argv) {
       if (!status.ok()) x = status;
     }
   } else {
+    // The last step whose push returned (the update is committed).
+    int64_t acknowledged = -1;
     x = Train(**client, dim, absl::GetFlag(FLAGS_steps),
               absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_homogeneous),
-              absl::GetFlag(FLAGS_step_delay), options.timeout);
+              absl::GetFlag(FLAGS_step_delay), options.timeout,
+              /*rejoined=*/false, &acknowledged);
+    for (int rejoins = absl::GetFlag(FLAGS_rejoins); !x.ok() && rejoins > 0;
+         --rejoins) {
+      // A lost daemon: the run may go on in the re-formed group.
+      std::fprintf(stderr, "quadratic_worker: %s\n",
+                   std::string(x.status().message()).c_str());
+      absl::StatusOr<Client::Rejoined> rejoined = (*client)->Rejoin();
+      if (!rejoined.ok()) return Fail(rejoined.status());
+      std::fprintf(
+          stderr,
+          "quadratic_worker: rejoined run %llu at step %lld as worker %d of "
+          "rank %d of %d; %lld pushed step(s) rolled back; acknowledged "
+          "through step %lld%s\n",
+          static_cast<unsigned long long>(rejoined->run_id),  // NOLINT
+          static_cast<long long>(rejoined->next_step),        // NOLINT
+          (*client)->worker_index(), (*client)->rank(), (*client)->group_size(),
+          static_cast<long long>(rejoined->rolled_back),  // NOLINT
+          static_cast<long long>(acknowledged),           // NOLINT
+          rejoined->next_step <= acknowledged ? " -- ACKNOWLEDGED UPDATES LOST"
+                                              : "");
+      x = Train(**client, dim, absl::GetFlag(FLAGS_steps),
+                absl::GetFlag(FLAGS_staleness),
+                absl::GetFlag(FLAGS_homogeneous),
+                absl::GetFlag(FLAGS_step_delay), options.timeout,
+                /*rejoined=*/true, &acknowledged);
+    }
   }
   if (!x.ok()) return Fail(x.status());
   std::string checked;

@@ -515,6 +515,7 @@ void CoordinatorLink::EndRun(const proto::RunStatus& run, int64_t failed_step,
   request.set_steps(run.steps());
   request.set_failed_step(failed_step);
   request.set_error(run.error());
+  request.set_suspended(run.suspended());
   NoteRunId(run.run_id());
   Enqueue(std::move(item));
 }

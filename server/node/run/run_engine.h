@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "proto/common.pb.h"
 #include "proto/worker.pb.h"
+#include "server/collective/communicator.h"
 #include "server/node/run/round.h"
 #include "server/node/run/run.h"
 #include "server/node/run/run_factory.h"
@@ -41,6 +42,18 @@
 
 namespace starling {
 namespace node {
+
+// A run of an earlier group this daemon took part in, handed to the
+// engine of the re-formed group (RunEngine::ContinueRun).
+struct CarriedRun {
+  uint64_t run_id = 0;
+  // This daemon's state of it (null: none; it was not a member).
+  std::shared_ptr<Run> run;
+  // This daemon's place in the old group.
+  int old_rank = -1;
+  int old_size = 0;
+  int local_workers = 0;
+};
 
 class RunEngine {
  public:
@@ -99,6 +112,31 @@ class RunEngine {
   // last bucket moved the parameters to the next version.
   virtual absl::Status PushRound(std::vector<Round>& rounds, Run& run,
                                  bool* applied) = 0;
+
+  // --- Continuation in a re-formed group (DESIGN.md "Failure") -------------
+
+  // Whether `run`, failed here with `why`, may go on in a group re-formed
+  // without the lost daemon(s): its mode keeps every shard's state on a
+  // second daemon and `why` is a peer's loss (not a bad request or a
+  // missing worker). Under the manager's lock. Default: never.
+  virtual bool MayContinue(const Run& /*run*/,
+                           const absl::Status& /*why*/) const {
+    return false;
+  }
+  // The run `carried` (this daemon's state of it; `carried.run` may be null)
+  // continued on this engine's (new) group: agreed with every daemon of
+  // the group, returned at `*version` (the next step workers push), not
+  // yet running. Called on one thread while this engine serves no run;
+  // blocks in collectives bounded by `call`. Default: Unimplemented.
+  virtual absl::StatusOr<std::shared_ptr<Run>> ContinueRun(
+      const CarriedRun& /*carried*/, const RunFactoryOptions& /*options*/,
+      const collective::CallOptions& /*call*/, int64_t* /*version*/) {
+    return absl::UnimplementedError("this mode's runs do not go on");
+  }
+  // ContinueRun's run is the running run at `version` (instead of RunBegan
+  // and ParametersReady). Under the manager's lock.
+  virtual void RunContinued(const std::shared_ptr<Run>& /*run*/,
+                            int64_t /*version*/) {}
 };
 
 }  // namespace node

@@ -48,7 +48,12 @@ void RunManager::Stop(const absl::Status& why) {
     if (!stop_) {
       stop_ = true;
       const absl::Status down = why.ok() ? ShuttingDown() : why;
-      if (run_ != nullptr) run_->cancel.Cancel(down);
+      // The run ends here (a step in flight is cancelled); one that may go
+      // on in a re-formed group is handed over (on_suspended_) once the
+      // step thread let go of it (joined below).
+      if (run_ != nullptr) {
+        FailRunLocked(run_->id, down, /*broadcast=*/false, &deferred);
+      }
       slots_.FailQueued(down, &deferred.replies);
       changed_.SignalAll();
     }
@@ -81,6 +86,12 @@ void RunManager::Flush(Deferred& deferred) {
   if (deferred.broadcast) {
     deferred.broadcast = false;
     notices_.Broadcast(deferred.abort);
+  }
+  if (deferred.suspended != nullptr) {
+    if (on_suspended_ != nullptr) {
+      on_suspended_(std::move(deferred.suspended), deferred.suspended_why);
+    }
+    deferred.suspended.reset();
   }
 }
 
@@ -211,7 +222,8 @@ absl::Time RunManager::CheckGraceLocked(Deferred* deferred) {
   if (run_ == nullptr) return absl::InfiniteFuture();
   absl::StatusOr<absl::Time> earliest = slots_.CheckGrace(absl::Now());
   if (earliest.ok()) return *earliest;
-  FailRunLocked(run_->id, earliest.status(), /*broadcast=*/true, deferred);
+  FailRunLocked(run_->id, earliest.status(), /*broadcast=*/true, deferred,
+                /*may_continue=*/false);
   return absl::InfiniteFuture();
 }
 
@@ -226,10 +238,17 @@ void RunManager::EndRunLocked(const proto::RunStatus& status,
 }
 
 void RunManager::FailRunLocked(uint64_t run_id, const absl::Status& why,
-                               bool broadcast, Deferred* deferred) {
+                               bool broadcast, Deferred* deferred,
+                               bool may_continue) {
   if (run_ == nullptr || run_->id != run_id) return;
-  STARLING_LOG(ERROR) << "run " << run_id << " failed on " << options_.self
-                      << ": " << why;
+  const bool suspended = may_continue && engine_->MayContinue(*run_, why);
+  STARLING_LOG(ERROR) << "run " << run_id
+                      << (suspended ? " stopped on " : " failed on ")
+                      << options_.self << ": " << why
+                      << (suspended ? "; every shard is also on a survivor: "
+                                      "it goes on if the group re-forms "
+                                      "without the lost daemon"
+                                    : "");
   metrics_->step_failures->Increment();
   run_->cancel.Cancel(why);
   const int64_t steps = engine_->Steps(*run_);
@@ -237,8 +256,19 @@ void RunManager::FailRunLocked(uint64_t run_id, const absl::Status& why,
       RunStatusOf(*run_, proto::RunStatus::STATE_FAILED, steps);
   status.set_error(std::string(why.message()));
   status.set_ended_unix_seconds(UnixSeconds(absl::Now()));
-  const absl::Status failed = absl::AbortedError(absl::StrCat(
-      "run ", run_id, " failed at step ", steps, ": ", why.message()));
+  status.set_suspended(suspended);
+  const absl::Status failed =
+      suspended
+          ? absl::AbortedError(absl::StrCat(
+                "run ", run_id, " stopped at step ", steps, ": ", why.message(),
+                "; it goes on in the re-formed group from its last committed "
+                "step: reconnect to resume (Client::Rejoin)"))
+          : absl::AbortedError(absl::StrCat("run ", run_id, " failed at step ",
+                                            steps, ": ", why.message()));
+  if (suspended) {
+    deferred->suspended = run_;
+    deferred->suspended_why = why;
+  }
   slots_.RunFailed(failed, &deferred->replies);
   if (broadcast) {
     deferred->broadcast = true;
@@ -250,13 +280,14 @@ void RunManager::FailRunLocked(uint64_t run_id, const absl::Status& why,
   EndRunLocked(status, deferred);
 }
 
-void RunManager::AbortRun(uint64_t run_id, const absl::Status& why) {
+void RunManager::AbortRun(uint64_t run_id, const absl::Status& why,
+                          bool may_continue) {
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
     if (run_ == nullptr) return;
     FailRunLocked(run_id == 0 ? run_->id : run_id, why, /*broadcast=*/false,
-                  &deferred);
+                  &deferred, may_continue);
   }
   Flush(deferred);
 }
@@ -381,6 +412,57 @@ absl::Status RunManager::Execute(std::vector<Round>& rounds,
 }
 
 // --- Beginning and ending runs ----------------------------------------------
+
+absl::Status RunManager::ContinueRun(const CarriedRun& carried) {
+  RunFactoryOptions run_options;
+  run_options.run_id = carried.run_id;
+  run_options.ranks = transport_->size();
+  run_options.rank = transport_->rank();
+  run_options.optimizer = options_.optimizer;
+  run_options.learning_rate = options_.learning_rate;
+  run_options.buddy_distance = options_.buddy_distance;
+  collective::CallOptions call;
+  call.timeout = options_.timeout;
+  const absl::Time start = absl::Now();
+  int64_t version = 0;
+  absl::StatusOr<std::shared_ptr<Run>> run =
+      engine_->ContinueRun(carried, run_options, call, &version);
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!run.ok()) {
+      const absl::Status why =
+          Annotate(NameLostPeers(run.status(), *transport_),
+                   absl::StrCat("carrying run ", carried.run_id, " on, on ",
+                                options_.self));
+      STARLING_LOG(ERROR) << "run " << carried.run_id << " failed on "
+                          << options_.self << ": " << why.message();
+      proto::RunStatus status;
+      status.set_run_id(carried.run_id);
+      status.set_state(proto::RunStatus::STATE_FAILED);
+      status.set_error(std::string(why.message()));
+      status.set_ended_unix_seconds(UnixSeconds(absl::Now()));
+      history_.Record(status);
+      deferred.ended.push_back(status);
+    } else {
+      slots_.ContinueRun(carried.run_id, version, absl::Now());
+      run_ = *run;
+      engine_->RunContinued(run_, version);
+      metrics_->optimizer_state_bytes->Set(
+          static_cast<double>(run_->optimizer->StateBytes()));
+      changed_.SignalAll();
+      STARLING_LOG(WARNING)
+          << "run " << carried.run_id << " goes on at step " << version
+          << " on " << options_.self << " of " << transport_->size() << " ("
+          << run_->total_workers << " workers; state moved in "
+          << absl::FormatDuration(
+                 absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+          << "); its workers resume as they reconnect";
+    }
+  }
+  Flush(deferred);
+  return run.status();
+}
 
 std::vector<proto::TensorSpec> RunManager::LocalTable(
     const std::vector<Round>& rounds, const Round** supplier,

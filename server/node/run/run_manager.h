@@ -137,10 +137,28 @@ class RunManager {
   // worker when its round ran.
   void Submit(const WorkerHandle& worker, const proto::WorkerRequest& request);
 
+  // Called (outside the lock, on the thread that failed it) with a run that
+  // failed for a peer's loss and may go on in a re-formed group
+  // (RunEngine::MayContinue; reported to the coordinator as suspended).
+  // Set before Start.
+  void SetSuspendedHandler(
+      std::function<void(std::shared_ptr<Run>, const absl::Status&)> handler) {
+    on_suspended_ = std::move(handler);
+  }
+  // Carries `carried` on in this manager's group (RunEngine::ContinueRun,
+  // on the calling thread; call before workers attach): the run becomes
+  // the running run at the agreed step, every local slot missing until its
+  // worker reconnects. On failure the run is recorded failed and reported
+  // (not suspended); the error is returned.
+  absl::Status ContinueRun(const CarriedRun& carried);
+
   // Fails run `run_id` (0: whichever runs now) with `why`, as reported by a
   // peer or the coordinator; not sent on to the peers. No-op if that run
   // is not running.
-  void AbortRun(uint64_t run_id, const absl::Status& why);
+  // `may_continue` false: the run cannot go on whatever the cause (the
+  // coordinator failed it).
+  void AbortRun(uint64_t run_id, const absl::Status& why,
+                bool may_continue = true);
 
   // The running run, or null.
   std::shared_ptr<Run> current_run() const;
@@ -176,6 +194,9 @@ class RunManager {
     bool broadcast = false;
     proto::RunAbort abort;
     std::vector<proto::RunStatus> ended;
+    // A failed run that may go on (on_suspended_), and why it stopped.
+    std::shared_ptr<Run> suspended;
+    absl::Status suspended_why;
   };
 
   void Loop();
@@ -188,8 +209,11 @@ class RunManager {
               const proto::WorkerResponse& reply);
   void Flush(Deferred& deferred);
   // Fails the running run `run_id` with `why`; Internal to the lock.
+  // `may_continue`: false where the cause is not a peer's loss whatever
+  // its code (a missing worker's grace).
   void FailRunLocked(uint64_t run_id, const absl::Status& why, bool broadcast,
-                     Deferred* deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     Deferred* deferred, bool may_continue = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndRunLocked(const proto::RunStatus& status, Deferred* deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the run if a missing slot's grace passed; returns the earliest
@@ -229,6 +253,7 @@ class RunManager {
   NodeMetrics* const metrics_;
   RunRendezvous* const rendezvous_;
   const std::function<void(int64_t, const absl::Status&)> on_step_;
+  std::function<void(std::shared_ptr<Run>, const absl::Status&)> on_suspended_;
   RunEngine* engine_ = nullptr;  // set by Start, before the threads
   DeclaredTensors declared_;
   // All-reduce rounds and initial parameters, on the step thread.

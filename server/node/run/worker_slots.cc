@@ -227,6 +227,21 @@ void WorkerSlots::BeginRun(uint64_t run_id) {
   }
 }
 
+void WorkerSlots::ContinueRun(uint64_t run_id, int64_t step, absl::Time now) {
+  for (Slot& slot : slots_) {
+    slot.state = SlotState::STATE_MISSING;
+    slot.connected = false;
+    slot.run_id = run_id;
+    slot.next_step = step;
+    slot.next_bucket = 0;
+    slot.last_pulled_version = -1;
+    slot.collectives_since_step = 0;
+    slot.resuming = false;
+    slot.missing_since = now;
+    slot.queue.clear();
+  }
+}
+
 void WorkerSlots::FailQueued(const absl::Status& status, Replies* replies) {
   for (Slot& slot : slots_) {
     for (Round& round : slot.queue) {

@@ -131,6 +131,10 @@ class WorkerSlots {
 
   // Every slot takes part in run `run_id` from step 0.
   void BeginRun(uint64_t run_id);
+  // Every slot takes part in run `run_id`, carried on from an earlier
+  // group at step `step`, its worker missing since `now` (the workers
+  // reconnect and resume in their place, within the grace).
+  void ContinueRun(uint64_t run_id, int64_t step, absl::Time now);
   // Moves every queued round into `replies` with `status`.
   void FailQueued(const absl::Status& status, Replies* replies);
   // The running run failed: queued rounds go into `replies` with `failed`;

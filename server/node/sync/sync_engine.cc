@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
+#include "server/node/sync/continuation.h"
 
 namespace starling {
 namespace node {
@@ -25,6 +26,7 @@ SyncEngine::SyncEngine(SyncEngineOptions options, RunManager* manager,
     : options_(std::move(options)),
       manager_(manager),
       metrics_(metrics),
+      comm_(comm),
       data_path_(comm, metrics) {}
 
 void SyncEngine::Stop() {
@@ -240,6 +242,62 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
     }
   }
   return absl::OkStatus();
+}
+
+// --- Continuation -----------------------------------------------------------
+
+bool SyncEngine::MayContinue(const Run& run, const absl::Status& why) const {
+  if (AsSync(run).replica == nullptr) return false;
+  switch (why.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Run>> SyncEngine::ContinueRun(
+    const CarriedRun& carried, const RunFactoryOptions& options,
+    const collective::CallOptions& call, int64_t* version) {
+  std::shared_ptr<SyncRun> old =
+      carried.run != nullptr ? std::static_pointer_cast<SyncRun>(carried.run)
+                             : nullptr;
+  const int64_t held = old != nullptr ? old->master_version : 0;
+  ResumePlan plan;
+  STARLING_ASSIGN_OR_RETURN(
+      std::shared_ptr<SyncRun> run,
+      node::ContinueRun(old, carried.old_rank, carried.old_size,
+                        carried.local_workers, options, comm_, call, version,
+                        &plan));
+  metrics_->run_continuations->Increment();
+  if (held > *version) {
+    metrics_->steps_rolled_back->Increment(
+        static_cast<double>(held - *version));
+  }
+  metrics_->shard_bytes->Set(
+      static_cast<double>(run->master.size() * sizeof(float)));
+  const ShardReplica* replica = run->replica.get();
+  metrics_->replica_of_rank->Set(replica != nullptr ? replica->of_rank : -1);
+  metrics_->replica_bytes->Set(
+      replica != nullptr
+          ? static_cast<double>(replica->master.size() * sizeof(float) +
+                                replica->optimizer->StateBytes())
+          : 0.0);
+  metrics_->replica_lag_steps->Set(0);
+  return run;
+}
+
+void SyncEngine::RunContinued(const std::shared_ptr<Run>& run,
+                              int64_t version) {
+  absl::MutexLock lock(&mu_);
+  run_ = std::static_pointer_cast<SyncRun>(run);
+  applied_version_ = version;
+  updating_ = false;
+  next_bucket_ = 0;  // the step thread runs no round of it yet
+  run_->store->MarkVersion(version);
 }
 
 // --- Pulls ------------------------------------------------------------------

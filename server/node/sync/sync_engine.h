@@ -105,6 +105,13 @@ class SyncEngine : public RunEngine {
   // One bucket of a push round.
   absl::Status PushRound(std::vector<Round>& rounds, Run& run,
                          bool* applied) override;
+  // A run with a replica, failed for a peer's loss (Unavailable,
+  // DeadlineExceeded, Aborted, Cancelled), may go on: continuation.h.
+  bool MayContinue(const Run& run, const absl::Status& why) const override;
+  absl::StatusOr<std::shared_ptr<Run>> ContinueRun(
+      const CarriedRun& carried, const RunFactoryOptions& options,
+      const collective::CallOptions& call, int64_t* version) override;
+  void RunContinued(const std::shared_ptr<Run>& run, int64_t version) override;
 
  private:
   // Checks the round's step and bucket; "step s [bucket b] on self".
@@ -128,6 +135,7 @@ class SyncEngine : public RunEngine {
   const SyncEngineOptions options_;
   RunManager* const manager_;
   NodeMetrics* const metrics_;
+  collective::Communicator* const comm_;
   // ApplyStep on the step thread; CopyParameters in Pull.
   StepDataPath data_path_;
   // Step thread only: the bucket the running step expects next.

@@ -196,6 +196,18 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
                               "Replica versions found unequal to what the "
                               "owner all-gathered (the replica diverged)"));
   m.replica_mismatches = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_run_continuations_total",
+                              "Runs carried on in a re-formed group (the "
+                              "state of lost daemons taken from replicas)"));
+  m.run_continuations = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_steps_rolled_back_total",
+                              "Updates of this daemon's shard undone when a "
+                              "run went on from the last step every shard "
+                              "could be brought to (never an acknowledged "
+                              "one)"));
+  m.steps_rolled_back = c->Get();
   metrics::Counter* samples;
   STARLING_ASSIGN_OR_RETURN(
       c, registry->AddCounter("starling_node_worker_samples_total",

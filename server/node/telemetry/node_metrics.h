@@ -112,6 +112,9 @@ struct NodeMetrics {
   metrics::Counter* replication_seconds = nullptr;
   metrics::Gauge* replica_lag_steps = nullptr;
   metrics::Counter* replica_mismatches = nullptr;
+  // Runs continued in a re-formed group; updates rolled back then.
+  metrics::Counter* run_continuations = nullptr;
+  metrics::Counter* steps_rolled_back = nullptr;
   // Samples, loss and accuracy the local workers report.
   std::shared_ptr<WorkerProgress> progress;
 };
