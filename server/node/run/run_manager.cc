@@ -413,14 +413,22 @@ absl::Status RunManager::Execute(std::vector<Round>& rounds,
 
 // --- Beginning and ending runs ----------------------------------------------
 
-absl::Status RunManager::ContinueRun(const CarriedRun& carried) {
+RunFactoryOptions RunManager::RunOptions(uint64_t run_id,
+                                         int total_workers) const {
   RunFactoryOptions run_options;
-  run_options.run_id = carried.run_id;
+  run_options.run_id = run_id;
+  run_options.total_workers = total_workers;
   run_options.ranks = transport_->size();
   run_options.rank = transport_->rank();
   run_options.optimizer = options_.optimizer;
   run_options.learning_rate = options_.learning_rate;
   run_options.buddy_distance = options_.buddy_distance;
+  return run_options;
+}
+
+absl::Status RunManager::ContinueRun(const CarriedRun& carried) {
+  // Its workers are counted by the daemons' plan.
+  const RunFactoryOptions run_options = RunOptions(carried.run_id, 0);
   collective::CallOptions call;
   call.timeout = options_.timeout;
   const absl::Time start = absl::Now();
@@ -530,16 +538,10 @@ absl::Status RunManager::Commit(std::vector<Round>& rounds,
 absl::StatusOr<std::shared_ptr<Run>> RunManager::BeginRun(
     const std::vector<proto::TensorSpec>& tensors,
     const RunRendezvous::Begun& begun, const Round* supplier) {
-  RunFactoryOptions run_options;
-  run_options.run_id = begun.run_id;
-  run_options.total_workers = begun.total_workers;
-  run_options.ranks = transport_->size();
-  run_options.rank = transport_->rank();
-  run_options.optimizer = options_.optimizer;
-  run_options.learning_rate = options_.learning_rate;
-  run_options.buddy_distance = options_.buddy_distance;
-  STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Run> run,
-                            engine_->CreateRun(tensors, run_options));
+  STARLING_ASSIGN_OR_RETURN(
+      std::shared_ptr<Run> run,
+      engine_->CreateRun(tensors,
+                         RunOptions(begun.run_id, begun.total_workers)));
   comm_->SkipTo(begun.first_op_seq);
   metrics_->optimizer_state_bytes->Set(
       static_cast<double>(run->optimizer->StateBytes()));

@@ -243,6 +243,8 @@ class RunManager {
       const std::vector<proto::TensorSpec>& tensors,
       const RunRendezvous::Begun& begun, const Round* supplier);
   absl::Status Finish(Run& run);
+  // A run of this daemon's group: its id, workers and the job's optimizer.
+  RunFactoryOptions RunOptions(uint64_t run_id, int total_workers) const;
   std::string Describe(const proto::WorkerRequest& request) const;
   // Unavailable: this daemon is stopping.
   absl::Status ShuttingDown() const;

@@ -46,9 +46,14 @@ absl::StatusOr<std::shared_ptr<Run>> SyncEngine::CreateRun(
     const RunFactoryOptions& options) {
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<SyncRun> run,
                             CreateSyncRun(tensors, options));
+  NoteRunMemory(*run);
+  return run;
+}
+
+void SyncEngine::NoteRunMemory(const SyncRun& run) {
   metrics_->shard_bytes->Set(
-      static_cast<double>(run->master.size() * sizeof(float)));
-  const ShardReplica* replica = run->replica.get();
+      static_cast<double>(run.master.size() * sizeof(float)));
+  const ShardReplica* replica = run.replica.get();
   metrics_->replica_of_rank->Set(replica != nullptr ? replica->of_rank : -1);
   metrics_->replica_bytes->Set(
       replica != nullptr
@@ -56,7 +61,6 @@ absl::StatusOr<std::shared_ptr<Run>> SyncEngine::CreateRun(
                                 replica->optimizer->StateBytes())
           : 0.0);
   metrics_->replica_lag_steps->Set(0);
-  return run;
 }
 
 int SyncEngine::BucketsPerStep(const Run& run) const {
@@ -277,16 +281,7 @@ absl::StatusOr<std::shared_ptr<Run>> SyncEngine::ContinueRun(
     metrics_->steps_rolled_back->Increment(
         static_cast<double>(held - *version));
   }
-  metrics_->shard_bytes->Set(
-      static_cast<double>(run->master.size() * sizeof(float)));
-  const ShardReplica* replica = run->replica.get();
-  metrics_->replica_of_rank->Set(replica != nullptr ? replica->of_rank : -1);
-  metrics_->replica_bytes->Set(
-      replica != nullptr
-          ? static_cast<double>(replica->master.size() * sizeof(float) +
-                                replica->optimizer->StateBytes())
-          : 0.0);
-  metrics_->replica_lag_steps->Set(0);
+  NoteRunMemory(*run);
   return run;
 }
 

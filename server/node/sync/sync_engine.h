@@ -131,6 +131,8 @@ class SyncEngine : public RunEngine {
       const std::shared_ptr<Run>& run, int64_t needed, absl::Time deadline,
       int64_t* returned);
   absl::Status ShuttingDown() const;
+  // The run's shard and replica sizes in the metrics.
+  void NoteRunMemory(const SyncRun& run);
 
   const SyncEngineOptions options_;
   RunManager* const manager_;
