@@ -132,6 +132,18 @@ void AddShard(const SyncRun& run, Full* full) {
   }
 }
 
+// Rank `rank`'s run of the old group, at version 0 (Initial parameters).
+absl::StatusOr<std::shared_ptr<SyncRun>> StartRank(const Scenario& c,
+                                                   int rank) {
+  absl::StatusOr<std::shared_ptr<SyncRun>> run =
+      CreateSyncRun(Tensors(c.dtype), OptionsFor(c, c.ranks, rank, c.distance));
+  if (!run.ok()) return run;
+  absl::Span<float> p = (*run)->store->parameters();
+  for (size_t i = 0; i < p.size(); ++i) p[i] = Initial(i);
+  StepDataPath::TakeMaster(**run);
+  return run;
+}
+
 // A fault-free run of `versions` steps on `c.ranks` daemons: the full
 // master and state after it, and the parameters.
 Full Reference(const Scenario& c, int64_t versions,
@@ -143,13 +155,9 @@ Full Reference(const Scenario& c, int64_t versions,
         metrics::MetricsRegistry registry;
         absl::StatusOr<NodeMetrics> metrics = NodeMetrics::Register(&registry);
         if (!metrics.ok()) return metrics.status();
-        absl::StatusOr<std::shared_ptr<SyncRun>> created = CreateSyncRun(
-            Tensors(c.dtype), OptionsFor(c, c.ranks, rank, c.distance));
+        absl::StatusOr<std::shared_ptr<SyncRun>> created = StartRank(c, rank);
         if (!created.ok()) return created.status();
         SyncRun& run = **created;
-        absl::Span<float> p = run.store->parameters();
-        for (size_t i = 0; i < p.size(); ++i) p[i] = Initial(i);
-        StepDataPath::TakeMaster(run);
         StepDataPath path(comm, &*metrics);
         for (int64_t step = 0; step < versions; ++step) {
           SetGradients(run, step);
@@ -180,14 +188,10 @@ std::vector<std::shared_ptr<SyncRun>> OldGroup(const Scenario& c) {
         metrics::MetricsRegistry registry;
         absl::StatusOr<NodeMetrics> metrics = NodeMetrics::Register(&registry);
         if (!metrics.ok()) return metrics.status();
-        absl::StatusOr<std::shared_ptr<SyncRun>> created = CreateSyncRun(
-            Tensors(c.dtype), OptionsFor(c, c.ranks, rank, c.distance));
+        absl::StatusOr<std::shared_ptr<SyncRun>> created = StartRank(c, rank);
         if (!created.ok()) return created.status();
         SyncRun& run = **created;
         if (run.replica == nullptr) return absl::InternalError("no replica");
-        absl::Span<float> p = run.store->parameters();
-        for (size_t i = 0; i < p.size(); ++i) p[i] = Initial(i);
-        StepDataPath::TakeMaster(run);
         StepDataPath path(comm, &*metrics);
         const collective::CallOptions call;
         for (int64_t step = 0; step <= kSteps; ++step) {
