@@ -385,6 +385,10 @@ bool Coordinator::ReformIfDueLocked() {
       return false;
     }
   }
+  // Only members lost and none back without its state: the survivors hold
+  // every shard between them and carry the run on; nodes waiting to join
+  // (a lost member restarted, a newcomer) are taken in once it ends.
+  const bool carry = CanCarryLocked() && drop_due && came_back_.empty();
   // Every LOST member leaves (one still in its grace too: a group is not
   // re-formed around a member that does not answer).
   std::vector<Member> survivors;
@@ -403,12 +407,14 @@ bool Coordinator::ReformIfDueLocked() {
     changes.push_back(why);
     dropped[m.join.data_address()] = why;
   }
-  for (const PendingJoin& p : pending_) {
+  const std::vector<PendingJoin> none;
+  const std::vector<PendingJoin>& taken_in = carry ? none : pending_;
+  for (const PendingJoin& p : taken_in) {
     changes.push_back(absl::StrCat("node ", p.request.hostname(), " (",
                                    p.request.data_address(), ") taken in"));
   }
   for (const std::string& back : came_back_) changes.push_back(back);
-  const int n = static_cast<int>(survivors.size() + pending_.size());
+  const int n = static_cast<int>(survivors.size() + taken_in.size());
   if (n < options_.min_nodes) {
     const std::string blocked =
         absl::StrCat("re-forming would leave ", n, " node", n == 1 ? "" : "s",
@@ -430,17 +436,13 @@ bool Coordinator::ReformIfDueLocked() {
   const uint64_t from = group_epoch_;
   const size_t was = members_.size();
   const char* const cause = drop_due           ? "node_lost"
-                            : pending_.empty() ? "node_back"
+                            : taken_in.empty() ? "node_back"
                                                : "node_joined";
   const std::string changed = absl::StrJoin(changes, "; ");
   const std::string why = absl::StrCat("the group re-formed (epoch ", from,
                                        " -> ", from + 1, ": ", changed, ")");
   const uint64_t run_id =
       runs_.current() != nullptr ? runs_.current()->run_id() : 0;
-  // Only members lost (none taken in, none back without its state): the
-  // survivors hold every shard between them and carry the run on.
-  const bool carry =
-      CanCarryLocked() && drop_due && pending_.empty() && came_back_.empty();
   if (!carry && runs_.FailCurrent(-1, why, now)) {
     metrics_.runs_ended->WithLabels({"failed"})->Increment();
     STARLING_LOG(WARNING) << "run " << run_id << " failed: " << why;
@@ -455,7 +457,7 @@ bool Coordinator::ReformIfDueLocked() {
   }
   begin_waiting_.clear();
   std::vector<PendingJoin> joins;
-  joins.swap(pending_);
+  if (!carry) joins.swap(pending_);
   InstallGroupLocked(std::move(survivors), std::move(joins));
   dropped_ = std::move(dropped);
   came_back_.clear();

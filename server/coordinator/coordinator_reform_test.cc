@@ -30,8 +30,10 @@ class CoordinatorReformTest : public ::testing::Test {
  protected:
   void Create(int nodes, absl::Duration grace = absl::ZeroDuration(),
               int min_nodes = 1,
-              absl::Duration heartbeat_interval = absl::ZeroDuration()) {
+              absl::Duration heartbeat_interval = absl::ZeroDuration(),
+              int replicas = 1) {
     CoordinatorOptions options = TestOptions(nodes);
+    options.replicas = replicas;
     options.rejoin_grace = grace;
     options.min_nodes = min_nodes;
     options.heartbeat_interval = heartbeat_interval;
@@ -308,9 +310,11 @@ TEST_F(CoordinatorReformTest, ARestartedNodeIsTakenBackBetweenRuns) {
   EXPECT_EQ(c.group_key(), back->group_key());
 }
 
+// Without replicas (with them the run goes on without it:
+// AMemberRestartedMidRunWaitsWhileTheRunGoesOnWithoutIt).
 TEST_F(CoordinatorReformTest, AMemberThatJoinsAfreshHasRestarted) {
   // Whatever the grace: the member's old process is gone.
-  Create(2, absl::Hours(1));
+  Create(2, absl::Hours(1), 1, absl::ZeroDuration(), /*replicas=*/0);
   for (auto& join : FormAndBeginRunOne(coordinator_.get(), 2)) {
     joins_.push_back(join);
   }
@@ -325,9 +329,62 @@ TEST_F(CoordinatorReformTest, AMemberThatJoinsAfreshHasRestarted) {
   ASSERT_GE(status.recent_runs_size(), 1);
   EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FAILED);
   EXPECT_THAT(status.recent_runs(0).error(),
-              HasSubstr("rank 1 (node-1, 10.0.0.1:29500) of group epoch 1 "
-                        "dropped: restarted"));
+              HasSubstr("rank 1 (node-1, 10.0.0.1:29500) lost: restarted "
+                        "(it joined afresh while a member)"));
   EXPECT_EQ(Reformations("node_lost"), 1);
+}
+
+// A member restarted mid-run (systemd's Restart=on-failure, faster than
+// the heartbeat timeout): its old self is dropped and the run goes on
+// with the others, which hold its shard's replica; the restarted node
+// waits and is taken in once the run ends.
+TEST_F(CoordinatorReformTest,
+       AMemberRestartedMidRunWaitsWhileTheRunGoesOnWithoutIt) {
+  Create(3, absl::Hours(1));
+  for (auto& join : FormAndBeginRunOne(coordinator_.get(), 3)) {
+    joins_.push_back(join);
+  }
+  ASSERT_EQ(joins_.size(), 3u);
+  for (int node = 0; node < 3; ++node) {
+    ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(node, 1)).status());
+  }
+  absl::StatusOr<proto::JoinResponse> back;
+  std::thread joiner(
+      [&] { back = coordinator_->Join(JoinRequestFor(1), Soon()); });
+  // Epoch 2 of nodes 0 and 2 carries run 1; node 1 waits to be taken in.
+  ASSERT_TRUE(WaitForStatus(coordinator_.get(), [](const proto::JobStatus& s) {
+    return s.group_epoch() == 2 && s.group_size() == 2 && s.nodes_size() == 3 &&
+           s.nodes(2).peer().rank() == -1;
+  }));
+  proto::JobStatus status = Status();
+  EXPECT_EQ(status.current_run().run_id(), 1u);
+  EXPECT_EQ(status.current_run().state(), proto::RunStatus::STATE_RUNNING);
+  EXPECT_EQ(Reformations("node_lost"), 1);
+  std::vector<proto::JoinResponse> moved;
+  for (int node : {0, 2}) {
+    ASSERT_OK_AND_ASSIGN(proto::JoinResponse m,
+                         coordinator_->Rejoin(RejoinFor(node, joins_[node])));
+    EXPECT_EQ(m.group_epoch(), 2u);
+    EXPECT_EQ(m.carried_run_id(), 1u);
+    moved.push_back(m);
+  }
+  // The run ends on both: node 1 is taken in (epoch 3).
+  for (const proto::JoinResponse& join : moved) {
+    proto::EndRunRequest end =
+        EndFor(join.rank(), 1, proto::RunStatus::STATE_FINISHED, 20);
+    end.set_group_epoch(2);
+    ASSERT_OK(coordinator_->EndRun(end));
+  }
+  joiner.join();
+  ASSERT_OK(back.status());
+  EXPECT_EQ(back->group_epoch(), 3u);
+  EXPECT_EQ(back->group_size(), 3);
+  EXPECT_EQ(back->carried_run_id(), 0u);
+  status = Status();
+  ASSERT_GE(status.recent_runs_size(), 1);
+  EXPECT_EQ(status.recent_runs(0).run_id(), 1u);
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED);
+  EXPECT_EQ(Reformations("node_joined"), 1);
 }
 
 TEST_F(CoordinatorReformTest, ABeginRunWaitingWhenTheGroupReFormsIsRefused) {
