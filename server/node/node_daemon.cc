@@ -153,6 +153,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
                             std::max(options.join_timeout, absl::Seconds(5))));
   {
     absl::MutexLock lock(&daemon->mu_);
+    daemon->NoteServedLocked(plane->group);
     daemon->plane_ = std::move(plane);
   }
   daemon->regroup_thread_ = std::thread([d] { d->RegroupLoop(); });
@@ -228,11 +229,22 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
   tcp.group_key = group.group_key();
   tcp.group_epoch = group.group_epoch();
   tcp.insecure = options_.insecure;
+  // A later group (a member lost while this one formed) or a stop ends
+  // the wait for this group's connections at once.
+  tcp.give_up = [this, epoch = group.group_epoch()] {
+    return ReasonToStopForming(epoch);
+  };
   // A peer gone from under the data plane is told to the coordinator at
-  // once: it drops the peer as soon as its heartbeat is late too.
-  tcp.on_peer_vanished = [this, epoch = group.group_epoch()](
-                             int peer, const absl::Status&) {
-    link_->ReportVanishedPeer(epoch, peer);
+  // once: it drops the peer as soon as its heartbeat is late too. By its
+  // address: the group may re-form before the report is sent.
+  std::vector<std::string> addresses;
+  for (const proto::PeerInfo& peer : group.peers()) {
+    addresses.push_back(peer.data_address());
+  }
+  tcp.on_peer_vanished = [this, addresses](int peer, const absl::Status&) {
+    if (peer >= 0 && peer < static_cast<int>(addresses.size())) {
+      link_->ReportVanishedPeer(addresses[peer]);
+    }
   };
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));
@@ -413,6 +425,13 @@ void NodeDaemon::RegroupLoop() {
       next_group_.reset();
     }
     absl::Status status = Regroup(group);
+    if (absl::IsCancelled(status)) {
+      // A later group replaced it (or the daemon stops): on to that one.
+      STARLING_LOG(WARNING)
+          << "the data plane of group epoch " << group.group_epoch()
+          << " did not form: " << status.message();
+      continue;
+    }
     if (!status.ok()) {
       STARLING_LOG(ERROR) << "cannot form the data plane of group epoch "
                           << group.group_epoch() << " as rank " << group.rank()
@@ -437,7 +456,11 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
   std::shared_ptr<Plane> old;
   uint64_t old_epoch;
   int old_rank;
-  int old_size;
+  // The last plane that served (an earlier group than old_epoch's where
+  // that one's plane never formed).
+  uint64_t served_epoch;
+  int served_rank;
+  int served_size;
   {
     absl::MutexLock lock(&mu_);
     if (group.group_epoch() <= group_.group_epoch() && plane_ != nullptr) {
@@ -446,7 +469,9 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     old = std::move(plane_);
     old_epoch = group_.group_epoch();
     old_rank = group_.rank();
-    old_size = group_.group_size();
+    served_epoch = served_epoch_;
+    served_rank = served_rank_;
+    served_size = served_size_;
     group_ = group;
   }
   const absl::Status why = absl::UnavailableError(absl::StrCat(
@@ -499,17 +524,34 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     CarriedRun carried;
     carried.run_id = group.carried_run_id();
     carried.local_workers = options_.local_workers;
-    carried.old_rank = old_rank;
-    carried.old_size = old_size;
+    carried.old_rank = served_rank;
+    carried.old_size = served_size;
+    // The state handed over by the last plane that served; where a later
+    // group's plane never formed (a member lost while forming it), the
+    // run still goes on from that state in the group after.
     if (carry.has_value() && carry->run_id == carried.run_id &&
-        carry->epoch == old_epoch) {
+        carry->epoch == served_epoch) {
       carried.run = std::move(carry->run);
       carried.old_rank = carry->old_rank;
       carried.old_size = carry->old_size;
     }
     // Its errors are logged and reported there: the run fails on every
-    // daemon alike (the plan is the same everywhere).
-    plane->runs->ContinueRun(carried).IgnoreError();
+    // daemon alike (the plan is the same everywhere), or, where a member
+    // was lost meanwhile, waits for the group after with the same state.
+    bool still_suspended = false;
+    const absl::Status continued =
+        plane->runs->ContinueRun(carried, &still_suspended);
+    if (!continued.ok() && still_suspended) {
+      absl::MutexLock lock(&mu_);
+      Carry again;
+      again.run_id = carried.run_id;
+      again.run = carried.run;
+      again.old_rank = carried.old_rank;
+      again.old_size = carried.old_size;
+      again.epoch = served_epoch;
+      again.since = absl::Now();
+      carry_ = std::move(again);
+    }
   }
   size_t stale_workers = 0;
   {
@@ -517,6 +559,7 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     if (stopped_ || group_.group_epoch() != group.group_epoch()) {
       return absl::OkStatus();  // stopping, or a later group came meanwhile
     }
+    NoteServedLocked(group);
     plane_ = plane;
     stale_workers = attached_.size();
   }
@@ -613,6 +656,22 @@ void NodeDaemon::OnRunSuspended(std::shared_ptr<Run> run, uint64_t epoch,
   carry.epoch = epoch;
   carry.since = absl::Now();
   carry_ = std::move(carry);
+}
+
+std::optional<std::string> NodeDaemon::ReasonToStopForming(uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return std::string("the daemon is stopping");
+  if (next_group_.has_value() && next_group_->group_epoch() > epoch) {
+    return absl::StrCat("group epoch ", next_group_->group_epoch(),
+                        " replaced group epoch ", epoch);
+  }
+  return std::nullopt;
+}
+
+void NodeDaemon::NoteServedLocked(const proto::JoinResponse& group) {
+  served_epoch_ = group.group_epoch();
+  served_rank_ = group.rank();
+  served_size_ = group.group_size();
 }
 
 bool NodeDaemon::CarryPendingLocked(absl::Time now) {

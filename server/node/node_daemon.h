@@ -186,6 +186,13 @@ class NodeDaemon : public WorkerRequestHandler {
   // the coordinator fails it, or CarryPendingLocked's bound passes.
   void OnRunSuspended(std::shared_ptr<Run> run, uint64_t epoch, int rank,
                       int size);
+  // Why forming the data plane of group `epoch` should stop (a later
+  // group came, the daemon stops), if it should.
+  std::optional<std::string> ReasonToStopForming(uint64_t epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The plane of `group` serves (served_epoch_ and the rest).
+  void NoteServedLocked(const proto::JoinResponse& group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A suspended run waits for its group's decision (workers that
   // reconnect wait for it too); drops it past the bound.
   bool CarryPendingLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -241,6 +248,12 @@ class NodeDaemon : public WorkerRequestHandler {
   std::optional<proto::JoinResponse> next_group_ ABSL_GUARDED_BY(mu_);
   // The run a stopped plane handed over, until the group decides.
   std::optional<Carry> carry_ ABSL_GUARDED_BY(mu_);
+  // The epoch, rank and size of the last data plane that served (group_
+  // may be a later one whose plane never formed): a carried run's state
+  // is of that plane's group.
+  uint64_t served_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int served_rank_ ABSL_GUARDED_BY(mu_) = -1;
+  int served_size_ ABSL_GUARDED_BY(mu_) = 0;
   // Attached workers: session -> the group epoch of the plane they
   // attached to (their rank and group size are that group's).
   std::map<uint64_t, uint64_t> attached_ ABSL_GUARDED_BY(mu_);

@@ -283,6 +283,68 @@ TEST(Reform, ADaemonKilledMidRunTheRunGoesOnAtNMinus1) {
   TrainOn(cluster, {0, 2});
 }
 
+// A second daemon killed as soon as the coordinator re-formed the group
+// without the first (while the survivors form the new data plane and move
+// the state, or just after): the group re-forms again and the run still
+// goes on, from the state the last plane that served handed over, with no
+// acknowledged update lost.
+TEST(Reform, ASecondDaemonLostWhileTheGroupReFormsTheRunStillGoesOn) {
+  ClusterOptions options = Options();
+  options.daemons = 5;
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  std::vector<pid_t> workers;
+  proto::JobStatus status;
+  for (int d = 0; d < 5; ++d) {
+    workers.push_back(cluster.StartWorker(
+        d, 0, {"--steps=400", "--step_delay=5ms", "--timeout=20s"}));
+  }
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        if (!s.formed()) return false;
+        for (const proto::NodeStatus& node : s.nodes()) {
+          if (node.last_iteration() < 5) return false;
+        }
+        return true;
+      },
+      &status))
+      << "the job did not get going\n"
+      << cluster.ServerLogs();
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) { return s.group_epoch() >= 2; }, &status))
+      << cluster.ServerLogs();
+  cluster.Kill(cluster.daemon_pid(3), SIGKILL);
+  std::string first;
+  for (int d : {0, 2, 4}) {
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
+    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
+                              << cluster.ServerLogs();
+    ASSERT_EQ(r.exit_code, 0)
+        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+    const size_t at = r.out.find("params=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    if (first.empty()) first = r.out.substr(at);
+    EXPECT_EQ(r.out.substr(at), first) << "daemon " << d;
+  }
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [](const proto::JobStatus& s) {
+        return s.recent_runs_size() >= 1 && s.group_size() == 3;
+      },
+      &status));
+  EXPECT_EQ(status.recent_runs(0).run_id(), 1u);
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
+      << status.recent_runs(0).error();
+  EXPECT_EQ(status.recent_runs(0).steps(), 400);
+}
+
 // Without replicas the lost shard has no copy: the run fails on every
 // node, naming the lost daemon, and the next run trains at N-1.
 TEST(Reform, WithoutReplicasADaemonKilledMidRunEndsTheRun) {

@@ -530,12 +530,10 @@ void CoordinatorLink::ReportStepFailure(int64_t step,
   Enqueue(std::move(item));
 }
 
-void CoordinatorLink::ReportVanishedPeer(uint64_t group_epoch, int rank) {
+void CoordinatorLink::ReportVanishedPeer(const std::string& data_address) {
   absl::MutexLock lock(&mu_);
-  if (!joined_ || group_epoch != join_.group_epoch() || rank == join_.rank()) {
-    return;
-  }
-  vanished_.insert(rank);
+  if (!joined_) return;
+  vanished_.insert(data_address);
   beat_now_ = true;
   changed_.SignalAll();
 }
@@ -699,7 +697,7 @@ void CoordinatorLink::Beat() {
   proto::HeartbeatRequest request;
   if (callbacks_.fill_status) callbacks_.fill_status(&request);
   request.set_job_id(options_.job_id);
-  std::set<int> vanished;
+  std::set<std::string> vanished;
   {
     absl::MutexLock lock(&mu_);
     request.set_rank(join_.rank());
@@ -707,8 +705,13 @@ void CoordinatorLink::Beat() {
     highest_run_id_ = std::max(highest_run_id_, request.run().run_id());
     last_run_ = request.run();
     vanished.swap(vanished_);
+    // Named by their ranks in this epoch.
+    for (int r = 0; r < join_.peers_size(); ++r) {
+      if (r != join_.rank() && vanished.count(join_.peers(r).data_address())) {
+        request.add_peers_vanished(r);
+      }
+    }
   }
-  for (int rank : vanished) request.add_peers_vanished(rank);
   proto::HeartbeatResponse response;
   // At most one immediate retry, after a re-registration.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -721,10 +724,8 @@ void CoordinatorLink::Beat() {
     {
       absl::MutexLock lock(&mu_);
       beat_failing_ = true;
-      // Told in the next heartbeat, if still of this epoch.
-      if (join_.group_epoch() == request.group_epoch()) {
-        vanished_.insert(vanished.begin(), vanished.end());
-      }
+      // Told in the next heartbeat (of whatever epoch it is then).
+      vanished_.insert(vanished.begin(), vanished.end());
     }
     if (call.outcome == Outcome::kRejoin && attempt == 0) {
       STARLING_LOG(WARNING)

@@ -167,11 +167,13 @@ class CoordinatorLink {
   // link's thread at once. Never blocks.
   void ReportStepFailure(int64_t step, const std::string& error);
 
-  // Rank `rank` of group epoch `group_epoch` vanished from this node's data
-  // plane (its connections ended under it): told to the coordinator in a
-  // heartbeat sent at once (HeartbeatRequest.peers_vanished). Ignored for
-  // another epoch than the link's. Never blocks.
-  void ReportVanishedPeer(uint64_t group_epoch, int rank);
+  // The peer at `data_address` vanished from this node's data plane (its
+  // connections ended under it): told to the coordinator in a heartbeat
+  // sent at once (HeartbeatRequest.peers_vanished), as its rank in the
+  // group the link is in when it beats: a peer lost while the group
+  // re-forms (its old plane saw it go) is named in the new epoch. Ignored
+  // for an address not in that group (or this node's). Never blocks.
+  void ReportVanishedPeer(const std::string& data_address);
 
   // Stops heartbeating (after one last try at the queued reports, within
   // rpc_timeout) and cancels a Join or BeginRun in flight. Idempotent.
@@ -297,7 +299,7 @@ class CoordinatorLink {
   // link's thread joins afresh.
   bool join_afresh_needed_ ABSL_GUARDED_BY(mu_) = false;
   // Peers to report vanished in the next heartbeat, which is due at once.
-  std::set<int> vanished_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> vanished_ ABSL_GUARDED_BY(mu_);  // data addresses
   bool beat_now_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t highest_run_id_ ABSL_GUARDED_BY(mu_) = 0;
   // The run the last heartbeat reported (fill_status), for Rejoin.

@@ -5,12 +5,14 @@
 // group from the links' re-registrations.
 #include "server/node/link/coordinator_link.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -602,6 +604,60 @@ TEST_F(CoordinatorLinkTest, ReFormedGroupsAreAdoptedAndARestartedNodeTakenIn) {
                        links_[1]->GetSchedule(0, Soon()));
   ASSERT_GT(schedule.assignments_size(), 0);
   EXPECT_EQ(schedule.assignments(0).rank(), 1);
+}
+
+// A peer that vanished from the data plane is named to the coordinator by
+// its rank in the group the link is in when it beats: a peer seen to go
+// while the group re-forms is named in the new epoch, and an address that
+// is no longer in the group (or this node's own) names no one.
+TEST_F(CoordinatorLinkTest, AVanishedPeerIsNamedByItsRankInTheLinksGroup) {
+  rejoin_grace_ = absl::ZeroDuration();
+  StartCoordinator(3);
+  JoinAll(3);
+  StopLink2UntilDropped();
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {
+    return s.group_epoch() == 2 && s.healthy_nodes() == 2;
+  }));
+  ASSERT_TRUE(nodes_[0]->Await(+[](Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                    n->mu) { return !n->groups.empty(); }));
+  absl::Mutex log_mu;
+  std::vector<std::string> warnings;
+  SetLogSinkForTesting([&](LogSeverity severity, absl::string_view line) {
+    if (severity != LogSeverity::kWarning) return;
+    absl::MutexLock lock(&log_mu);
+    warnings.emplace_back(line);
+  });
+  // Node 2 (gone), node 0 itself and node 1 (rank 1 of epoch 2).
+  links_[0]->ReportVanishedPeer("127.0.0.1:40002");
+  links_[0]->ReportVanishedPeer("127.0.0.1:40000");
+  links_[0]->ReportVanishedPeer("127.0.0.1:40001");
+  const auto suspected = [&] {
+    absl::MutexLock lock(&log_mu);
+    return std::count_if(
+        warnings.begin(), warnings.end(), [](const std::string& line) {
+          return line.find("vanished from the data plane of") !=
+                 std::string::npos;
+        });
+  };
+  const absl::Time give_up = Soon();
+  while (suspected() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  // The beat that carried them has been answered: nothing else comes.
+  ASSERT_TRUE(links_[0]->AwaitHeartbeats(links_[0]->heartbeats() + 2, Soon()));
+  SetLogSinkForTesting(nullptr);
+  absl::MutexLock lock(&log_mu);
+  std::vector<std::string> named;
+  for (const std::string& line : warnings) {
+    if (line.find("vanished from the data plane of") != std::string::npos) {
+      named.push_back(line);
+    }
+  }
+  ASSERT_EQ(named.size(), 1u) << absl::StrJoin(named, "\n");
+  EXPECT_THAT(named[0],
+              HasSubstr("rank 1 (node-1, 127.0.0.1:40001) vanished from the "
+                        "data plane of rank 0 (node-0, 127.0.0.1:40000)"));
 }
 
 // A node restarted while the group of the others runs is taken in when the

@@ -426,7 +426,9 @@ RunFactoryOptions RunManager::RunOptions(uint64_t run_id,
   return run_options;
 }
 
-absl::Status RunManager::ContinueRun(const CarriedRun& carried) {
+absl::Status RunManager::ContinueRun(const CarriedRun& carried,
+                                     bool* still_suspended) {
+  if (still_suspended != nullptr) *still_suspended = false;
   // Its workers are counted by the daemons' plan.
   const RunFactoryOptions run_options = RunOptions(carried.run_id, 0);
   collective::CallOptions call;
@@ -443,11 +445,21 @@ absl::Status RunManager::ContinueRun(const CarriedRun& carried) {
           Annotate(NameLostPeers(run.status(), *transport_),
                    absl::StrCat("carrying run ", carried.run_id, " on, on ",
                                 options_.self));
-      STARLING_LOG(ERROR) << "run " << carried.run_id << " failed on "
-                          << options_.self << ": " << why.message();
+      // A member lost while the state moved: the group re-forms again and
+      // the run may still go on from the same carried state.
+      const bool suspended = carried.run != nullptr &&
+                             engine_->MayContinue(*carried.run, run.status());
+      if (still_suspended != nullptr) *still_suspended = suspended;
+      STARLING_LOG(ERROR) << "run " << carried.run_id
+                          << (suspended ? " stopped again on " : " failed on ")
+                          << options_.self << ": " << why.message()
+                          << (suspended ? "; it goes on if the group re-forms "
+                                          "again without the lost daemon"
+                                        : "");
       proto::RunStatus status;
       status.set_run_id(carried.run_id);
       status.set_state(proto::RunStatus::STATE_FAILED);
+      status.set_suspended(suspended);
       status.set_error(std::string(why.message()));
       status.set_ended_unix_seconds(UnixSeconds(absl::Now()));
       history_.Record(status);

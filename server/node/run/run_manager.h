@@ -148,9 +148,14 @@ class RunManager {
   // Carries `carried` on in this manager's group (RunEngine::ContinueRun,
   // on the calling thread; call before workers attach): the run becomes
   // the running run at the agreed step, every local slot missing until its
-  // worker reconnects. On failure the run is recorded failed and reported
-  // (not suspended); the error is returned.
-  absl::Status ContinueRun(const CarriedRun& carried);
+  // worker reconnects. On failure the error is returned; where it is a
+  // peer's loss (RunEngine::MayContinue: a member lost while the state
+  // moved) the run stays suspended, reported so, and `*still_suspended`
+  // says the carried state may go on in the group after (nothing was
+  // taken from it that a later plan would miss); otherwise the run is
+  // recorded failed and reported.
+  absl::Status ContinueRun(const CarriedRun& carried,
+                           bool* still_suspended = nullptr);
 
   // Fails run `run_id` (0: whichever runs now) with `why`, as reported by a
   // peer or the coordinator; not sent on to the peers. No-op if that run

@@ -275,6 +275,10 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
         old.optimizer->RestoreState(old.undo_state),
         absl::StrCat("rolling old rank ", old_rank, "'s shard back to ", v)));
     old.master_version = v;
+    // Used: a later plan (a member lost while the state moved) must not
+    // take it for the state before v.
+    old.undo_master.clear();
+    old.undo_state.clear();
   }
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,15 +28,33 @@ struct Attempt {
   bool retry = false;
 };
 
+// How often forming a mesh asks TcpOptions::give_up.
+constexpr absl::Duration kGiveUpPoll = absl::Milliseconds(50);
+
 // One connection to `peer` and its handshake, driven with blocking reads of
 // exactly the bytes the handshake wants.
 Attempt TryDial(const TcpOptions& options, int peer, int socket_index,
                 absl::Time deadline, const RankNamer& name) {
   const std::string who = name(peer);
   Attempt attempt;
-  absl::StatusOr<ScopedFd> connected =
-      ConnectWithRetry(options.peers[peer], who, deadline,
-                       options.initial_backoff, options.max_backoff);
+  absl::StatusOr<ScopedFd> connected;
+  while (true) {
+    // In slices, to hear give_up.
+    const absl::Time slice = options.give_up
+                                 ? std::min(deadline, absl::Now() + kGiveUpPoll)
+                                 : deadline;
+    connected = ConnectWithRetry(options.peers[peer], who, slice,
+                                 options.initial_backoff, options.max_backoff);
+    if (connected.ok() || slice >= deadline ||
+        !absl::IsDeadlineExceeded(connected.status())) {
+      break;
+    }
+    if (std::optional<std::string> why = options.give_up()) {
+      attempt.fd = absl::CancelledError(absl::StrCat(
+          name(options.rank), " stopped connecting to ", who, ": ", *why));
+      return attempt;
+    }
+  }
   if (!connected.ok()) {
     attempt.fd = connected.status();
     return attempt;
@@ -134,6 +153,13 @@ absl::StatusOr<ScopedFd> DialPeer(const TcpOptions& options, int peer,
           status, absl::StrCat("while connecting ", name(options.rank), " to ",
                                name(peer)));
     }
+    if (options.give_up) {
+      if (std::optional<std::string> why = options.give_up()) {
+        return absl::CancelledError(absl::StrCat(name(options.rank),
+                                                 " stopped connecting to ",
+                                                 name(peer), ": ", *why));
+      }
+    }
     STARLING_LOG(INFO) << name(options.rank) << " retries connecting to "
                        << name(peer) << ": " << status;
     absl::SleepFor(std::min(backoff, deadline - now));
@@ -167,7 +193,23 @@ absl::StatusOr<std::vector<std::vector<ScopedFd>>> FormMesh(
     }
   }
   if (acceptor != nullptr) {
-    STARLING_RETURN_IF_ERROR(acceptor->Wait(deadline));
+    // In slices, to hear give_up.
+    while (true) {
+      const absl::Time slice =
+          options.give_up ? std::min(deadline, absl::Now() + kGiveUpPoll)
+                          : deadline;
+      const absl::Status status = acceptor->Wait(slice);
+      if (status.ok() || slice >= deadline ||
+          !absl::IsDeadlineExceeded(status)) {
+        STARLING_RETURN_IF_ERROR(status);
+        break;
+      }
+      if (std::optional<std::string> why = options.give_up()) {
+        return absl::CancelledError(absl::StrCat(
+            name(options.rank),
+            " stopped waiting for its peers' connections: ", *why));
+      }
+    }
     acceptor->TakeConnections(&mesh);
   }
   return mesh;

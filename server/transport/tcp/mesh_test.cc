@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -349,6 +350,45 @@ std::string NonLoopbackAddress() {
   }
   freeifaddrs(list);
   return found;
+}
+
+// A daemon forming a group that a later one replaced (a member died while
+// it formed) stops at once, dialling or waiting to be dialled, instead of
+// waiting out connect_timeout for a peer that will never come.
+TEST(Mesh, FormingStopsAtOnceWhenTheGroupIsGivenUp) {
+  for (const int rank : {0, 1}) {
+    SCOPED_TRACE(rank == 0 ? "waiting to be dialled" : "dialling");
+    // Rank 0 waits for rank 1's connection; rank 1 dials rank 0, which is
+    // not there. Neither peer ever comes.
+    PortReservation ports(2);
+    TcpOptions options = TestOptions(ports.peers(), rank);
+    options.connect_timeout = absl::Seconds(60);
+    absl::Mutex mu;
+    bool replaced = false;
+    options.give_up = [&]() -> std::optional<std::string> {
+      absl::MutexLock lock(&mu);
+      if (!replaced) return std::nullopt;
+      return std::string("group epoch 3 replaced group epoch 2");
+    };
+    absl::StatusOr<std::unique_ptr<TcpTransport>> result;
+    absl::Time returned;
+    std::thread forming([&] {
+      result = TcpTransport::Create(options);
+      returned = absl::Now();
+    });
+    absl::SleepFor(absl::Milliseconds(300));  // let it dial / listen
+    const absl::Time given_up = absl::Now();
+    {
+      absl::MutexLock lock(&mu);
+      replaced = true;
+    }
+    forming.join();
+    EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled,
+                                 HasSubstr("group epoch 3 replaced group "
+                                           "epoch 2")));
+    // Well within the 60 s connect_timeout.
+    EXPECT_LT(returned - given_up, absl::Seconds(10));
+  }
 }
 
 TEST(Mesh, NonLoopbackPeersNeedASecretOrInsecure) {

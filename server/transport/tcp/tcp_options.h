@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,11 @@ struct TcpOptions {
   // backoff (initial_backoff doubling up to max_backoff) until this window
   // has passed, and Create() fails if the group has not formed by then.
   absl::Duration connect_timeout = absl::Seconds(30);
+  // Polled while the group forms (between connection attempts, and every
+  // kGiveUpPoll while waiting to be connected to): once it returns a
+  // reason, forming stops with Cancelled naming it (a later group
+  // replaced this one; a member died while it formed). Unset: never.
+  std::function<std::optional<std::string>()> give_up;
   absl::Duration initial_backoff = absl::Milliseconds(10);
   absl::Duration max_backoff = absl::Milliseconds(500);
 
