@@ -1,14 +1,21 @@
 // The fault table: each fault injected --runs times into a fresh job on
-// loopback (coordinator, daemons, quadratic workers; tests/node's
-// NodeCluster), timed from the injection:
+// loopback (coordinator, daemons, quadratic workers with momentum;
+// tests/node's NodeCluster), timed from the injection:
 //
-//   detect  the coordinator has acted on it (a new group epoch, or the
-//           restarted coordinator serving the group again);
-//   resume  a step committed again: the first step of the next run at N-1
-//           (or of the run that went on);
-//   lost    steps of the run in progress that no worker will see again
-//           (the run in progress fails with its group until shard and
-//           optimizer state are replicated), and whether a worker hung.
+//   detect    the coordinator has acted on it (a new group epoch, or the
+//             restarted coordinator serving the group again);
+//   resume    a step committed again: in the run that went on at N-1 (a
+//             survivor applied a step past the one in flight), or the
+//             first step of the next run;
+//   rolled    pushed steps the survivors' workers were told were rolled
+//             back (Client::Rejoin), at most the step in flight;
+//   acked     acknowledged updates lost: steps whose push had returned to a
+//             worker (committed) that are not in the run that went on,
+//             counted from each worker's "acknowledged through step A" and
+//             "rejoined at step V" (V > A keeps them all); for a run that
+//             could not go on, every step it had applied;
+//   identical the survivors' workers end with bit-identical parameters,
+//             and the run finished every step it was given.
 //
 // Prints a Markdown table (median and worst per fault) and writes it to
 // --out. Every wait is bounded; a bound that passes counts as a hang.
@@ -25,6 +32,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -50,7 +58,8 @@ ABSL_FLAG(absl::Duration, churn_every, absl::Seconds(30),
           "churn: one fault this often (kill -9 of a random daemon, started "
           "again 5 s later, as systemd would)");
 ABSL_FLAG(bool, logs, false,
-          "print the coordinator's and daemons' logs of a worker that hung");
+          "print the coordinator's and daemons' logs of a case that hung, "
+          "failed or resumed later than 3 s");
 
 namespace starling {
 namespace testing_node {
@@ -58,20 +67,50 @@ namespace {
 
 constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
 constexpr absl::Duration kBound = absl::Seconds(30);
+// Steps of the run a mid-run fault hits (about 7 ms each here).
+constexpr int kRunSteps = 400;
 
 struct Sample {
   bool ok = true;
   bool hung = false;
   double detect_s = -1;
   double resume_s = -1;
-  int64_t lost_steps = 0;
+  int64_t rolled_back = 0;  // pushed steps rolled back, worst worker
+  int64_t acked_lost = 0;   // acknowledged updates lost
+  bool identical = true;    // survivors' parameters bit-identical
   std::string note;
 };
+
+Sample Failed(bool hung, double detect_s, double resume_s,
+              const std::string& note) {
+  Sample s;
+  s.ok = false;
+  s.hung = hung;
+  s.detect_s = detect_s;
+  s.resume_s = resume_s;
+  s.note = note;
+  return s;
+}
+
+// Seeded per fault and run: the same table draws the same kill points.
+std::mt19937& Random() {
+  static std::mt19937 random(20261127);
+  return random;
+}
+
+// Waits a random share of a step (0-10 ms) so that a kill lands anywhere
+// in it: the gradient's reduce-scatter, the update, the replica's shift,
+// the all-gather, the worker's pull.
+void RandomPointOfAStep() {
+  std::uniform_int_distribution<int> micros(0, 10000);
+  absl::SleepFor(absl::Microseconds(micros(Random())));
+}
 
 ClusterOptions Options(int daemons) {
   ClusterOptions options;
   options.daemons = daemons;
   options.local_workers = 1;
+  options.optimizer = "momentum";
   options.parameter_count = 1000;
   options.heartbeat_timeout = kHeartbeatTimeout;
   options.collective_timeout = absl::Seconds(10);
@@ -139,18 +178,32 @@ bool TrainOn(NodeCluster& cluster, const std::vector<int>& daemons,
 std::optional<std::vector<pid_t>> StartLongRun(NodeCluster& cluster) {
   std::vector<pid_t> pids;
   for (int d = 0; d < cluster.options().daemons; ++d) {
-    pids.push_back(cluster.StartWorker(
-        d, 0, {"--steps=100000", "--step_delay=5ms", "--timeout=20s"}));
+    pids.push_back(cluster.StartWorker(d, 0,
+                                       {absl::StrCat("--steps=", kRunSteps),
+                                        "--step_delay=5ms", "--timeout=20s"}));
   }
-  const bool going = PollUntil([&] {
-                       const proto::JobStatus s = Job(cluster);
-                       if (!s.formed() || s.nodes_size() == 0) return false;
-                       for (const proto::NodeStatus& n : s.nodes()) {
-                         if (n.last_iteration() < 5) return false;
-                       }
-                       return true;
-                     }).has_value();
-  if (!going) return std::nullopt;
+  const bool going =
+      PollUntil([&] {
+        for (int d = 0; d < cluster.options().daemons; ++d) {
+          proto::NodeStatusReply status;
+          std::string error;
+          if (!cluster.NodeStatus(d, &status, &error) ||
+              status.run().state() != proto::RunStatus::STATE_RUNNING ||
+              status.run().steps() < 20) {
+            return false;
+          }
+        }
+        return true;
+      }).has_value();
+  if (!going) {
+    if (absl::GetFlag(FLAGS_logs)) {
+      for (pid_t pid : pids) {
+        std::fprintf(stderr, "worker: %s\n", cluster.Stderr(pid).c_str());
+      }
+      std::fprintf(stderr, "no run going:\n%s\n", cluster.ServerLogs().c_str());
+    }
+    return std::nullopt;
+  }
   return pids;
 }
 
@@ -185,15 +238,6 @@ uint64_t CurrentRun(NodeCluster& cluster) {
   return s.current_run().run_id();
 }
 
-// Steps the failed run `run_id` had applied, from the job's history.
-int64_t StepsOfRun(NodeCluster& cluster, uint64_t run_id) {
-  const proto::JobStatus job = Job(cluster);
-  for (const proto::RunStatus& run : job.recent_runs()) {
-    if (run.run_id() == run_id) return run.steps();
-  }
-  return 0;
-}
-
 // --- The faults
 // ---------------------------------------------------------------
 
@@ -203,7 +247,7 @@ Sample KillBetweenRuns() {
   NodeCluster cluster(Options(3));
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  if (!TrainOn(cluster, {0, 1, 2})) return {false, false, -1, -1, 0, "setup"};
+  if (!TrainOn(cluster, {0, 1, 2})) return Failed(false, -1, -1, "setup");
   const uint64_t last_run = Job(cluster).recent_runs_size() > 0
                                 ? Job(cluster).recent_runs(0).run_id()
                                 : 0;
@@ -211,48 +255,125 @@ Sample KillBetweenRuns() {
   cluster.Kill(cluster.daemon_pid(1), SIGKILL);
   const auto detected =
       PollUntil([&] { return Job(cluster).group_epoch() >= 2; });
-  if (!detected) return {false, true, -1, -1, 0, "not re-formed"};
+  if (!detected) return Failed(true, -1, -1, "not re-formed");
   s.detect_s = absl::ToDoubleSeconds(*detected - t0);
   if (!PollUntil([&] {
         return Serves(cluster, 0, 2, 2) && Serves(cluster, 2, 2, 2);
       })) {
-    return {false, true, s.detect_s, -1, 0, "survivors not serving"};
+    return Failed(true, s.detect_s, -1, "survivors not serving");
   }
   std::vector<pid_t> pids;
   const auto step = FirstStep(cluster, {0, 2}, last_run, &pids);
-  if (!step) return {false, true, s.detect_s, -1, 0, "no step at N-1"};
+  if (!step) return Failed(true, s.detect_s, -1, "no step at N-1");
   s.resume_s = absl::ToDoubleSeconds(*step - t0);
   s.ok = AllExitZero(cluster, pids);
   return s;
 }
 
-// Sends `signal` to `victims` of a job of `daemons` during a run: times
-// the coordinator's re-formation without them (a group of the others, all
-// healthy) and the first step of the next run on the others; counts the
-// steps of the run that failed. The victims are left as they are.
-Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
-                   int signal) {
-  Sample s;
-  const int daemons = cluster.options().daemons;
+// The number after the first `prefix` in `text` at or after `*from`
+// (moved past it), or -1.
+int64_t NumberAfter(const std::string& text, const std::string& prefix,
+                    size_t* from) {
+  const size_t at = text.find(prefix, *from);
+  if (at == std::string::npos) return -1;
+  *from = at + prefix.size();
+  return std::strtoll(text.c_str() + *from, nullptr, 10);
+}
+
+// What a survivor's worker said of each rejoin ("rejoined run R at step V
+// ...; k pushed step(s) rolled back; acknowledged through step A"): adds
+// its rolled-back steps and acknowledged updates lost (A - V + 1 where the
+// run went on at or before a step whose push had returned) to `s`.
+void CountRejoins(const std::string& err, Sample* s, int* rejoins) {
+  size_t from = 0;
+  while (true) {
+    const int64_t v = NumberAfter(err, "rejoined run ", &from) < 0
+                          ? -1
+                          : NumberAfter(err, " at step ", &from);
+    if (v < 0) return;
+    ++*rejoins;
+    const int64_t k =
+        NumberAfter(err, " of ", &from) < 0 ? 0 : NumberAfter(err, "; ", &from);
+    const int64_t a = NumberAfter(err, "acknowledged through step ", &from);
+    s->rolled_back = std::max(s->rolled_back, k);
+    s->acked_lost += std::max<int64_t>(0, a - v + 1);
+  }
+}
+
+// The daemons (of `cluster`'s) that are not in `victims`.
+std::vector<int> Others(NodeCluster& cluster, const std::vector<int>& victims) {
   std::vector<int> others;
-  for (int d = 0; d < daemons; ++d) {
+  for (int d = 0; d < cluster.options().daemons; ++d) {
     if (std::find(victims.begin(), victims.end(), d) == victims.end()) {
       others.push_back(d);
     }
   }
+  return others;
+}
+
+// Sends `signal` to `victims` at a random point of a step of a run of
+// kRunSteps: times the coordinator's re-formation without them (a group of
+// the others, all healthy) and the first step committed after it: in the
+// run that went on (`goes_on`: every lost shard has a replica on a
+// survivor) or the next run. Counts what the survivors' workers were told
+// (rolled back, acknowledged lost) and compares their parameters; the run
+// that went on must finish every step. `after_kill` runs right after the
+// victims are signalled (a restart), `later` are killed (-9) as soon as the
+// first loss is detected.
+// The victims are left as they are.
+Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
+                   int signal, bool goes_on, const std::vector<int>& later = {},
+                   const std::function<void()>& after_kill = nullptr) {
+  Sample s;
+  std::vector<int> lost = victims;
+  lost.insert(lost.end(), later.begin(), later.end());
+  const std::vector<int> others = Others(cluster, lost);
   const int size = static_cast<int>(others.size());
+  const int first_size =
+      cluster.options().daemons - static_cast<int>(victims.size());
   const auto workers = StartLongRun(cluster);
-  if (!workers) return {false, true, -1, -1, 0, "setup"};
+  if (!workers) return Failed(true, -1, -1, "setup");
   const uint64_t run = CurrentRun(cluster);
+  RandomPointOfAStep();
   const absl::Time t0 = absl::Now();
   for (int v : victims) cluster.Kill(cluster.daemon_pid(v), signal);
+  if (after_kill) after_kill();
   const auto detected = PollUntil([&] {
     const proto::JobStatus j = Job(cluster);
-    return j.group_epoch() >= 2 && j.group_size() == size &&
-           j.healthy_nodes() == size;
+    return j.group_epoch() >= 2 && j.group_size() <= first_size &&
+           j.healthy_nodes() == j.group_size();
   });
-  if (!detected) return {false, true, -1, -1, 0, "not re-formed"};
+  if (!detected) return Failed(true, -1, -1, "not re-formed");
   s.detect_s = absl::ToDoubleSeconds(*detected - t0);
+  for (int v : later) cluster.Kill(cluster.daemon_pid(v), SIGKILL);
+  if (goes_on) {
+    // Resumed: a survivor serves the new group and applied a step of the
+    // same run past the one it held when it did (at most a step late).
+    int64_t held = -1;
+    const auto resumed = PollUntil([&] {
+      proto::NodeStatusReply status;
+      std::string error;
+      if (!cluster.NodeStatus(others[0], &status, &error) ||
+          status.run().run_id() != run ||
+          status.run().state() != proto::RunStatus::STATE_RUNNING) {
+        return false;
+      }
+      if (held < 0) {
+        const proto::JobStatus j = Job(cluster);
+        if (j.group_size() != size ||
+            !Serves(cluster, others[0], j.group_epoch(), size)) {
+          return false;
+        }
+        held = status.run().steps();
+        return false;
+      }
+      return status.run().steps() > held;
+    });
+    if (resumed) s.resume_s = absl::ToDoubleSeconds(*resumed - t0);
+  }
+  std::string first;
+  int rejoins = 0;
+  int exited_ok = 0;
   for (int d : others) {
     const ProcessResult r = cluster.Wait((*workers)[d], kBound);
     s.hung |= r.timed_out;
@@ -260,15 +381,51 @@ Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
       std::fprintf(stderr, "worker of daemon %d hung: %s\n%s\n", d,
                    r.err.c_str(), cluster.ServerLogs().c_str());
     }
+    CountRejoins(r.err, &s, &rejoins);
+    if (r.exit_code != 0) continue;
+    ++exited_ok;
+    const size_t at = r.out.find("params=");
+    const std::string params =
+        at == std::string::npos ? std::string() : r.out.substr(at);
+    if (first.empty()) first = params;
+    s.identical &= !params.empty() && params == first;
   }
-  const uint64_t epoch = Job(cluster).group_epoch();
+  const proto::JobStatus job = Job(cluster);
+  const uint64_t epoch = job.group_epoch();
   PollUntil([&] {
     for (int d : others) {
       if (!Serves(cluster, d, epoch, size)) return false;
     }
     return true;
   });
-  s.lost_steps = StepsOfRun(cluster, run);
+  int64_t steps_of_run = -1;
+  proto::RunStatus::State state = proto::RunStatus::STATE_UNSPECIFIED;
+  const proto::JobStatus after = Job(cluster);
+  for (const proto::RunStatus& r : after.recent_runs()) {
+    if (r.run_id() == run) {
+      steps_of_run = r.steps();
+      state = r.state();
+    }
+  }
+  if (goes_on) {
+    s.ok = !s.hung && exited_ok == size && s.resume_s >= 0 &&
+           state == proto::RunStatus::STATE_FINISHED &&
+           steps_of_run == kRunSteps && rejoins >= size;
+    s.note = absl::StrCat("epoch ", epoch, ", run ",
+                          state == proto::RunStatus::STATE_FINISHED
+                              ? "finished"
+                              : "did not finish",
+                          " ", steps_of_run, " of ", kRunSteps, " steps");
+    if ((!s.ok || s.resume_s > 3) && absl::GetFlag(FLAGS_logs)) {
+      std::fprintf(stderr, "did not go on within 3 s:\n%s\n",
+                   cluster.ServerLogs().c_str());
+    }
+    return s;
+  }
+  // The run could not go on: it failed on every survivor, explicitly; all
+  // its steps are lost (no durable checkpoint yet); the next run trains.
+  s.identical = true;
+  s.acked_lost = std::max<int64_t>(0, steps_of_run);
   std::vector<pid_t> pids;
   const auto step = FirstStep(cluster, others, run, &pids);
   if (!step) {
@@ -276,11 +433,13 @@ Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
       std::fprintf(stderr, "no step at N-%zu:\n%s\n", victims.size(),
                    cluster.ServerLogs().c_str());
     }
-    return {false, true, s.detect_s, -1, s.lost_steps, "no step"};
+    return Failed(true, s.detect_s, -1, "no step");
   }
   s.resume_s = absl::ToDoubleSeconds(*step - t0);
-  s.ok = AllExitZero(cluster, pids) && !s.hung;
-  s.note = absl::StrCat("epoch ", epoch);
+  s.ok = AllExitZero(cluster, pids) && !s.hung && exited_ok == 0 &&
+         state == proto::RunStatus::STATE_FAILED;
+  s.note = absl::StrCat("epoch ", epoch, ", run failed after ", steps_of_run,
+                        " steps; the next run trains");
   return s;
 }
 
@@ -289,7 +448,40 @@ Sample KillMidRun() {
   NodeCluster cluster(Options(3));
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  return MidRunFault(cluster, {1}, SIGKILL);
+  return MidRunFault(cluster, {1}, SIGKILL, /*goes_on=*/true);
+}
+
+// Daemon 1 of 3 killed during a run and started again at once with the
+// same flags (systemd's Restart=on-failure; its join may come before its
+// loss is detected): the run goes on without it (its old self is gone
+// with its state), and it is taken back in once the run ended; the next
+// run trains on all three.
+Sample KillAndRestartMidRun() {
+  NodeCluster cluster(Options(3));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  Sample s = MidRunFault(cluster, {1}, SIGKILL, /*goes_on=*/true, {}, [&] {
+    cluster.Wait(cluster.daemon_pid(1), absl::Seconds(5));
+    cluster.StartDaemon(1, {});
+  });
+  if (!s.ok) return s;
+  const absl::Time ended = absl::Now();
+  const auto back = PollUntil([&] {
+    const proto::JobStatus j = Job(cluster);
+    return j.group_size() == 3 && j.healthy_nodes() == 3 &&
+           Serves(cluster, 0, j.group_epoch(), 3) &&
+           Serves(cluster, 1, j.group_epoch(), 3) &&
+           Serves(cluster, 2, j.group_epoch(), 3);
+  });
+  if (!back || !TrainOn(cluster, {0, 1, 2})) {
+    s.ok = false;
+    s.note = "not taken back after the run";
+    return s;
+  }
+  s.note =
+      absl::StrFormat("%s; back in the group %.2fs after it, the next run on 3",
+                      s.note, absl::ToDoubleSeconds(*back - ended));
+  return s;
 }
 
 // SIGSTOP of daemon 1 of 3 during a run (its sockets stay open), then
@@ -298,7 +490,7 @@ Sample StopMidRun() {
   NodeCluster cluster(Options(3));
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  Sample s = MidRunFault(cluster, {1}, SIGSTOP);
+  Sample s = MidRunFault(cluster, {1}, SIGSTOP, /*goes_on=*/true);
   // Woken up, the stopped daemon finds itself dropped and joins afresh.
   const absl::Time woke = absl::Now();
   cluster.Kill(cluster.daemon_pid(1), SIGCONT);
@@ -312,8 +504,8 @@ Sample StopMidRun() {
     s.ok = false;
     s.note = "not taken back after SIGCONT";
   } else {
-    s.note = absl::StrFormat("back in the group %.2fs after SIGCONT",
-                             absl::ToDoubleSeconds(*back - woke));
+    s.note = absl::StrFormat("%s; back in the group %.2fs after SIGCONT",
+                             s.note, absl::ToDoubleSeconds(*back - woke));
   }
   return s;
 }
@@ -325,7 +517,7 @@ Sample RestartSameFlags() {
   NodeCluster cluster(Options(3));
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  if (!TrainOn(cluster, {0, 1, 2})) return {false, false, -1, -1, 0, "setup"};
+  if (!TrainOn(cluster, {0, 1, 2})) return Failed(false, -1, -1, "setup");
   const uint64_t last_run = Job(cluster).recent_runs(0).run_id();
   const absl::Time t0 = absl::Now();
   cluster.Kill(cluster.daemon_pid(1), SIGKILL);
@@ -336,18 +528,18 @@ Sample RestartSameFlags() {
     return j.group_epoch() >= 2 && j.group_size() == 3 &&
            j.healthy_nodes() == 3;
   });
-  if (!whole) return {false, true, -1, -1, 0, "not taken back"};
+  if (!whole) return Failed(true, -1, -1, "not taken back");
   s.detect_s = absl::ToDoubleSeconds(*whole - t0);
   const uint64_t epoch = Job(cluster).group_epoch();
   if (!PollUntil([&] {
         return Serves(cluster, 0, epoch, 3) && Serves(cluster, 1, epoch, 3) &&
                Serves(cluster, 2, epoch, 3);
       })) {
-    return {false, true, s.detect_s, -1, 0, "not serving"};
+    return Failed(true, s.detect_s, -1, "not serving");
   }
   std::vector<pid_t> pids;
   const auto step = FirstStep(cluster, {0, 1, 2}, last_run, &pids);
-  if (!step) return {false, true, s.detect_s, -1, 0, "no step"};
+  if (!step) return Failed(true, s.detect_s, -1, "no step");
   s.resume_s = absl::ToDoubleSeconds(*step - t0);
   s.ok = AllExitZero(cluster, pids);
   s.note = absl::StrCat("epoch ", epoch, ", 3 of 3 nodes");
@@ -374,7 +566,7 @@ Sample KillCoordinatorMidRun() {
         const proto::JobStatus j = Job(cluster);
         return j.current_run().run_id() != 0 && j.iteration() >= 20;
       })) {
-    return {false, true, -1, -1, 0, "setup"};
+    return Failed(true, -1, -1, "setup");
   }
   const uint64_t run = CurrentRun(cluster);
   const absl::Time t0 = absl::Now();
@@ -385,7 +577,7 @@ Sample KillCoordinatorMidRun() {
     const proto::JobStatus j = Job(cluster);
     return j.formed() && j.healthy_nodes() == 3;
   });
-  if (!serving) return {false, true, -1, -1, 0, "not serving again"};
+  if (!serving) return Failed(true, -1, -1, "not serving again");
   s.detect_s = absl::ToDoubleSeconds(*serving - t0);
   // The run never stopped: its next step is the resume.
   s.resume_s = s.detect_s;
@@ -404,17 +596,37 @@ Sample KillCoordinatorMidRun() {
     return false;
   });
   s.ok &= finished.has_value();
-  s.lost_steps = 0;
   s.note = "run finished, 300 of 300 steps";
   return s;
 }
 
-// Daemons 1 and 2 of 4 killed together during a run.
+// Daemons 1 and 3 of 4 killed together during a run: each one's buddy
+// (the next rank) survives, so the run goes on at N-2.
 Sample KillTwoMidRun() {
   NodeCluster cluster(Options(4));
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  return MidRunFault(cluster, {1, 2}, SIGKILL);
+  return MidRunFault(cluster, {1, 3}, SIGKILL, /*goes_on=*/true);
+}
+
+// Daemons 1 and 2 of 4 killed together: rank 1's only replica was on
+// rank 2. The run cannot go on and ends on every survivor naming the
+// shard no one holds (never wrong values); the next run trains at N-2.
+Sample KillTwoBuddiesMidRun() {
+  NodeCluster cluster(Options(4));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  return MidRunFault(cluster, {1, 2}, SIGKILL, /*goes_on=*/false);
+}
+
+// Daemon 1 of 5 killed during a run, then daemon 3 as soon as the
+// coordinator re-formed the group without 1 (while the survivors move the
+// state): the run goes on at N-2 from a second re-formation.
+Sample KillDuringReformation() {
+  NodeCluster cluster(Options(5));
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  return MidRunFault(cluster, {1}, SIGKILL, /*goes_on=*/true, {3});
 }
 
 // --- The churn run
@@ -575,22 +787,32 @@ int Main(int argc, char** argv) {
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   const std::vector<Fault> faults = {
       {"kill -9 of a daemon between runs (3 daemons)", KillBetweenRuns},
-      {"kill -9 of a daemon mid-run (3 daemons)", KillMidRun},
+      {"kill -9 of a daemon at a random point of a step (3 daemons)",
+       KillMidRun},
       {"SIGSTOP of a daemon mid-run, SIGCONT later (3 daemons)", StopMidRun},
-      {"daemon killed and restarted with the same flags (3 daemons)",
+      {"daemon killed between runs and restarted with the same flags "
+       "(3 daemons)",
        RestartSameFlags},
+      {"daemon killed mid-run and restarted at once, same flags (3 daemons)",
+       KillAndRestartMidRun},
       {"kill -9 of the coordinator mid-run, restarted (--state_file)",
        KillCoordinatorMidRun},
-      {"kill -9 of two daemons at once, mid-run (4 daemons)", KillTwoMidRun},
+      {"kill -9 of two daemons at once, not buddies (4 daemons)",
+       KillTwoMidRun},
+      {"kill -9 of a second daemon during the re-formation (5 daemons)",
+       KillDuringReformation},
+      {"kill -9 of two buddies at once (4 daemons): the run cannot go on",
+       KillTwoBuddiesMidRun},
   };
   std::string table = absl::StrCat(
       "| fault | runs | ok | hangs | detect s (median / worst) | resume s "
-      "(median / worst) | steps lost (worst) | note (last run) |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+      "(median / worst) | pushed steps rolled back (worst) | acknowledged "
+      "updates lost (all runs) | survivors bit-identical | note (last run) "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Fault& fault : faults) {
     std::vector<double> detect, resume;
-    int ok = 0, hangs = 0;
-    int64_t lost = 0;
+    int ok = 0, hangs = 0, identical = 0;
+    int64_t rolled_back = 0, acked_lost = 0;
     std::string note;
     if (fault.name.find(absl::GetFlag(FLAGS_only)) == std::string::npos) {
       continue;
@@ -599,20 +821,24 @@ int Main(int argc, char** argv) {
       const Sample s = fault.run();
       std::fprintf(stderr,
                    "%s, run %d: ok=%d hung=%d detect=%.2fs resume=%.2fs "
-                   "lost=%lld %s\n",
+                   "rolled_back=%lld acked_lost=%lld identical=%d %s\n",
                    fault.name.c_str(), r + 1, s.ok, s.hung, s.detect_s,
-                   s.resume_s, static_cast<long long>(s.lost_steps),
+                   s.resume_s, static_cast<long long>(s.rolled_back),
+                   static_cast<long long>(s.acked_lost), s.identical,
                    s.note.c_str());
       ok += s.ok ? 1 : 0;
       hangs += s.hung ? 1 : 0;
+      identical += s.identical ? 1 : 0;
       detect.push_back(s.detect_s);
       resume.push_back(s.resume_s);
-      lost = std::max(lost, s.lost_steps);
+      rolled_back = std::max(rolled_back, s.rolled_back);
+      acked_lost += s.acked_lost;
       note = s.note;
     }
     absl::StrAppend(&table, "| ", fault.name, " | ", runs, " | ", ok, " | ",
                     hangs, " | ", Stat(detect), " | ", Stat(resume), " | ",
-                    lost, " | ", note.empty() ? "-" : note, " |\n");
+                    rolled_back, " | ", acked_lost, " | ", identical, " of ",
+                    runs, " | ", note.empty() ? "-" : note, " |\n");
   }
   std::printf("\n%s", table.c_str());
   const std::string out = absl::GetFlag(FLAGS_out);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the fault table (tests/fault/fault_table.cc) and writes it to
 # tests/fault/FAULT_TABLE.md. Each fault runs RUNS times (default 5) in a
-# fresh job on loopback; the whole takes about RUNS x 40 s.
+# fresh job on loopback; the whole takes about RUNS x 50 s.
 #
 #   tests/fault/run_fault_table.sh [RUNS]
 set -euo pipefail
@@ -18,12 +18,21 @@ bazel test --config=ci //tests/fault:fault_table --test_output=streamed \
   echo "Made by \`tests/fault/run_fault_table.sh $runs\` on $(date -u +%Y-%m-%d)" \
     "($(nproc) cores, $(uname -m)); jobs on loopback, 1 worker per daemon,"
   echo "heartbeat timeout 2 s (heartbeats every 250 ms), --rejoin_grace 0."
+  echo "Workers: quadratic_worker, momentum, 400 steps of 1000 parameters,"
+  echo "--rejoins 3; every optimizer but none keeps a buddy replica (--replicas 1)."
   echo "Times in seconds from the fault. *detect*: the coordinator acted on it"
   echo "(a new group epoch; for the coordinator, serving the group again)."
-  echo "*resume*: a step committed again (the next run's first step at N-1,"
-  echo "or the run that went on). *steps lost*: steps of the run in progress"
-  echo "that failed with its group (no replica of shard and optimizer state"
-  echo "yet: the next run starts over)."
+  echo "*resume*: a step committed again: in the run that went on (a survivor"
+  echo "applied a step past the one it held once it served the new group; at"
+  echo "most a step late), or the next run's first step where it could not."
+  echo "*rolled back*: pushed steps the survivors' workers were told"
+  echo "(Client::Rejoin) were rolled back: at most the step in flight."
+  echo "*acknowledged updates lost*: steps whose push had returned to a worker"
+  echo "but are not in the run that went on (from each worker's 'acknowledged"
+  echo "through step A' and 'rejoined at step V'), summed over the runs; for a"
+  echo "run that could not go on, every step it had applied (no durable"
+  echo "checkpoint yet). *bit-identical*: the survivors' workers end with the"
+  echo "same parameters, bit for bit, and the run finished all its steps."
   echo
   cat "$out"
 } > tests/fault/FAULT_TABLE.md
