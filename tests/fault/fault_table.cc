@@ -638,8 +638,10 @@ Sample KillDuringReformation() {
 struct ChurnResult {
   int runs_finished = 0;
   int runs_failed = 0;
+  int runs_went_on = 0;  // finished after a daemon was lost under them
   int hangs = 0;
   int faults = 0;
+  Sample told;        // rolled back and acknowledged updates lost, from rejoins
   int64_t steps = 0;  // of the finished runs
   double seconds = 0;
 };
@@ -674,6 +676,8 @@ ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
   int down = -1;
   absl::Time restart_at = absl::InfiniteFuture();
   std::vector<pid_t> batch;
+  std::vector<int> batch_daemons;
+  std::vector<bool> batch_lost;  // its daemon was killed during the run
   absl::Time batch_started;
   while (absl::Now() < end || !batch.empty()) {
     const absl::Time now = absl::Now();
@@ -682,6 +686,9 @@ ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
       down = static_cast<int>((seed >> 16) % daemons);
       cluster.Kill(cluster.daemon_pid(down), SIGKILL);
       cluster.Wait(cluster.daemon_pid(down), absl::Seconds(5));
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (batch_daemons[i] == down) batch_lost[i] = true;
+      }
       restart_at = now + absl::Seconds(5);
       next_fault = now + every;
       ++result.faults;
@@ -700,16 +707,29 @@ ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
       }
       bool ok = !running;
       if (running) ++result.hangs;
-      for (pid_t pid : batch) {
-        ok &= cluster.Wait(pid, absl::Seconds(1)).exit_code == 0;
+      bool went_on = false;
+      int rejoins = 0;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const ProcessResult r = cluster.Wait(batch[i], absl::Seconds(1));
+        // A worker whose daemon was killed under it ends with it; the
+        // others carry the run on.
+        if (batch_lost[i]) {
+          went_on = true;
+          continue;
+        }
+        CountRejoins(r.err, &result.told, &rejoins);
+        ok &= r.exit_code == 0;
       }
       if (ok) {
         ++result.runs_finished;
+        result.runs_went_on += went_on ? 1 : 0;
         result.steps += kChurnSteps;
       } else {
         ++result.runs_failed;
       }
       batch.clear();
+      batch_daemons.clear();
+      batch_lost.clear();
       continue;
     }
     if (now >= end) break;
@@ -719,6 +739,8 @@ ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
       continue;
     }
     for (int d : serving) {
+      batch_daemons.push_back(d);
+      batch_lost.push_back(false);
       batch.push_back(
           cluster.StartWorker(d, 0,
                               {absl::StrCat("--steps=", kChurnSteps),
@@ -742,17 +764,24 @@ int ChurnMain(absl::Duration length, absl::Duration every) {
   const double base_rate = base.steps / base.seconds;
   const double rate = churn.steps / churn.seconds;
   std::string table = absl::StrFormat(
-      "| run | seconds | faults | runs finished | runs failed | hangs | "
-      "steps/s (finished runs) | of the fault-free rate |\n"
-      "|---|---|---|---|---|---|---|---|\n"
-      "| fault-free baseline, %d daemons | %.0f | 0 | %d | %d | %d | %.1f | "
-      "100%% |\n"
+      "| run | seconds | faults | runs finished (went on after a loss) | "
+      "runs failed | hangs | pushed steps rolled back (worst) | "
+      "acknowledged updates lost | steps/s (finished runs) | of the "
+      "fault-free rate |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n"
+      "| fault-free baseline, %d daemons | %.0f | 0 | %d (%d) | %d | %d | "
+      "%lld | %lld | %.1f | 100%% |\n"
       "| churn: kill -9 of a random daemon every %s, restarted 5 s later | "
-      "%.0f | %d | %d | %d | %d | %.1f | %.0f%% |\n",
-      kDaemons, base.seconds, base.runs_finished, base.runs_failed, base.hangs,
+      "%.0f | %d | %d (%d) | %d | %d | %lld | %lld | %.1f | %.0f%% |\n",
+      kDaemons, base.seconds, base.runs_finished, base.runs_went_on,
+      base.runs_failed, base.hangs,
+      static_cast<long long>(base.told.rolled_back),  // NOLINT
+      static_cast<long long>(base.told.acked_lost),   // NOLINT
       base_rate, absl::FormatDuration(every), churn.seconds, churn.faults,
-      churn.runs_finished, churn.runs_failed, churn.hangs, rate,
-      100 * rate / base_rate);
+      churn.runs_finished, churn.runs_went_on, churn.runs_failed, churn.hangs,
+      static_cast<long long>(churn.told.rolled_back),  // NOLINT
+      static_cast<long long>(churn.told.acked_lost),   // NOLINT
+      rate, 100 * rate / base_rate);
   std::printf("\n%s", table.c_str());
   const std::string out = absl::GetFlag(FLAGS_out);
   if (!out.empty()) std::ofstream(out) << table;

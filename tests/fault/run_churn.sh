@@ -21,9 +21,14 @@ bazel test --config=ci //tests/fault:fault_table --test_output=streamed \
   echo "Made by \`tests/fault/run_churn.sh $minutes\` on $(date -u +%Y-%m-%d)" \
     "($(nproc) cores, $(uname -m)); 4 daemons on loopback, 1 worker each,"
   echo "runs of 200 steps back to back (each on the daemons serving when it"
-  echo "begins), heartbeat timeout 2 s (heartbeats every 250 ms), --rejoin_grace 0. A run in progress"
-  echo "when a daemon is killed fails with its group (no replicas yet); the"
-  echo "step rate counts the steps of finished runs per second of wall time."
+  echo "begins), momentum, heartbeat timeout 2 s (heartbeats every 250 ms),"
+  echo "--rejoin_grace 0, buddy replicas (--replicas 1). A run in progress when"
+  echo "a daemon is killed goes on with the others (their workers rejoin; the"
+  echo "killed daemon's worker ends with it); it counts as finished when every"
+  echo "other worker finished. The restarted daemon is taken back between runs."
+  echo "Rolled back and acknowledged updates lost: from the workers' rejoin"
+  echo "lines (fault table). The step rate counts the steps of finished runs"
+  echo "per second of wall time."
   echo
   cat "$out"
 } > tests/fault/CHURN.md
