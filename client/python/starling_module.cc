@@ -398,6 +398,32 @@ void DefineModule(py::module_& m) {
           "Samples trained since the last report and the latest loss and "
           "accuracy (0..1), sent with the next push for the daemon's "
           "metrics.")
+      .def(
+          "rejoin",
+          [](PyClient& c) {
+            Client& client = c.client();
+            absl::StatusOr<Client::Rejoined> rejoined;
+            {
+              py::gil_scoped_release release;
+              rejoined = client.Rejoin();
+            }
+            const Client::Rejoined r = Check(std::move(rejoined));
+            py::dict d;
+            d["run_id"] = r.run_id;
+            d["next_step"] = r.next_step;
+            d["last_pushed"] = r.last_pushed;
+            d["rolled_back"] = r.rolled_back;
+            return d;
+          },
+          "After an op failed because the daemons' group re-formed around a "
+          "lost daemon: reconnects (the pool and every buffer stay valid), "
+          "declares the run's tensors again and returns where the run goes "
+          "on: {run_id, next_step (pull that version, then push it), "
+          "last_pushed, rolled_back (pushed steps to push again)}. Raises "
+          "StarlingError FAILED_PRECONDITION when the run did not go on.")
+      .def_property_readonly(
+          "rolled_back_steps",
+          [](PyClient& c) { return c.client().rolled_back_steps(); })
       .def("barrier",
            [](PyClient& c) {
              c.Blocking([](Client& client) { return client.Barrier(); });

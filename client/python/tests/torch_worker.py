@@ -1,4 +1,5 @@
-"""One worker of a starling.torch test case, run by starling-run.
+"""One worker of a starling.torch test case, run by starling-run (or, for
+goes_on, by torch_regroup_test.py's own daemons).
 
     starling-run -np 4 --nodes 2 /usr/bin/python3 torch_worker.py CASE [--out DIR]
 
@@ -12,11 +13,14 @@ import argparse
 import hashlib
 import gzip
 import os
+import sys
+import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+import starling
 import starling.torch as st
 
 # Equal shards of a fixed full batch: the mean of the shards' gradients is
@@ -320,7 +324,38 @@ def case_half(args):
     return model
 
 
+def case_goes_on(args):
+    """Daemon-side momentum in sync_sgd for --steps steps, each worker on
+    its rank's shard of the fixed batch (re-sharded by rank() and size()
+    as they are at each step); torch_regroup_test.py kills a daemon
+    mid-run: step() rejoins the re-formed group and the run goes on.
+    Prints STEP lines (every 10 steps), REGROUPED for each callback."""
+    model = small_model(0)
+    job = st.job()
+    momentum = starling_daemon_momentum(job["optimizer"])
+    optimizer = st.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=job["learning_rate"],
+                        momentum=momentum),
+        named_parameters=model.named_parameters(),
+        on_regroup=lambda r: print("REGROUPED", r, flush=True))
+    x, y = fixed_data()
+    for t in range(args.steps):
+        optimizer.zero_grad()
+        F.cross_entropy(model(shard(x)), shard(y)).backward()
+        optimizer.step()
+        if t % 10 == 0:
+            print("STEP", t, flush=True)
+        time.sleep(0.002)
+    print("STEPS", args.steps, "size", st.size(), file=sys.stderr)
+    return model
+
+
+def starling_daemon_momentum(optimizer):
+    return starling._starling.DAEMON_OPTIMIZERS[optimizer].get("momentum", 0.0)
+
+
 CASES = {
+    "goes_on": case_goes_on,
     "half": case_half,
     "matches_single_process": case_matches_single_process,
     "daemon_matches_worker": case_daemon_matches_worker,
@@ -340,6 +375,7 @@ def main():
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--steps", type=int, default=STEPS)
     args = parser.parse_args()
     st.init()
     model = CASES[args.case](args)

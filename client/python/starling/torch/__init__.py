@@ -19,6 +19,12 @@ runs in every worker; `sgd`, `momentum` or `adam` let the daemons own the
 optimizer, each holding 1/N of its state, and step() pulls the updated
 parameters. `--mode async_sgd --staleness s` makes either asynchronous
 with staleness bound s. See DistributedOptimizer.
+
+A daemon lost mid-run (kill -9, a node down) does not end a sync_sgd run
+whose daemons own the optimizer (they keep a buddy replica of their
+state): step() rejoins the re-formed group and completes there, logging
+it; DistributedOptimizer(on_regroup=...) is told the new rank() and
+size().
 """
 
 try:
@@ -37,7 +43,7 @@ from starling.torch.functions import (allreduce, allreduce_, broadcast_,
                                       broadcast_object,
                                       broadcast_optimizer_state,
                                       broadcast_parameters)
-from starling.torch.optimizer import DistributedOptimizer
+from starling.torch.optimizer import DistributedOptimizer, Regrouped
 
 __all__ = [
     "StarlingError", "init", "is_initialized", "shutdown", "rank", "size",
@@ -45,5 +51,5 @@ __all__ = [
     "report",
     "allreduce", "allreduce_", "broadcast_", "broadcast_object",
     "broadcast_parameters", "broadcast_optimizer_state",
-    "DistributedOptimizer"
+    "DistributedOptimizer", "Regrouped"
 ]

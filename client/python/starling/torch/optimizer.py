@@ -28,6 +28,7 @@ non-contiguous, 16-bit ones worker-side) are staged through pool memory.
 """
 
 import os
+import sys
 import time
 
 import torch
@@ -40,6 +41,10 @@ from starling.torch.pool import (DTYPES, PoolBlock, check_dtype, dtype_name,
 # The daemon-side optimizers and the torch hyper-parameters they equal
 # (the daemons' own, from the C++ module).
 _DAEMON_OPTIMIZERS = tuple(starling._starling.DAEMON_OPTIMIZERS)
+
+# The codes of an op cut short by a lost daemon's group re-forming ("run R
+# stopped at step S: ...; reconnect to resume"): step() rejoins.
+_REJOIN_CODES = ("ABORTED", "UNAVAILABLE")
 
 
 def _force_staging():
@@ -77,8 +82,11 @@ class _DistributedBase:
 
     # --- set-up -----------------------------------------------------------
     def _starling_setup(self, named_parameters, staleness,
-                        backward_passes_per_step, bucket_bytes):
+                        backward_passes_per_step, bucket_bytes, on_regroup,
+                        rejoins):
         self._session = starling.session()
+        self._on_regroup = on_regroup
+        self._rejoins = max(0, int(rejoins))
         client = self._session.client
         job = client.job()
         self._job = job
@@ -409,7 +417,7 @@ class _DistributedBase:
         self.synchronize()
         t = self._step_index
         if self._daemon_side:
-            self._daemon_step(t)
+            self._daemon_step_going_on(t)
         else:
             self._worker_step(t, super().step)
         for slot in self._slots:
@@ -460,6 +468,54 @@ class _DistributedBase:
             self._futures.pop(t, None)
         self._copy_values_out()
 
+    def _daemon_step_going_on(self, t):
+        """_daemon_step(t); where a daemon of the group was lost and the
+        run goes on in the re-formed group (sync_sgd with the daemons'
+        replicas), rejoins it and completes step t there."""
+        for attempt in range(self._rejoins + 1):
+            try:
+                self._daemon_step(t)
+                return
+            except starling.StarlingError as error:
+                if (attempt == self._rejoins or
+                        self._job["mode"] != "sync_sgd" or
+                        getattr(error, "code", "") not in _REJOIN_CODES):
+                    raise
+                self._rejoin(t, error)
+
+    def _rejoin(self, t, error):
+        client = self._session.client
+        try:
+            going_on = client.rejoin()
+        except starling.StarlingError as rejoin_error:
+            raise rejoin_error from error
+        self._futures.clear()
+        v = going_on["next_step"]
+        # A step is acknowledged (its pull returned) only once every shard
+        # of it is on two daemons: the run goes on at t (step t rolled
+        # back) or t + 1 (it was committed), never before.
+        if v not in (t, t + 1):
+            raise starling._error(
+                "INTERNAL",
+                "starling.torch: run %d went on at step %d, but this worker "
+                "is at step %d (%s)" % (going_on["run_id"], v, t, error))
+        self._world = starling.size()
+        print("starling.torch: %s; rejoined run %d at step %d as worker %d "
+              "of %d (%d daemons); %d pushed step(s) rolled back" %
+              (error, going_on["run_id"], v, starling.rank(), self._world,
+               starling.node_count(), going_on["rolled_back"]),
+              file=sys.stderr, flush=True)
+        if v == t:
+            # Step t is pushed again: its gradients are still in the pool.
+            which = t % self._sets
+            for bucket in self._buckets:
+                self._futures.setdefault(t, []).append(
+                    client.push_gradients_part_async(t,
+                                                     bucket.grad_args[which]))
+        if self._on_regroup is not None:
+            self._on_regroup(Regrouped(going_on["run_id"], v, starling.rank(),
+                                       self._world, going_on["rolled_back"]))
+
     def finish(self):
         """Waits for every outstanding push or all-reduce of this worker."""
         for step in sorted(self._futures):
@@ -475,8 +531,29 @@ class _DistributedBase:
         return self._staleness
 
 
+class Regrouped:
+    """What DistributedOptimizer's on_regroup callback is told after a lost
+    daemon's group re-formed and the run went on: the run, the step it went
+    on from (this step() completed there), this worker's rank() and the
+    job's size() now, and how many steps this worker had pushed that were
+    rolled back (pushed again)."""
+
+    def __init__(self, run_id, step, rank, size, rolled_back):
+        self.run_id = run_id
+        self.step = step
+        self.rank = rank
+        self.size = size
+        self.rolled_back = rolled_back
+
+    def __repr__(self):
+        return ("Regrouped(run_id=%d, step=%d, rank=%d, size=%d, "
+                "rolled_back=%d)" % (self.run_id, self.step, self.rank,
+                                     self.size, self.rolled_back))
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
-                         backward_passes_per_step=1, bucket_bytes=None):
+                         backward_passes_per_step=1, bucket_bytes=None,
+                         on_regroup=None, rejoins=3):
     """Wraps `optimizer` so that step() applies gradients averaged over
     every worker of the job (see the module's documentation).
 
@@ -489,6 +566,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
         gradients leave (gradient accumulation).
     bucket_bytes: gradient bucket size (default $STARLING_BUCKET_BYTES or
         256 KiB).
+    on_regroup: called with a Regrouped after a daemon of the group was
+        lost and the run went on without it (daemon-side placement in
+        sync_sgd: the daemons keep buddy replicas of their state): rank()
+        and size() are the new group's, so a data sampler sharded by them,
+        or a learning rate scaled with size(), is the caller's to adjust.
+        step() has completed meanwhile; nothing else changes.
+    rejoins: how many such re-formations one step() goes through before it
+        raises (0: raise at the first).
 
     The returned object is an instance of the wrapped optimizer's class and
     shares its parameter groups and state. Call starling.init() first.
@@ -498,5 +583,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._starling_setup(named_parameters, staleness,
-                            backward_passes_per_step, bucket_bytes)
+                            backward_passes_per_step, bucket_bytes, on_regroup,
+                            rejoins)
     return wrapped
