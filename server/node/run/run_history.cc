@@ -33,6 +33,13 @@ void RunHistory::Record(const proto::RunStatus& status) {
 absl::Status RunHistory::StaleRunError(uint64_t run_id) const {
   for (auto it = runs_.rbegin(); it != runs_.rend(); ++it) {
     if (it->run_id() != run_id) continue;
+    if (it->state() == proto::RunStatus::STATE_FAILED && it->suspended()) {
+      // Its group lost a daemon: the run may go on in the re-formed group.
+      return absl::AbortedError(absl::StrCat(
+          "run ", run_id, " stopped at step ", it->steps(), ": ", it->error(),
+          "; it goes on in the re-formed group from its last committed step: "
+          "reconnect to resume (Client::Rejoin)"));
+    }
     if (it->state() == proto::RunStatus::STATE_FAILED) {
       return absl::AbortedError(absl::StrCat("run ", run_id, " failed at step ",
                                              it->steps(), ": ", it->error()));

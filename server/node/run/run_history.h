@@ -36,8 +36,9 @@ class RunHistory {
   void Record(const proto::RunStatus& status);
 
   // The error a request of run `run_id` gets once that run is not the
-  // running one: Aborted with its failure, FailedPrecondition once it
-  // finished or when it is no longer kept.
+  // running one: Aborted with its failure (for a suspended one, that it may
+  // go on: reconnect to resume), FailedPrecondition once it finished or
+  // when it is no longer kept.
   absl::Status StaleRunError(uint64_t run_id) const;
 
   // Newest first.
