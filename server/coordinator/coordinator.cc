@@ -695,6 +695,7 @@ proto::CoordinatorState Coordinator::Snapshot() const {
     state.set_highest_iteration(*highest_iteration_);
   }
   state.set_last_error(last_error_);
+  state.set_carried_run_id(carried_run_id_);
   return state;
 }
 
@@ -702,6 +703,7 @@ void Coordinator::RestoreLocked(const proto::CoordinatorState& state) {
   group_epoch_ = state.group_epoch();
   runs_.Restore(state.runs());
   last_error_ = state.last_error();
+  carried_run_id_ = state.carried_run_id();
   if (state.has_highest_iteration()) {
     highest_iteration_ = state.highest_iteration();
   }

@@ -106,6 +106,45 @@ TEST_F(CoordinatorStateTest, ARestartResumesTheGroupItsKeyAndTheRunNumbers) {
   }
 }
 
+// A group re-formed around a lost member carries run 1 on; a coordinator
+// restarted on the record tells a survivor that re-registers so too.
+TEST_F(CoordinatorStateTest, ARestartKeepsTheRunTheGroupCarriesOn) {
+  CoordinatorOptions options = Options(3);
+  options.rejoin_grace = absl::ZeroDuration();
+  ASSERT_OK_AND_ASSIGN(auto first, Start(options));
+  joins_ = FormAndBeginRunOne(first.get(), 3);
+  ASSERT_EQ(joins_.size(), 3u);
+  // Node 1 falls silent: epoch 2 of nodes 0 and 2 carries run 1.
+  for (int second = 0; second < 6; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    for (int node : {0, 2}) {
+      (void)first->Heartbeat(coordinator::Beat(node, 1));
+    }
+  }
+  std::vector<proto::JoinResponse> moved;
+  for (int node : {0, 2}) {
+    ASSERT_OK_AND_ASSIGN(proto::JoinResponse m, first->Rejoin(RejoinFor(node)));
+    ASSERT_EQ(m.group_epoch(), 2u);
+    ASSERT_EQ(m.carried_run_id(), 1u);
+    moved.push_back(m);
+  }
+  ASSERT_OK(first->FlushStateForTesting(absl::Now() + absl::Seconds(10)));
+  first.reset();
+
+  ASSERT_OK_AND_ASSIGN(auto restarted, Start(options));
+  for (size_t i = 0; i < moved.size(); ++i) {
+    proto::RejoinRequest request;
+    *request.mutable_node() = JoinRequestFor(i == 0 ? 0 : 2);
+    request.set_rank(moved[i].rank());
+    request.set_group_epoch(2);
+    *request.mutable_peers() = moved[i].peers();
+    *request.mutable_shard_map() = moved[i].shard_map();
+    ASSERT_OK_AND_ASSIGN(proto::JoinResponse again, restarted->Rejoin(request));
+    EXPECT_EQ(again.group_epoch(), 2u);
+    EXPECT_EQ(again.carried_run_id(), 1u);
+  }
+}
+
 TEST_F(CoordinatorStateTest, ARejoinThatDiffersFromTheRecordIsRefused) {
   const CoordinatorOptions options = Options(2);
   FormRunAndStop(options, 2);
