@@ -116,6 +116,17 @@ class CoordinatorReformTest : public ::testing::Test {
     }
   }
 
+  // Run 1 ends (finished, 20 steps) on every node of group epoch 2 that
+  // `moved` answered.
+  void EndRunOneInEpoch2(const std::vector<proto::JoinResponse>& moved) {
+    for (const proto::JoinResponse& join : moved) {
+      proto::EndRunRequest end =
+          EndFor(join.rank(), 1, proto::RunStatus::STATE_FINISHED, 20);
+      end.set_group_epoch(2);
+      ASSERT_OK(coordinator_->EndRun(end));
+    }
+  }
+
   static absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
   FakeClock clock_;
@@ -290,12 +301,7 @@ TEST_F(CoordinatorReformTest, ARestartedNodeIsTakenBackBetweenRuns) {
   }));
   EXPECT_EQ(Status().group_epoch(), 2u);
   // The run ends on both: the group re-forms with it.
-  for (const proto::JoinResponse& join : {a, b}) {
-    proto::EndRunRequest end =
-        EndFor(join.rank(), 1, proto::RunStatus::STATE_FINISHED, 20);
-    end.set_group_epoch(2);
-    ASSERT_OK(coordinator_->EndRun(end));
-  }
+  EndRunOneInEpoch2({a, b});
   joiner.join();
   ASSERT_OK(back.status());
   EXPECT_EQ(back->group_epoch(), 3u);
@@ -369,12 +375,7 @@ TEST_F(CoordinatorReformTest,
     moved.push_back(m);
   }
   // The run ends on both: node 1 is taken in (epoch 3).
-  for (const proto::JoinResponse& join : moved) {
-    proto::EndRunRequest end =
-        EndFor(join.rank(), 1, proto::RunStatus::STATE_FINISHED, 20);
-    end.set_group_epoch(2);
-    ASSERT_OK(coordinator_->EndRun(end));
-  }
+  EndRunOneInEpoch2(moved);
   joiner.join();
   ASSERT_OK(back.status());
   EXPECT_EQ(back->group_epoch(), 3u);

@@ -201,12 +201,13 @@ TEST(Reform, ADaemonBackWithinTheGraceKeepsItsRankAndTrains) {
   TrainOn(cluster, {0, 1, 2});
 }
 
-// Starts a worker on each daemon (3 daemons) training `steps` steps, and
-// kills daemon kVictim once every node ran a few.
+// Starts a worker on each daemon training with `flags`, and kills daemon
+// `victim` once every node ran a few steps.
 std::vector<pid_t> TrainAndKill(NodeCluster& cluster,
-                                const std::vector<std::string>& flags) {
+                                const std::vector<std::string>& flags,
+                                int victim = kVictim) {
   std::vector<pid_t> workers;
-  for (int d = 0; d < kDaemons; ++d) {
+  for (int d = 0; d < cluster.options().daemons; ++d) {
     workers.push_back(cluster.StartWorker(d, 0, flags));
   }
   proto::JobStatus status;
@@ -222,7 +223,7 @@ std::vector<pid_t> TrainAndKill(NodeCluster& cluster,
       &status))
       << "the job did not get going\n"
       << cluster.ServerLogs();
-  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  cluster.Kill(cluster.daemon_pid(victim), SIGKILL);
   return workers;
 }
 
@@ -295,25 +296,9 @@ TEST(Reform, ASecondDaemonLostWhileTheGroupReFormsTheRunStillGoesOn) {
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  std::vector<pid_t> workers;
+  const std::vector<pid_t> workers = TrainAndKill(
+      cluster, {"--steps=400", "--step_delay=5ms", "--timeout=20s"}, 1);
   proto::JobStatus status;
-  for (int d = 0; d < 5; ++d) {
-    workers.push_back(cluster.StartWorker(
-        d, 0, {"--steps=400", "--step_delay=5ms", "--timeout=20s"}));
-  }
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(20),
-      [](const proto::JobStatus& s) {
-        if (!s.formed()) return false;
-        for (const proto::NodeStatus& node : s.nodes()) {
-          if (node.last_iteration() < 5) return false;
-        }
-        return true;
-      },
-      &status))
-      << "the job did not get going\n"
-      << cluster.ServerLogs();
-  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
   ASSERT_TRUE(cluster.WaitForJob(
       absl::Seconds(20),
       [](const proto::JobStatus& s) { return s.group_epoch() >= 2; }, &status))
