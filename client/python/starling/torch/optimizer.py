@@ -465,7 +465,11 @@ class _DistributedBase:
         # t + 1 - staleness. parameter_server: the owners' current values.
         client.pull_parameters(t + 1, values)
         if self._job["mode"] == "sync_sgd":
-            self._futures.pop(t, None)
+            # Step t is done once its pushes were answered: the daemons
+            # answer them once every shard of it is on two daemons, so a
+            # step whose step() returned is never rolled back when a
+            # daemon is lost (the parameters are published before that).
+            self._wait(t)
         self._copy_values_out()
 
     def _daemon_step_going_on(self, t):
@@ -491,9 +495,9 @@ class _DistributedBase:
             raise rejoin_error from error
         self._futures.clear()
         v = going_on["next_step"]
-        # A step is acknowledged (its pull returned) only once every shard
-        # of it is on two daemons: the run goes on at t (step t rolled
-        # back) or t + 1 (it was committed), never before.
+        # Step t - 1's pushes were answered before its step() returned:
+        # the run goes on at t (step t rolled back) or t + 1 (it was
+        # committed), never before.
         if v not in (t, t + 1):
             raise starling._error(
                 "INTERNAL",
