@@ -520,6 +520,9 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     carry = std::move(carry_);
     carry_.reset();
   }
+  // Whether the carried run still waits for a later group, its state that
+  // of the last plane that served (not this one's).
+  bool still_suspended = false;
   if (group.carried_run_id() != 0) {
     CarriedRun carried;
     carried.run_id = group.carried_run_id();
@@ -538,10 +541,10 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     // Its errors are logged and reported there: the run fails on every
     // daemon alike (the plan is the same everywhere), or, where a member
     // was lost meanwhile, waits for the group after with the same state.
-    bool still_suspended = false;
     const absl::Status continued =
         plane->runs->ContinueRun(carried, &still_suspended);
-    if (!continued.ok() && still_suspended) {
+    still_suspended = !continued.ok() && still_suspended;
+    if (still_suspended) {
       absl::MutexLock lock(&mu_);
       Carry again;
       again.run_id = carried.run_id;
@@ -559,7 +562,10 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     if (stopped_ || group_.group_epoch() != group.group_epoch()) {
       return absl::OkStatus();  // stopping, or a later group came meanwhile
     }
-    NoteServedLocked(group);
+    // This plane serves; the state it carries is its own unless the run
+    // still waits (then it is the last served plane's, which the carry
+    // names).
+    if (!still_suspended) NoteServedLocked(group);
     plane_ = plane;
     stale_workers = attached_.size();
   }
