@@ -400,11 +400,13 @@ absl::StatusOr<Schedule> Client::GetSchedule(int64_t next_iteration) {
       static_cast<int64_t>(from.iterations_per_epoch());
   schedule.epochs = static_cast<int64_t>(from.epochs());
   schedule.partitions_per_epoch = from.partitions_per_epoch();
+  schedule.total_iterations = static_cast<int64_t>(from.total_iterations());
   for (const proto::ScheduledIteration& it : from.iterations()) {
     ScheduledIteration mine;
     mine.iteration = static_cast<int64_t>(it.iteration());
     mine.epoch = static_cast<int64_t>(it.epoch());
     mine.iteration_in_epoch = static_cast<int64_t>(it.iteration_in_epoch());
+    mine.last_in_epoch = it.last_in_epoch();
     for (const proto::PartitionAssignment& a : it.assignments()) {
       if (a.local_worker() != worker_index()) continue;
       mine.partitions.assign(a.partitions().begin(), a.partitions().end());

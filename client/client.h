@@ -167,18 +167,23 @@ void FromBFloat16(absl::Span<const uint16_t> from, absl::Span<float> to);
 // order, where B = ceil(samples / partitions_per_epoch).
 struct ScheduledIteration {
   int64_t iteration = 0;  // global, from 0
-  int64_t epoch = 0;      // iteration / iterations_per_epoch
+  int64_t epoch = 0;      // iteration / iterations_per_epoch, unless the
+                          // group re-formed while the run went on
   int64_t iteration_in_epoch = 0;
+  // The epoch's last iteration (an epoch in which the group re-formed has
+  // another number of iterations than iterations_per_epoch).
+  bool last_in_epoch = false;
   // This worker's partitions in it: one, or none in an epoch's last
   // iteration when the partitions ran out (push zero gradients then).
   std::vector<uint64_t> partitions;
 };
 struct Schedule {
   std::vector<ScheduledIteration> iterations;  // K, fewer at the end
-  bool done = false;  // nothing follows these iterations
-  int64_t iterations_per_epoch = 0;
+  bool done = false;                 // nothing follows these iterations
+  int64_t iterations_per_epoch = 0;  // of a whole epoch of this group
   int64_t epochs = 0;
   uint64_t partitions_per_epoch = 0;
+  int64_t total_iterations = 0;  // of the training, as planned now
 };
 
 namespace internal {

@@ -458,7 +458,13 @@ bool Coordinator::ReformIfDueLocked() {
   begin_waiting_.clear();
   std::vector<PendingJoin> joins;
   if (!carry) joins.swap(pending_);
+  std::unique_ptr<SchedulePlanner> plan = std::move(planner_);
   InstallGroupLocked(std::move(survivors), std::move(joins));
+  if (carry) {
+    // The run goes on: its data schedule continues (RebaseScheduleLocked).
+    planner_ = std::move(plan);
+    schedule_rebase_pending_ = true;
+  }
   dropped_ = std::move(dropped);
   came_back_.clear();
   reformed_because_ = changed;
@@ -466,9 +472,9 @@ bool Coordinator::ReformIfDueLocked() {
   metrics_.reformations->WithLabels({cause})->Increment();
   STARLING_LOG(WARNING) << "job '" << options_.job_id << "': " << why << "; "
                         << was << " -> " << members_.size() << " nodes, "
-                        << planner_->total_workers() << " workers";
+                        << TotalWorkersLocked() << " workers";
   if (carry) {
-    runs_.CarryOn(static_cast<int>(members_.size()), planner_->total_workers());
+    runs_.CarryOn(static_cast<int>(members_.size()), TotalWorkersLocked());
     STARLING_LOG(WARNING) << "run " << run_id << " goes on in group epoch "
                           << group_epoch_ << " on " << members_.size()
                           << " nodes, from its last committed step";
@@ -477,14 +483,46 @@ bool Coordinator::ReformIfDueLocked() {
   return true;
 }
 
-void Coordinator::RebuildPlannerLocked() {
+std::vector<int> Coordinator::WorkersPerRankLocked() const {
   std::vector<int> workers_per_rank;
   for (const Member& m : members_) {
     workers_per_rank.push_back(std::max(1, m.local_workers));
   }
+  return workers_per_rank;
+}
+
+int Coordinator::TotalWorkersLocked() const {
+  int total = 0;
+  for (int w : WorkersPerRankLocked()) total += w;
+  return total;
+}
+
+void Coordinator::RebuildPlannerLocked() {
   planner_ = std::make_unique<SchedulePlanner>(
       options_.partitions_per_epoch, options_.epochs,
-      options_.iterations_per_schedule, std::move(workers_per_rank));
+      options_.iterations_per_schedule, WorkersPerRankLocked());
+  schedule_rebase_pending_ = false;
+}
+
+absl::Status Coordinator::RebaseScheduleLocked(uint64_t next_iteration) {
+  if (next_iteration < planner_->first_iteration()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "iteration ", next_iteration, " was planned for an earlier group; ",
+        "this group's plan begins at iteration ", planner_->first_iteration()));
+  }
+  if (!schedule_rebase_pending_) return absl::OkStatus();
+  planner_ = std::make_unique<SchedulePlanner>(*planner_, next_iteration,
+                                               WorkersPerRankLocked());
+  schedule_rebase_pending_ = false;
+  STARLING_LOG(WARNING) << "the data schedule goes on from iteration "
+                        << next_iteration << " (epoch "
+                        << planner_->EpochOf(next_iteration) << ") over the "
+                        << planner_->total_workers()
+                        << " workers of group epoch " << group_epoch_
+                        << ": the epoch's unread partitions first, "
+                        << planner_->total_iterations() << " iterations in all";
+  MarkDirtyLocked();
+  return absl::OkStatus();
 }
 
 // --- Re-registration after a coordinator restart ----------------------------
@@ -635,7 +673,11 @@ void Coordinator::RegisterLocked(int rank, const proto::JoinRequest& node,
   member.run = run;
   runs_.Adopt(run, highest_run_id, static_cast<int>(members_.size()));
   restored_ = false;
-  RebuildPlannerLocked();
+  // A plan the record continued (a run that went on) stays.
+  if (planner_ == nullptr ||
+      (planner_->Segments().size() == 1 && !schedule_rebase_pending_)) {
+    RebuildPlannerLocked();
+  }
   UpdateGroupGaugesLocked();
   MarkDirtyLocked();
   changed_.SignalAll();
@@ -696,6 +738,13 @@ proto::CoordinatorState Coordinator::Snapshot() const {
   }
   state.set_last_error(last_error_);
   state.set_carried_run_id(carried_run_id_);
+  if (formed_ && planner_ != nullptr &&
+      (planner_->Segments().size() > 1 || schedule_rebase_pending_)) {
+    for (const proto::ScheduleSegment& segment : planner_->Segments()) {
+      *state.add_schedule_segments() = segment;
+    }
+    state.set_schedule_rebase_pending(schedule_rebase_pending_);
+  }
   return state;
 }
 
@@ -721,6 +770,21 @@ void Coordinator::RestoreLocked(const proto::CoordinatorState& state) {
   formed_ = true;
   restored_ = true;
   RebuildPlannerLocked();
+  if (state.schedule_segments_size() > 0) {
+    SchedulePlanner recorded = *planner_;
+    if (SchedulePlanner::FromSegments(options_.partitions_per_epoch,
+                                      options_.epochs,
+                                      options_.iterations_per_schedule,
+                                      {state.schedule_segments().begin(),
+                                       state.schedule_segments().end()},
+                                      &recorded)) {
+      planner_ = std::make_unique<SchedulePlanner>(std::move(recorded));
+      schedule_rebase_pending_ = state.schedule_rebase_pending();
+    } else {
+      STARLING_LOG(WARNING) << "the recorded data schedule does not make a "
+                               "plan; planning afresh for the members";
+    }
+  }
   UpdateGroupGaugesLocked();
   adopted_from_ =
       absl::StrCat("the coordinator resumed the group of ", n,
@@ -1000,8 +1064,7 @@ void Coordinator::NoteIterationLocked(Member* member, uint64_t iteration) {
   if (!highest_iteration_.has_value() || iteration > *highest_iteration_) {
     highest_iteration_ = iteration;
     metrics_.iteration->Set(static_cast<double>(iteration));
-    metrics_.epoch->Set(
-        static_cast<double>(iteration / planner_->iterations_per_epoch()));
+    metrics_.epoch->Set(static_cast<double>(planner_->EpochOf(iteration)));
   }
 }
 

@@ -305,6 +305,15 @@ class Coordinator {
   absl::Status CheckSameGroupLocked(const proto::RejoinRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildPlannerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each member's local workers (at least 1), by rank, and their sum.
+  std::vector<int> WorkersPerRankLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int TotalWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before a schedule request from `next_iteration`: a pending rebase
+  // continues the plan from there for the current members;
+  // FailedPrecondition for an iteration an earlier group's plan covered.
+  absl::Status RebaseScheduleLocked(uint64_t next_iteration)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::JoinResponse JoinResponseLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> DetectFailuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -368,6 +377,10 @@ class Coordinator {
   // The run that goes on in the current group (JoinResponse
   // carried_run_id), 0 if none.
   uint64_t carried_run_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // The group re-formed while its run went on: planner_ is still the old
+  // group's, and the first schedule request of the new group continues it
+  // from the iteration asked (the one the run goes on at).
+  bool schedule_rebase_pending_ ABSL_GUARDED_BY(mu_) = false;
   // When a rank first reported the current run suspended (RunStatus
   // suspended), and which; InfiniteFuture when none did.
   absl::Time suspended_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

@@ -388,6 +388,72 @@ TEST_F(CoordinatorReformTest,
   EXPECT_EQ(Reformations("node_joined"), 1);
 }
 
+// The run goes on in the re-formed group: its data schedule continues from
+// the iteration the first schedule request names (where the run goes on):
+// the epoch's partitions the old group had not read, over the new group's
+// workers, then whole epochs; an iteration before that is refused.
+TEST_F(CoordinatorReformTest, TheScheduleOfARunThatGoesOnContinuesTheEpoch) {
+  Create(3);
+  for (auto& join : FormAndBeginRunOne(coordinator_.get(), 3)) {
+    joins_.push_back(join);
+  }
+  ASSERT_EQ(joins_.size(), 3u);
+  // 3 workers (one per node), 40 partitions, 1 epoch: 14 iterations.
+  proto::GetScheduleRequest request;
+  request.set_job_id("job-a");
+  request.set_rank(0);
+  request.set_group_epoch(1);
+  request.set_next_iteration(0);
+  ASSERT_OK_AND_ASSIGN(proto::Schedule first,
+                       coordinator_->GetSchedule(request));
+  ASSERT_EQ(first.epochs(), 1u);
+  EXPECT_EQ(first.iterations_per_epoch(), 14u);
+  EXPECT_EQ(first.total_iterations(), 14u);
+  Beat({{0, joins_[0]}, {2, joins_[2]}}, 6);
+  ASSERT_EQ(Status().group_epoch(), 2u);
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse moved,
+                       coordinator_->Rejoin(RejoinFor(0, joins_[0])));
+  ASSERT_EQ(moved.carried_run_id(), 1u);
+  // The run goes on at iteration 5: the old plan had handed out
+  // partitions 0..14; 15..39 go to the 2 workers left, 13 iterations.
+  request.set_group_epoch(2);
+  request.set_next_iteration(5);
+  ASSERT_OK_AND_ASSIGN(proto::Schedule s, coordinator_->GetSchedule(request));
+  EXPECT_EQ(s.total_iterations(), 18u);
+  EXPECT_EQ(s.iterations_per_epoch(), 20u);  // of a whole epoch of 2
+  ASSERT_EQ(s.iterations_size(), 4);
+  for (int j = 0; j < 4; ++j) {
+    const proto::ScheduledIteration& it = s.iterations(j);
+    EXPECT_EQ(it.iteration(), 5u + j);
+    EXPECT_EQ(it.epoch(), 0u);
+    ASSERT_EQ(it.assignments_size(), 1) << "iteration " << it.iteration();
+    EXPECT_EQ(it.assignments(0).partitions(0), 15u + 2 * j);
+    EXPECT_FALSE(it.last_in_epoch());
+  }
+  // The other survivor (rank 1 now) reads the partitions in between.
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse moved2,
+                       coordinator_->Rejoin(RejoinFor(2, joins_[2])));
+  request.set_rank(moved2.rank());
+  ASSERT_OK_AND_ASSIGN(proto::Schedule other,
+                       coordinator_->GetSchedule(request));
+  ASSERT_EQ(other.iterations_size(), 4);
+  EXPECT_EQ(other.iterations(0).assignments(0).partitions(0), 16u);
+  // The end: partitions 37 and 39 for rank 0, the epoch's last iteration.
+  request.set_rank(0);
+  request.set_next_iteration(16);
+  ASSERT_OK_AND_ASSIGN(proto::Schedule end, coordinator_->GetSchedule(request));
+  EXPECT_TRUE(end.done());
+  ASSERT_EQ(end.iterations_size(), 2);
+  EXPECT_EQ(end.iterations(0).assignments(0).partitions(0), 37u);
+  EXPECT_EQ(end.iterations(1).assignments(0).partitions(0), 39u);
+  EXPECT_TRUE(end.iterations(1).last_in_epoch());
+  // An iteration the old group's plan covered is not planned again.
+  request.set_next_iteration(4);
+  EXPECT_THAT(coordinator_->GetSchedule(request),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("this group's plan begins at iteration 5")));
+}
+
 TEST_F(CoordinatorReformTest, ABeginRunWaitingWhenTheGroupReFormsIsRefused) {
   Create(3);
   Form(3);

@@ -142,6 +142,11 @@ void Coordinator::DecideBeginLocked() {
     STARLING_LOG(WARNING) << last_error_;
     return;
   }
+  // A new run reads the data from its first iteration, planned for the
+  // group as it is (a plan continued for a run that went on was its own).
+  if (planner_->Segments().size() > 1 || schedule_rebase_pending_) {
+    RebuildPlannerLocked();
+  }
   STARLING_LOG(INFO) << "run " << outcome->run_id() << " began on "
                      << requests.size()
                      << " ranks: " << outcome->total_workers() << " workers, "
@@ -232,6 +237,9 @@ absl::StatusOr<proto::Schedule> Coordinator::GetSchedule(
                                             "schedule request")
                                .status());
   metrics_.schedule_requests->Increment();
+  STARLING_RETURN_IF_ERROR(
+      Annotate(RebaseScheduleLocked(request.next_iteration()),
+               absl::StrCat("schedule request from rank ", request.rank())));
   return planner_->Plan(request.rank(), request.next_iteration());
 }
 
@@ -335,7 +343,7 @@ absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
   status.set_iterations_per_epoch(planner_->iterations_per_epoch());
   const uint64_t iteration = highest_iteration_.value_or(0);
   status.set_iteration(iteration);
-  status.set_epoch(iteration / planner_->iterations_per_epoch());
+  status.set_epoch(planner_->EpochOf(iteration));
   const uint64_t element_bytes = BytesPerElement(options_.dtype);
   const OptimizerInfo* optimizer = FindOptimizer(options_.optimizer);
   const uint64_t slots = optimizer != nullptr ? optimizer->state_slots : 0;

@@ -107,7 +107,8 @@ TEST_F(CoordinatorStateTest, ARestartResumesTheGroupItsKeyAndTheRunNumbers) {
 }
 
 // A group re-formed around a lost member carries run 1 on; a coordinator
-// restarted on the record tells a survivor that re-registers so too.
+// restarted on the record tells a survivor that re-registers so too, and
+// hands out the data schedule the run continued.
 TEST_F(CoordinatorStateTest, ARestartKeepsTheRunTheGroupCarriesOn) {
   CoordinatorOptions options = Options(3);
   options.rejoin_grace = absl::ZeroDuration();
@@ -128,6 +129,16 @@ TEST_F(CoordinatorStateTest, ARestartKeepsTheRunTheGroupCarriesOn) {
     ASSERT_EQ(m.carried_run_id(), 1u);
     moved.push_back(m);
   }
+  // The run went on at iteration 5: its schedule continues the epoch over
+  // the 2 workers left (partitions 15, 17, ... for rank 0).
+  proto::GetScheduleRequest schedule;
+  schedule.set_job_id("job-a");
+  schedule.set_rank(0);
+  schedule.set_group_epoch(2);
+  schedule.set_next_iteration(5);
+  ASSERT_OK_AND_ASSIGN(proto::Schedule before, first->GetSchedule(schedule));
+  ASSERT_GT(before.iterations_size(), 1);
+  EXPECT_EQ(before.iterations(1).assignments(0).partitions(0), 17u);
   ASSERT_OK(first->FlushStateForTesting(absl::Now() + absl::Seconds(10)));
   first.reset();
 
@@ -143,6 +154,12 @@ TEST_F(CoordinatorStateTest, ARestartKeepsTheRunTheGroupCarriesOn) {
     EXPECT_EQ(again.group_epoch(), 2u);
     EXPECT_EQ(again.carried_run_id(), 1u);
   }
+  // The record kept the continued plan.
+  schedule.set_next_iteration(6);
+  ASSERT_OK_AND_ASSIGN(proto::Schedule after, restarted->GetSchedule(schedule));
+  ASSERT_GT(after.iterations_size(), 0);
+  EXPECT_EQ(after.iterations(0).assignments(0).partitions(0), 17u);
+  EXPECT_EQ(after.total_iterations(), before.total_iterations());
 }
 
 TEST_F(CoordinatorStateTest, ARejoinThatDiffersFromTheRecordIsRefused) {

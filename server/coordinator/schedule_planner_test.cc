@@ -1,7 +1,9 @@
 #include "server/coordinator/schedule_planner.h"
 
 #include <map>
+#include <numeric>
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -111,6 +113,115 @@ TEST(SchedulePlanner, FillsPartitionsPerEpochAndEpochShape) {
       }
     }
   }
+}
+
+// Every iteration every rank of `planner` is handed from `from` on: the
+// partitions each epoch reads (epoch -> partitions), and the iterations
+// that end an epoch.
+void ReadFrom(const SchedulePlanner& planner, uint64_t from,
+              std::map<uint64_t, std::multiset<uint64_t>>* read,
+              std::set<uint64_t>* epoch_ends) {
+  for (int rank = 0; rank < planner.ranks(); ++rank) {
+    uint64_t next = from;
+    for (int calls = 0;; ++calls) {
+      ASSERT_LT(calls, 1000) << "schedule never finished";
+      const proto::Schedule s = planner.Plan(rank, next);
+      EXPECT_EQ(s.total_iterations(), planner.total_iterations());
+      for (const proto::ScheduledIteration& it : s.iterations()) {
+        EXPECT_EQ(it.iteration(), next++);
+        if (it.last_in_epoch()) epoch_ends->insert(it.iteration());
+        for (const proto::PartitionAssignment& a : it.assignments()) {
+          (*read)[it.epoch()].insert(a.partitions().begin(),
+                                     a.partitions().end());
+        }
+      }
+      if (s.done()) break;
+    }
+    EXPECT_EQ(next, planner.total_iterations());
+  }
+}
+
+// The group re-forms while the run goes on from iteration F: the old
+// group read its share up to F, the new one the rest of that epoch and
+// the later epochs; every partition of every epoch is still read exactly
+// once, and each epoch has exactly one last iteration.
+TEST(SchedulePlanner, AGroupThatReFormsMidEpochReadsEachPartitionOnce) {
+  struct Case {
+    uint64_t partitions;
+    std::vector<int> before, after;
+    uint64_t from;
+  };
+  for (const Case& c :
+       {Case{64, {1, 1, 1, 1}, {1, 1, 1}, 5},
+        Case{64, {1, 1, 1, 1}, {1, 1, 1, 1, 1}, 17}, Case{10, {3, 1}, {2}, 1},
+        Case{7, {2, 2, 2}, {1}, 2}, Case{100, {1, 2, 3, 4, 5}, {2, 3}, 0},
+        Case{100, {4, 4}, {1, 1, 1}, 13}, Case{9, {1, 1, 1}, {1, 1}, 3}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.partitions << " partitions, from " << c.from);
+    const uint64_t epochs = 3;
+    const SchedulePlanner before(c.partitions, epochs, 4, c.before);
+    const SchedulePlanner after(before, c.from, c.after);
+    EXPECT_EQ(after.first_iteration(), c.from);
+    EXPECT_EQ(after.total_workers(), static_cast<uint64_t>(std::accumulate(
+                                         c.after.begin(), c.after.end(), 0)));
+    std::map<uint64_t, std::multiset<uint64_t>> read;
+    std::set<uint64_t> ends;
+    // The old group's iterations before F.
+    for (int rank = 0; rank < before.ranks(); ++rank) {
+      for (uint64_t t = 0; t < c.from; ++t) {
+        const proto::Schedule one = before.Plan(rank, t);
+        ASSERT_GT(one.iterations_size(), 0);
+        const proto::ScheduledIteration& it = one.iterations(0);
+        if (rank == 0 && it.last_in_epoch()) ends.insert(t);
+        for (const proto::PartitionAssignment& a : it.assignments()) {
+          read[it.epoch()].insert(a.partitions().begin(), a.partitions().end());
+        }
+      }
+    }
+    ReadFrom(after, c.from, &read, &ends);
+    ASSERT_EQ(read.size(), epochs);
+    for (const auto& [epoch, partitions] : read) {
+      ASSERT_EQ(partitions.size(), c.partitions) << "epoch " << epoch;
+      uint64_t expected = 0;
+      for (uint64_t p : partitions) EXPECT_EQ(p, expected++);
+    }
+    EXPECT_EQ(ends.size(), epochs);
+    EXPECT_EQ(*ends.rbegin() + 1, after.total_iterations());
+    EXPECT_EQ(after.EpochOf(after.total_iterations()), epochs);
+  }
+}
+
+TEST(SchedulePlanner, SegmentsRecordAndRestoreThePlan) {
+  const SchedulePlanner first(64, 2, 4, {2, 2});
+  const SchedulePlanner second(first, 6, {1, 2, 1, 1});
+  const SchedulePlanner third(second, 20, {3});
+  const std::vector<proto::ScheduleSegment> segments = third.Segments();
+  ASSERT_EQ(segments.size(), 3u);
+  SchedulePlanner restored(1, 1, 1, {1});
+  ASSERT_TRUE(SchedulePlanner::FromSegments(64, 2, 4, segments, &restored));
+  EXPECT_EQ(restored.total_iterations(), third.total_iterations());
+  for (uint64_t t : {uint64_t{20}, uint64_t{25}, uint64_t{31}}) {
+    EXPECT_EQ(restored.Plan(0, t).SerializeAsString(),
+              third.Plan(0, t).SerializeAsString());
+  }
+  // Out of order, or partitions past the epoch: no plan.
+  std::vector<proto::ScheduleSegment> bad = segments;
+  std::swap(bad[1], bad[2]);
+  EXPECT_FALSE(SchedulePlanner::FromSegments(64, 2, 4, bad, &restored));
+  bad = segments;
+  bad[1].set_first_partition(64);
+  EXPECT_FALSE(SchedulePlanner::FromSegments(64, 2, 4, bad, &restored));
+  EXPECT_FALSE(SchedulePlanner::FromSegments(64, 2, 4, {}, &restored));
+}
+
+// Continued past the end of training: nothing is left to read.
+TEST(SchedulePlanner, AGroupThatReFormsAfterTheLastIterationReadsNothing) {
+  const SchedulePlanner before(8, 2, 4, {1, 1});
+  const SchedulePlanner after(before, before.total_iterations(), {1});
+  EXPECT_EQ(after.total_iterations(), before.total_iterations());
+  const proto::Schedule s = after.Plan(0, after.total_iterations());
+  EXPECT_EQ(s.iteration_count(), 0);
+  EXPECT_TRUE(s.done());
 }
 
 }  // namespace
