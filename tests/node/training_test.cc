@@ -433,6 +433,60 @@ void KillAndRestart(const Job& job, int victim_daemon, int kill_after,
       << MaxAbsDiff(runs[0].params, reference[0].params);
 }
 
+// A daemon killed mid-run (3 daemons, sync SGD with the daemons' replicas):
+// the other trainers rejoin the re-formed group and train on, on the
+// coordinator's continued schedule (the epoch's unread partitions over the
+// two workers left, then whole epochs of two); they finish every epoch
+// with the same parameters, bit for bit, and learn as well.
+TEST(Training, ADaemonKilledMidRunTheOtherTrainersGoOn) {
+  Job job;
+  job.daemons = 3;
+  NodeCluster cluster(OptionsFor(job));
+  StartJob(cluster, job);
+  std::vector<pid_t> pids;
+  for (int d = 0; d < job.daemons; ++d) {
+    pids.push_back(
+        cluster.Spawn(absl::StrCat("goes_on_worker", d),
+                      BinaryPath("worker/trainer/starling-worker"),
+                      WorkerFlags(cluster, job, d, OutPath("goes_on", d))));
+  }
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(60),
+      [](const proto::JobStatus& s) { return s.iteration() >= 20; }, &status))
+      << "the job did not get going\n"
+      << cluster.ServerLogs();
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  std::vector<WorkerRun> runs;
+  for (int d : {0, 2}) {
+    runs.push_back(Collect(cluster, pids[d], OutPath("goes_on", d)));
+    const ProcessResult& r = runs.back().result;
+    ASSERT_FALSE(r.timed_out) << "worker " << d << " hung\n"
+                              << r.out << r.err << cluster.ServerLogs();
+    ASSERT_EQ(r.exit_code, 0) << "worker " << d << ":\n"
+                              << r.out << r.err << cluster.ServerLogs();
+    EXPECT_THAT(r.out, HasSubstr("starling-worker: rejoined run 1 at step "))
+        << r.out;
+    EXPECT_THAT(r.out, HasSubstr(" of 2 (2 workers)")) << r.out;
+  }
+  ExpectSameParametersOnEveryWorker(runs, "goes_on");
+  const std::string& out = runs[0].result.out;
+  const size_t rejoined = out.find("starling-worker: rejoined");
+  std::printf(
+      "daemon 1 of 3 killed at iteration %llu: %s; final accuracy "
+      "%.2f%%\n",
+      static_cast<unsigned long long>(status.iteration()),  // NOLINT
+      rejoined == std::string::npos
+          ? "-"
+          : out.substr(rejoined, out.find('\n', rejoined) - rejoined).c_str(),
+      runs[0].accuracy);
+  // The reporter (rank 0) printed both epochs and learnt.
+  EXPECT_THAT(runs[0].result.out, HasSubstr("after 2 epochs"));
+  EXPECT_GE(runs[0].accuracy, kMinAccuracy) << runs[0].result.out;
+  EXPECT_THAT(cluster.ServerLogs(),
+              HasSubstr("the data schedule goes on from iteration"));
+}
+
 TEST(Training, KilledWorkerRestartsAndTheJobFinishesIdentically) {
   Job job;
   // Several buckets: the replacement declares the run's tensors again.

@@ -72,6 +72,10 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
 ABSL_FLAG(int64_t, pool_mb, 64,
           "shared-memory pool size in MiB (parameters + staleness + 1 "
           "gradient sets)");
+ABSL_FLAG(int, rejoins, 3,
+          "sync_sgd: when a daemon of the group is lost and the run goes on "
+          "in the re-formed group, rejoin it up to this many times (0: end "
+          "with the error)");
 ABSL_FLAG(int64_t, exit_after_step, -1,
           "testing only: kill this process (SIGKILL) once the pushes of this "
           "step completed, as a crash would; -1 = never");
@@ -170,6 +174,7 @@ int Main(int argc, char** argv) {
                 absl::StrCat("must be in 1..65536, got ", pool_mb));
   }
   o.pool_bytes = static_cast<size_t>(pool_mb) << 20;
+  o.rejoins = std::max(0, absl::GetFlag(FLAGS_rejoins));
   o.exit_after_step = absl::GetFlag(FLAGS_exit_after_step);
   if (o.exit_after_step < -1) {
     return Fail("--exit_after_step",

@@ -263,6 +263,7 @@ absl::StatusOr<size_t> Trainer::TakeFirstSchedule() {
     schedule_[it.iteration] = std::move(it);
   }
   schedule_done_ = schedule->done;
+  if (schedule->total_iterations > 0) total_steps_ = schedule->total_iterations;
   return k;
 }
 
@@ -321,6 +322,8 @@ absl::StatusOr<const client::ScheduledIteration*> Trainer::Iteration(
     schedule_[i.iteration] = std::move(i);
   }
   schedule_done_ = schedule->done;
+  // A re-formed group's plan may have another length.
+  if (schedule->total_iterations > 0) total_steps_ = schedule->total_iterations;
   it = schedule_.find(t);
   if (it == schedule_.end()) return nullptr;
   return &it->second;
@@ -352,6 +355,45 @@ absl::Status Trainer::WaitSlot(int slot) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
+                             int64_t* resume) {
+  if (mode_ != "sync_sgd" || rejoins_left_ <= 0) return why;
+  --rejoins_left_;
+  std::printf("starling-worker: step %lld: %s\n",
+              static_cast<long long>(t),  // NOLINT(runtime/int)
+              std::string(why.message()).c_str());
+  absl::StatusOr<Client::Rejoined> rejoined = client_->Rejoin();
+  if (!rejoined.ok()) {
+    return Failed(absl::StrCat("rejoining after step ", t, " failed (",
+                               why.message(), ")"),
+                  rejoined.status());
+  }
+  // The pushes in flight went with the old group; the schedule is the new
+  // group's from the step the run goes on at.
+  for (std::vector<Future>& pushes : pushes_) pushes.clear();
+  schedule_.clear();
+  schedule_done_ = false;
+  absl::StatusOr<absl::Span<float>> sums =
+      client_->Allocate(kSums + client_->total_workers());
+  if (!sums.ok()) {
+    return Failed("allocating the evaluation buffer", sums.status());
+  }
+  sums_buffer_ = *sums;
+  *resume = rejoined->next_step;
+  STARLING_RETURN_IF_ERROR(
+      Pull(*resume, absl::StrCat("rejoined at step ", *resume)));
+  std::printf(
+      "starling-worker: rejoined run %llu at step %lld as worker %d of rank "
+      "%d of %d (%d workers); %lld pushed step(s) rolled back\n",
+      static_cast<unsigned long long>(rejoined->run_id),  // NOLINT
+      static_cast<long long>(*resume),                    // NOLINT
+      client_->worker_index(), client_->rank(), client_->group_size(),
+      client_->total_workers(),
+      static_cast<long long>(rejoined->rolled_back));  // NOLINT
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Run() {
   absl::Status status = Setup();
   if (status.ok()) status = Begin();
@@ -378,13 +420,19 @@ absl::Status Trainer::Run() {
     }
     resumed_past_the_end = last;
   }
+  rejoins_left_ = options_.rejoins;
   for (int64_t t = first_step_; !resumed_past_the_end; ++t) {
     absl::StatusOr<const client::ScheduledIteration*> it = Iteration(t);
     if (!it.ok()) return it.status();
     if (*it == nullptr) break;
     const client::ScheduledIteration& iteration = **it;
-    STARLING_RETURN_IF_ERROR(Step(iteration));
-    if (iteration.iteration_in_epoch == iterations_per_epoch_ - 1) {
+    if (absl::Status stepped = Step(iteration); !stepped.ok()) {
+      int64_t resume = t;
+      STARLING_RETURN_IF_ERROR(Rejoin(t, stepped, &resume));
+      t = resume - 1;  // the loop's ++t trains step `resume` next
+      continue;
+    }
+    if (iteration.last_in_epoch) {
       const bool last = iteration.epoch == epochs_ - 1;
       STARLING_RETURN_IF_ERROR(EndEpoch(t, iteration.epoch, last));
       if (last) break;

@@ -23,6 +23,13 @@
 // from the pool. A worker started in place of one that left a running run
 // (same index) resumes at Client::first_step().
 //
+// In sync_sgd, a step cut short because a daemon of the group was lost
+// does not end the worker while the run goes on in the re-formed group:
+// it rejoins (Client::Rejoin), logs where the run goes on and how many of
+// its pushed steps were rolled back, pulls that step's parameters and
+// trains on from there on the coordinator's schedule for the new group
+// (the epoch's unread partitions over the remaining workers).
+//
 // A replacement that starts at an epoch's first step also does the ended
 // epoch's evaluation all-reduce (and, after the last epoch, the barrier
 // before it) unless its predecessor completed it
@@ -78,6 +85,9 @@ struct TrainerOptions {
   std::string epochs_table_path;  // CSV, one row per epoch
   absl::Duration timeout = absl::Seconds(60);
   size_t pool_bytes = size_t{64} << 20;
+  // sync_sgd: re-formations of the group (a daemon lost, the run goes on)
+  // to rejoin (Client::Rejoin) before a failed step ends the worker.
+  int rejoins = 3;
   // Testing: after the pushes of this step completed, the process kills
   // itself (SIGKILL) as a crash would. -1: never.
   int64_t exit_after_step = -1;

@@ -62,6 +62,10 @@ class Trainer {
   absl::StatusOr<const client::ScheduledIteration*> Iteration(int64_t t);
   absl::StatusOr<client::Schedule> FetchSchedule(int64_t next);
   absl::Status Step(const client::ScheduledIteration& it);
+  // After step t failed with `why`: rejoins the run where it goes on
+  // (sync_sgd, --rejoins left); sets *resume to the step to train next.
+  // Returns `why` when the worker cannot rejoin.
+  absl::Status Rejoin(int64_t t, const absl::Status& why, int64_t* resume);
   // The samples of iteration `it` for this worker.
   std::vector<int64_t> Samples(const client::ScheduledIteration& it);
   // Forward, loss and backward of step t on `samples` (not empty), calling
@@ -112,6 +116,7 @@ class Trainer {
   uint64_t partitions_per_epoch_ = 0;
   int64_t total_steps_ = 0;
   int64_t first_step_ = 0;
+  int rejoins_left_ = 0;
   std::string mode_;
   int staleness_ = 0;
   std::unique_ptr<ElasticWorker> elastic_;  // EASGD modes
