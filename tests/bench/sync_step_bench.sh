@@ -82,6 +82,11 @@ WORKER_PIDS=()
 # In the simulated cluster: host r's namespace and addresses; else loopback.
 in_host() { if [[ -n $NETNS ]]; then ip netns exec "h$1" "${@:2}"; else "${@:2}"; fi; }
 in_ctl() { if [[ -n $NETNS ]]; then ip netns exec pbctl "$@"; else "$@"; fi; }
+# For `spawn_* ... &`: the background subshell becomes the process itself
+# (exec), so that $! is the daemon's or worker's pid and cleanup's kill
+# reaches it, not a subshell that leaves it running.
+spawn_host() { if [[ -n $NETNS ]]; then exec ip netns exec "h$1" "${@:2}"; else exec "${@:2}"; fi; }
+spawn_ctl() { if [[ -n $NETNS ]]; then exec ip netns exec pbctl "$@"; else exec "$@"; fi; }
 PB=$WORK/peerbench
 cleanup() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -146,7 +151,7 @@ if [[ -n $NETNS ]]; then
   head -c 32 /dev/urandom >"$WORK/secret"
   chmod 600 "$WORK/secret"
 fi
-in_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
+spawn_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
     --replicas "$REPLICAS" --optimizer "$OPTIMIZER" \
     --parameter_count "$DIM" --learning_rate 0.1 --listen "$COORD" \
     --metrics_port $((PORT_BASE + 1)) --log_level warning \
@@ -156,7 +161,7 @@ for ((r = 0; r < DAEMONS; r++)); do
   DATA_ADDRESS=()
   [[ -n $NETNS ]] && DATA_ADDRESS=(--data_address "10.77.0.$((r + 1))"
                                    --cluster_secret_file "$WORK/secret")
-  in_host "$r" "$BIN/starling-node" --coordinator "$COORD" --job_id bench --hostname "node$r" \
+  spawn_host "$r" "$BIN/starling-node" --coordinator "$COORD" --job_id bench --hostname "node$r" \
       "${DATA_ADDRESS[@]}" --data_port $((PORT_BASE + 10 + r)) --admin_port $((PORT_BASE + 40 + r)) \
       --metrics_port $((PORT_BASE + 70 + r)) --worker_socket "$WORK/node$r.sock" \
       --local_workers "$WORKERS" --log_level warning \
@@ -170,7 +175,7 @@ VIEW_FLAG=()
 [[ $PIPELINE == 1 ]] && VIEW_FLAG+=(--pipeline)
 for ((r = 0; r < DAEMONS; r++)); do
   for ((w = 0; w < WORKERS; w++)); do
-    in_host "$r" "$BIN/sync_step_worker" --worker_socket "$WORK/node$r.sock" --worker_index "$w" \
+    spawn_host "$r" "$BIN/sync_step_worker" --worker_socket "$WORK/node$r.sock" --worker_index "$w" \
         --dim "$DIM" --warmup "$WARMUP" --steps "$STEPS" --sync_dir "$WORK/sync" \
         "${VIEW_FLAG[@]}" \
         >"$WORK/worker$r.$w.out" 2>"$WORK/worker$r.$w.err" &
