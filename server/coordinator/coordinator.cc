@@ -497,6 +497,11 @@ int Coordinator::TotalWorkersLocked() const {
   return total;
 }
 
+bool Coordinator::PlanContinuedLocked() const {
+  return planner_ != nullptr &&
+         (planner_->continued() || schedule_rebase_pending_);
+}
+
 void Coordinator::RebuildPlannerLocked() {
   planner_ = std::make_unique<SchedulePlanner>(
       options_.partitions_per_epoch, options_.epochs,
@@ -674,10 +679,7 @@ void Coordinator::RegisterLocked(int rank, const proto::JoinRequest& node,
   runs_.Adopt(run, highest_run_id, static_cast<int>(members_.size()));
   restored_ = false;
   // A plan the record continued (a run that went on) stays.
-  if (planner_ == nullptr ||
-      (planner_->Segments().size() == 1 && !schedule_rebase_pending_)) {
-    RebuildPlannerLocked();
-  }
+  if (!PlanContinuedLocked()) RebuildPlannerLocked();
   UpdateGroupGaugesLocked();
   MarkDirtyLocked();
   changed_.SignalAll();
@@ -738,8 +740,7 @@ proto::CoordinatorState Coordinator::Snapshot() const {
   }
   state.set_last_error(last_error_);
   state.set_carried_run_id(carried_run_id_);
-  if (formed_ && planner_ != nullptr &&
-      (planner_->Segments().size() > 1 || schedule_rebase_pending_)) {
+  if (formed_ && PlanContinuedLocked()) {
     for (const proto::ScheduleSegment& segment : planner_->Segments()) {
       *state.add_schedule_segments() = segment;
     }

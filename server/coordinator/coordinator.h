@@ -305,6 +305,8 @@ class Coordinator {
   absl::Status CheckSameGroupLocked(const proto::RejoinRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildPlannerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // planner_ continues an earlier group's plan (a run went on), or is to.
+  bool PlanContinuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each member's local workers (at least 1), by rank, and their sum.
   std::vector<int> WorkersPerRankLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

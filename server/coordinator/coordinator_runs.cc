@@ -144,9 +144,7 @@ void Coordinator::DecideBeginLocked() {
   }
   // A new run reads the data from its first iteration, planned for the
   // group as it is (a plan continued for a run that went on was its own).
-  if (planner_->Segments().size() > 1 || schedule_rebase_pending_) {
-    RebuildPlannerLocked();
-  }
+  if (PlanContinuedLocked()) RebuildPlannerLocked();
   STARLING_LOG(INFO) << "run " << outcome->run_id() << " began on "
                      << requests.size()
                      << " ranks: " << outcome->total_workers() << " workers, "

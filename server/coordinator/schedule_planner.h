@@ -64,6 +64,8 @@ class SchedulePlanner {
   // Iterations of the whole plan; the first one the last segment plans.
   uint64_t total_iterations() const;
   uint64_t first_iteration() const { return last().first_iteration; }
+  // Whether the plan continues an earlier group's (more than one segment).
+  bool continued() const { return segments_.size() > 1; }
   // The epoch `iteration` is in (epochs() once past the end).
   uint64_t EpochOf(uint64_t iteration) const;
 

@@ -524,36 +524,26 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
   // of the last plane that served (not this one's).
   bool still_suspended = false;
   if (group.carried_run_id() != 0) {
-    CarriedRun carried;
-    carried.run_id = group.carried_run_id();
-    carried.local_workers = options_.local_workers;
-    carried.old_rank = served_rank;
-    carried.old_size = served_size;
     // The state handed over by the last plane that served; where a later
     // group's plane never formed (a member lost while forming it), the
     // run still goes on from that state in the group after.
-    if (carry.has_value() && carry->run_id == carried.run_id &&
+    CarriedRun carried;
+    if (carry.has_value() && carry->carried.run_id == group.carried_run_id() &&
         carry->epoch == served_epoch) {
-      carried.run = std::move(carry->run);
-      carried.old_rank = carry->old_rank;
-      carried.old_size = carry->old_size;
+      carried = std::move(carry->carried);
+    } else {
+      carried.run_id = group.carried_run_id();
+      carried.old_rank = served_rank;
+      carried.old_size = served_size;
     }
+    carried.local_workers = options_.local_workers;
     // Its errors are logged and reported there: the run fails on every
     // daemon alike (the plan is the same everywhere), or, where a member
     // was lost meanwhile, waits for the group after with the same state.
-    const absl::Status continued =
-        plane->runs->ContinueRun(carried, &still_suspended);
-    still_suspended = !continued.ok() && still_suspended;
+    plane->runs->ContinueRun(carried, &still_suspended).IgnoreError();
     if (still_suspended) {
-      absl::MutexLock lock(&mu_);
-      Carry again;
-      again.run_id = carried.run_id;
-      again.run = carried.run;
-      again.old_rank = carried.old_rank;
-      again.old_size = carried.old_size;
-      again.epoch = served_epoch;
-      again.since = absl::Now();
-      carry_ = std::move(again);
+      OnRunSuspended(carried.run, served_epoch, carried.old_rank,
+                     carried.old_size);
     }
   }
   size_t stale_workers = 0;
@@ -634,7 +624,7 @@ void NodeDaemon::OnRunFailed(const proto::RunFailure& failure) {
   {
     // A run the coordinator failed does not go on.
     absl::MutexLock lock(&mu_);
-    if (carry_.has_value() && carry_->run_id == failure.run_id()) {
+    if (carry_.has_value() && carry_->carried.run_id == failure.run_id()) {
       STARLING_LOG(WARNING) << "run " << failure.run_id()
                             << " does not go on: the coordinator failed it ("
                             << failure.error() << ")";
@@ -655,10 +645,10 @@ void NodeDaemon::OnRunSuspended(std::shared_ptr<Run> run, uint64_t epoch,
                                 int rank, int size) {
   absl::MutexLock lock(&mu_);
   Carry carry;
-  carry.run_id = run->id;
-  carry.run = std::move(run);
-  carry.old_rank = rank;
-  carry.old_size = size;
+  carry.carried.run_id = run->id;
+  carry.carried.run = std::move(run);
+  carry.carried.old_rank = rank;
+  carry.carried.old_size = size;
   carry.epoch = epoch;
   carry.since = absl::Now();
   carry_ = std::move(carry);
@@ -687,7 +677,7 @@ bool NodeDaemon::CarryPendingLocked(absl::Time now) {
   const absl::Duration bound = std::max(
       absl::Seconds(5), 3 * absl::Milliseconds(config_.heartbeat_timeout_ms()));
   if (now - carry_->since > bound) {
-    STARLING_LOG(WARNING) << "run " << carry_->run_id
+    STARLING_LOG(WARNING) << "run " << carry_->carried.run_id
                           << " does not go on: no re-formed group carried it "
                           << "within " << absl::FormatDuration(bound);
     carry_.reset();

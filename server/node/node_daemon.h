@@ -207,12 +207,10 @@ class NodeDaemon : public WorkerRequestHandler {
   std::string Self() const;
   std::string SelfAt(int rank) const;
 
-  // A run that may go on in the re-formed group (OnRunSuspended).
+  // A run that may go on in the re-formed group (OnRunSuspended): this
+  // daemon's state of it and place in the group of `epoch`.
   struct Carry {
-    uint64_t run_id = 0;
-    std::shared_ptr<Run> run;
-    int old_rank = -1;
-    int old_size = 0;
+    CarriedRun carried;
     uint64_t epoch = 0;
     absl::Time since;
   };

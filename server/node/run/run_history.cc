@@ -23,6 +23,20 @@ proto::RunStatus RunStatusOf(const Run& run, proto::RunStatus::State state,
   return status;
 }
 
+absl::Status FailedRunError(const proto::RunStatus& status) {
+  if (status.suspended()) {
+    // Its group lost a daemon: the run may go on in the re-formed group.
+    return absl::AbortedError(absl::StrCat(
+        "run ", status.run_id(), " stopped at step ", status.steps(), ": ",
+        status.error(),
+        "; it goes on in the re-formed group from its last committed step: "
+        "reconnect to resume (Client::Rejoin)"));
+  }
+  return absl::AbortedError(absl::StrCat("run ", status.run_id(),
+                                         " failed at step ", status.steps(),
+                                         ": ", status.error()));
+}
+
 RunHistory::RunHistory(int capacity) : capacity_(std::max(1, capacity)) {}
 
 void RunHistory::Record(const proto::RunStatus& status) {
@@ -33,16 +47,8 @@ void RunHistory::Record(const proto::RunStatus& status) {
 absl::Status RunHistory::StaleRunError(uint64_t run_id) const {
   for (auto it = runs_.rbegin(); it != runs_.rend(); ++it) {
     if (it->run_id() != run_id) continue;
-    if (it->state() == proto::RunStatus::STATE_FAILED && it->suspended()) {
-      // Its group lost a daemon: the run may go on in the re-formed group.
-      return absl::AbortedError(absl::StrCat(
-          "run ", run_id, " stopped at step ", it->steps(), ": ", it->error(),
-          "; it goes on in the re-formed group from its last committed step: "
-          "reconnect to resume (Client::Rejoin)"));
-    }
     if (it->state() == proto::RunStatus::STATE_FAILED) {
-      return absl::AbortedError(absl::StrCat("run ", run_id, " failed at step ",
-                                             it->steps(), ": ", it->error()));
+      return FailedRunError(*it);
     }
     return absl::FailedPreconditionError(
         absl::StrCat("run ", run_id, " finished after ", it->steps(),

@@ -26,6 +26,12 @@ double UnixSeconds(absl::Time t);
 proto::RunStatus RunStatusOf(const Run& run, proto::RunStatus::State state,
                              int64_t steps);
 
+// What a worker is told of a run that ended FAILED (`status`): Aborted,
+// "run R failed at step S: <error>", or for a suspended one (its group
+// lost a daemon) "run R stopped at step S: <error>; it goes on ...:
+// reconnect to resume (Client::Rejoin)".
+absl::Status FailedRunError(const proto::RunStatus& status);
+
 class RunHistory {
  public:
   // Keeps the last max(1, `capacity`) runs.

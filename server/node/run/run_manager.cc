@@ -257,14 +257,7 @@ void RunManager::FailRunLocked(uint64_t run_id, const absl::Status& why,
   status.set_error(std::string(why.message()));
   status.set_ended_unix_seconds(UnixSeconds(absl::Now()));
   status.set_suspended(suspended);
-  const absl::Status failed =
-      suspended
-          ? absl::AbortedError(absl::StrCat(
-                "run ", run_id, " stopped at step ", steps, ": ", why.message(),
-                "; it goes on in the re-formed group from its last committed "
-                "step: reconnect to resume (Client::Rejoin)"))
-          : absl::AbortedError(absl::StrCat("run ", run_id, " failed at step ",
-                                            steps, ": ", why.message()));
+  const absl::Status failed = FailedRunError(status);
   if (suspended) {
     deferred->suspended = run_;
     deferred->suspended_why = why;

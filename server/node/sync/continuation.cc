@@ -235,7 +235,7 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
     int local_workers, RunFactoryOptions options,
     collective::Communicator* comm, const collective::CallOptions& call,
-    int64_t* version, ResumePlan* plan_out) {
+    int64_t* version) {
   const int size = comm->size();
   const int rank = comm->rank();
   // 1. Every daemon's account.
@@ -259,7 +259,6 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
   // 2. The plan, alike on every daemon.
   STARLING_ASSIGN_OR_RETURN(ResumePlan plan,
                             PlanResume(options.run_id, accounts));
-  if (plan_out != nullptr) *plan_out = plan;
   SyncRun& old = *carried;  // the plan holds: every daemon carries it
   const int64_t v = plan.version;
   const uint64_t elements = old.layout.total_elements;

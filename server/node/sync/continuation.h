@@ -100,7 +100,7 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
     int local_workers, RunFactoryOptions options,
     collective::Communicator* comm, const collective::CallOptions& call,
-    int64_t* version, ResumePlan* plan_out = nullptr);
+    int64_t* version);
 
 }  // namespace node
 }  // namespace starling

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -26,6 +27,7 @@
 #include "server/node/run/run_factory.h"
 #include "server/node/sync/step_data_path.h"
 #include "server/node/sync/sync_run.h"
+#include "server/node/sync/sync_test_util.h"
 #include "server/node/telemetry/node_metrics.h"
 
 namespace starling {
@@ -33,25 +35,6 @@ namespace node {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<proto::TensorSpec> Tensors(proto::DataType dtype) {
-  std::vector<proto::TensorSpec> tensors;
-  const int64_t sizes[] = {700, 29, 3001};
-  const int buckets[] = {1, 1, 0};
-  for (int t = 0; t < 3; ++t) {
-    proto::TensorSpec spec;
-    spec.set_name(absl::StrCat("t", t));
-    spec.add_shape(sizes[t]);
-    spec.set_dtype(dtype);
-    spec.set_bucket(buckets[t]);
-    tensors.push_back(spec);
-  }
-  return tensors;
-}
-
-float Initial(uint64_t i) {
-  return static_cast<float>(static_cast<int>(i % 2001) - 1000) / 64.0f;
-}
 
 // The reduced gradient of flat element i in step `step` (the same whoever
 // owns i, so that the reference does not depend on the group).
@@ -132,22 +115,20 @@ void AddShard(const SyncRun& run, Full* full) {
   }
 }
 
-// Rank `rank`'s run of the old group, at version 0 (Initial parameters).
+// Rank `rank`'s run of the old group, at version 0.
 absl::StatusOr<std::shared_ptr<SyncRun>> StartRank(const Scenario& c,
                                                    int rank) {
-  absl::StatusOr<std::shared_ptr<SyncRun>> run =
-      CreateSyncRun(Tensors(c.dtype), OptionsFor(c, c.ranks, rank, c.distance));
-  if (!run.ok()) return run;
-  absl::Span<float> p = (*run)->store->parameters();
-  for (size_t i = 0; i < p.size(); ++i) p[i] = Initial(i);
-  StepDataPath::TakeMaster(**run);
-  return run;
+  return StartRunAtVersion0(ThreeTensors(c.dtype, {700, 29, 3001}),
+                            OptionsFor(c, c.ranks, rank, c.distance));
 }
 
-// A fault-free run of `versions` steps on `c.ranks` daemons: the full
-// master and state after it, and the parameters.
-Full Reference(const Scenario& c, int64_t versions,
-               std::vector<float>* params) {
+// Every rank's run on `c.ranks` loopback daemons, started at version 0,
+// after `steps(rank, run, path)` ran on it (each rank with its own metrics
+// and data path); null for a rank whose steps failed.
+std::vector<std::shared_ptr<SyncRun>> OnEveryRank(
+    const Scenario& c,
+    const std::function<absl::Status(int rank, SyncRun& run,
+                                     StepDataPath& path)>& steps) {
   std::vector<std::shared_ptr<SyncRun>> runs(c.ranks);
   EXPECT_OK(collective::FirstError(collective::RunOnLoopback(
       c.ranks, collective::CommunicatorOptions(),
@@ -157,17 +138,29 @@ Full Reference(const Scenario& c, int64_t versions,
         if (!metrics.ok()) return metrics.status();
         absl::StatusOr<std::shared_ptr<SyncRun>> created = StartRank(c, rank);
         if (!created.ok()) return created.status();
-        SyncRun& run = **created;
         StepDataPath path(comm, &*metrics);
+        const absl::Status stepped = steps(rank, **created, path);
+        if (!stepped.ok()) return stepped;
+        runs[rank] = *created;
+        return absl::OkStatus();
+      })));
+  return runs;
+}
+
+// A fault-free run of `versions` steps on `c.ranks` daemons: the full
+// master and state after it, and the parameters.
+Full Reference(const Scenario& c, int64_t versions,
+               std::vector<float>* params) {
+  const std::vector<std::shared_ptr<SyncRun>> runs =
+      OnEveryRank(c, [&](int, SyncRun& run, StepDataPath& path) {
         for (int64_t step = 0; step < versions; ++step) {
           SetGradients(run, step);
           absl::Status s =
               path.UpdateAndGather(run, step, collective::CallOptions());
           if (!s.ok()) return s;
         }
-        runs[rank] = *created;
         return absl::OkStatus();
-      })));
+      });
   Full full;
   for (const auto& run : runs) {
     if (run != nullptr) AddShard(*run, &full);
@@ -181,44 +174,32 @@ Full Reference(const Scenario& c, int64_t versions,
 
 // The old group: k whole steps, then step k + 1 as far as the scenario says.
 std::vector<std::shared_ptr<SyncRun>> OldGroup(const Scenario& c) {
-  std::vector<std::shared_ptr<SyncRun>> runs(c.ranks);
-  EXPECT_OK(collective::FirstError(collective::RunOnLoopback(
-      c.ranks, collective::CommunicatorOptions(),
-      [&](int rank, collective::Communicator* comm) -> absl::Status {
-        metrics::MetricsRegistry registry;
-        absl::StatusOr<NodeMetrics> metrics = NodeMetrics::Register(&registry);
-        if (!metrics.ok()) return metrics.status();
-        absl::StatusOr<std::shared_ptr<SyncRun>> created = StartRank(c, rank);
-        if (!created.ok()) return created.status();
-        SyncRun& run = **created;
-        if (run.replica == nullptr) return absl::InternalError("no replica");
-        StepDataPath path(comm, &*metrics);
-        const collective::CallOptions call;
-        for (int64_t step = 0; step <= kSteps; ++step) {
-          SetGradients(run, step);
-          const bool last = step == kSteps;
-          if (last && c.reached == Reached::kNothing) break;
-          if (last && c.reached == Reached::kUpdated) {
-            bool mine = false;
-            for (int u : c.updated) mine |= u == rank;
-            if (mine) {
-              absl::Status s = path.UpdateMaster(run, step);
-              if (!s.ok()) return s;
-            }
-            break;
-          }
-          absl::Status s = path.UpdateAndGather(run, step, call);
-          if (!s.ok()) return s;
-          s = path.HandToBuddy(run, step, call);
-          if (!s.ok()) return s;
-          if (last && c.reached == Reached::kShifted) break;
-          s = path.UpdateReplica(run, step);
+  return OnEveryRank(c, [&](int rank, SyncRun& run, StepDataPath& path) {
+    if (run.replica == nullptr) return absl::InternalError("no replica");
+    const collective::CallOptions call;
+    for (int64_t step = 0; step <= kSteps; ++step) {
+      SetGradients(run, step);
+      const bool last = step == kSteps;
+      if (last && c.reached == Reached::kNothing) break;
+      if (last && c.reached == Reached::kUpdated) {
+        bool mine = false;
+        for (int u : c.updated) mine |= u == rank;
+        if (mine) {
+          absl::Status s = path.UpdateMaster(run, step);
           if (!s.ok()) return s;
         }
-        runs[rank] = *created;
-        return absl::OkStatus();
-      })));
-  return runs;
+        break;
+      }
+      absl::Status s = path.UpdateAndGather(run, step, call);
+      if (!s.ok()) return s;
+      s = path.HandToBuddy(run, step, call);
+      if (!s.ok()) return s;
+      if (last && c.reached == Reached::kShifted) break;
+      s = path.UpdateReplica(run, step);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
 }
 
 class ContinuationTest : public ::testing::TestWithParam<Scenario> {};

@@ -22,6 +22,7 @@
 #include "server/node/run/run_factory.h"
 #include "server/node/sync/step_data_path.h"
 #include "server/node/sync/sync_run.h"
+#include "server/node/sync/sync_test_util.h"
 #include "server/node/telemetry/node_metrics.h"
 
 namespace starling {
@@ -37,25 +38,8 @@ struct Case {
   proto::DataType dtype;
 };
 
-// Three tensors in two buckets (bucket 0 holds the last declared).
 std::vector<proto::TensorSpec> Tensors(proto::DataType dtype) {
-  std::vector<proto::TensorSpec> tensors;
-  const int64_t sizes[] = {1000, 37, 5003};
-  const int buckets[] = {1, 1, 0};
-  for (int t = 0; t < 3; ++t) {
-    proto::TensorSpec spec;
-    spec.set_name(absl::StrCat("t", t));
-    spec.add_shape(sizes[t]);
-    spec.set_dtype(dtype);
-    spec.set_bucket(buckets[t]);
-    tensors.push_back(spec);
-  }
-  return tensors;
-}
-
-// A value every rank computes alike, exact in 16 bits (k / 64, |k| < 1024).
-float Initial(uint64_t i) {
-  return static_cast<float>(static_cast<int>(i % 2001) - 1000) / 64.0f;
+  return ThreeTensors(dtype, {1000, 37, 5003});
 }
 
 // What rank `rank`'s reduce-scatter leaves for element j of its master
@@ -99,13 +83,10 @@ std::vector<RankResult> RunSteps(
         options.learning_rate = 0.05f;
         options.buddy_distance = c.distance;
         absl::StatusOr<std::shared_ptr<SyncRun>> created =
-            CreateSyncRun(Tensors(c.dtype), options);
+            StartRunAtVersion0(Tensors(c.dtype), options);
         if (!created.ok()) return created.status();
         SyncRun& run = **created;
         if (run.replica == nullptr) return absl::InternalError("no replica");
-        absl::Span<float> params = run.store->parameters();
-        for (size_t i = 0; i < params.size(); ++i) params[i] = Initial(i);
-        StepDataPath::TakeMaster(run);
         StepDataPath path(comm, &*metrics);
         for (int64_t step = 0; step < steps; ++step) {
           for (size_t j = 0; j < run.master.size(); ++j) {

@@ -270,12 +270,10 @@ absl::StatusOr<std::shared_ptr<Run>> SyncEngine::ContinueRun(
       carried.run != nullptr ? std::static_pointer_cast<SyncRun>(carried.run)
                              : nullptr;
   const int64_t held = old != nullptr ? old->master_version : 0;
-  ResumePlan plan;
   STARLING_ASSIGN_OR_RETURN(
       std::shared_ptr<SyncRun> run,
       node::ContinueRun(old, carried.old_rank, carried.old_size,
-                        carried.local_workers, options, comm_, call, version,
-                        &plan));
+                        carried.local_workers, options, comm_, call, version));
   metrics_->run_continuations->Increment();
   if (held > *version) {
     metrics_->steps_rolled_back->Increment(

@@ -1,6 +1,7 @@
 #include "server/transport/tcp/mesh.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
@@ -31,6 +33,33 @@ struct Attempt {
 // How often forming a mesh asks TcpOptions::give_up.
 constexpr absl::Duration kGiveUpPoll = absl::Milliseconds(50);
 
+// Why forming should stop now (TcpOptions::give_up), if it should.
+std::optional<std::string> ReasonToGiveUp(const TcpOptions& options) {
+  if (!options.give_up) return std::nullopt;
+  return options.give_up();
+}
+
+// Runs `wait(until)` until `deadline`: at once without give_up, else in
+// slices of kGiveUpPoll, asking it between them. `wait`'s status (its
+// DeadlineExceeded at `deadline`), or Cancelled "<stopping>: <reason>".
+absl::Status WaitHearingGiveUp(
+    const TcpOptions& options, absl::Time deadline,
+    const std::function<absl::Status(absl::Time until)>& wait,
+    absl::string_view stopping) {
+  while (true) {
+    const absl::Time slice = options.give_up
+                                 ? std::min(deadline, absl::Now() + kGiveUpPoll)
+                                 : deadline;
+    const absl::Status status = wait(slice);
+    if (status.ok() || slice >= deadline || !absl::IsDeadlineExceeded(status)) {
+      return status;
+    }
+    if (std::optional<std::string> why = ReasonToGiveUp(options)) {
+      return absl::CancelledError(absl::StrCat(stopping, ": ", *why));
+    }
+  }
+}
+
 // One connection to `peer` and its handshake, driven with blocking reads of
 // exactly the bytes the handshake wants.
 Attempt TryDial(const TcpOptions& options, int peer, int socket_index,
@@ -38,25 +67,17 @@ Attempt TryDial(const TcpOptions& options, int peer, int socket_index,
   const std::string who = name(peer);
   Attempt attempt;
   absl::StatusOr<ScopedFd> connected;
-  while (true) {
-    // In slices, to hear give_up.
-    const absl::Time slice = options.give_up
-                                 ? std::min(deadline, absl::Now() + kGiveUpPoll)
-                                 : deadline;
-    connected = ConnectWithRetry(options.peers[peer], who, slice,
-                                 options.initial_backoff, options.max_backoff);
-    if (connected.ok() || slice >= deadline ||
-        !absl::IsDeadlineExceeded(connected.status())) {
-      break;
-    }
-    if (std::optional<std::string> why = options.give_up()) {
-      attempt.fd = absl::CancelledError(absl::StrCat(
-          name(options.rank), " stopped connecting to ", who, ": ", *why));
-      return attempt;
-    }
-  }
-  if (!connected.ok()) {
-    attempt.fd = connected.status();
+  const absl::Status reached = WaitHearingGiveUp(
+      options, deadline,
+      [&](absl::Time until) {
+        connected =
+            ConnectWithRetry(options.peers[peer], who, until,
+                             options.initial_backoff, options.max_backoff);
+        return connected.status();
+      },
+      absl::StrCat(name(options.rank), " stopped connecting to ", who));
+  if (!reached.ok()) {
+    attempt.fd = reached;
     return attempt;
   }
   ScopedFd fd = std::move(*connected);
@@ -153,12 +174,10 @@ absl::StatusOr<ScopedFd> DialPeer(const TcpOptions& options, int peer,
           status, absl::StrCat("while connecting ", name(options.rank), " to ",
                                name(peer)));
     }
-    if (options.give_up) {
-      if (std::optional<std::string> why = options.give_up()) {
-        return absl::CancelledError(absl::StrCat(name(options.rank),
-                                                 " stopped connecting to ",
-                                                 name(peer), ": ", *why));
-      }
+    if (std::optional<std::string> why = ReasonToGiveUp(options)) {
+      return absl::CancelledError(absl::StrCat(name(options.rank),
+                                               " stopped connecting to ",
+                                               name(peer), ": ", *why));
     }
     STARLING_LOG(INFO) << name(options.rank) << " retries connecting to "
                        << name(peer) << ": " << status;
@@ -193,23 +212,11 @@ absl::StatusOr<std::vector<std::vector<ScopedFd>>> FormMesh(
     }
   }
   if (acceptor != nullptr) {
-    // In slices, to hear give_up.
-    while (true) {
-      const absl::Time slice =
-          options.give_up ? std::min(deadline, absl::Now() + kGiveUpPoll)
-                          : deadline;
-      const absl::Status status = acceptor->Wait(slice);
-      if (status.ok() || slice >= deadline ||
-          !absl::IsDeadlineExceeded(status)) {
-        STARLING_RETURN_IF_ERROR(status);
-        break;
-      }
-      if (std::optional<std::string> why = options.give_up()) {
-        return absl::CancelledError(absl::StrCat(
-            name(options.rank),
-            " stopped waiting for its peers' connections: ", *why));
-      }
-    }
+    STARLING_RETURN_IF_ERROR(WaitHearingGiveUp(
+        options, deadline,
+        [&](absl::Time until) { return acceptor->Wait(until); },
+        absl::StrCat(name(options.rank),
+                     " stopped waiting for its peers' connections")));
     acceptor->TakeConnections(&mesh);
   }
   return mesh;
