@@ -74,6 +74,15 @@ absl::Status RunManager::ShuttingDown() const {
 }
 
 void RunManager::Flush(Deferred& deferred) {
+  // A suspended run is handed over before its workers hear of the failure:
+  // a worker that rejoins at once then waits for the group that carries it
+  // instead of attaching to a plane whose run has ended.
+  if (deferred.suspended != nullptr) {
+    if (on_suspended_ != nullptr) {
+      on_suspended_(std::move(deferred.suspended), deferred.suspended_why);
+    }
+    deferred.suspended.reset();
+  }
   for (auto& [round, status] : deferred.replies) {
     round.worker.responder->Reply(round.request.id(),
                                   Annotate(status, Describe(round.request)));
@@ -86,12 +95,6 @@ void RunManager::Flush(Deferred& deferred) {
   if (deferred.broadcast) {
     deferred.broadcast = false;
     notices_.Broadcast(deferred.abort);
-  }
-  if (deferred.suspended != nullptr) {
-    if (on_suspended_ != nullptr) {
-      on_suspended_(std::move(deferred.suspended), deferred.suspended_why);
-    }
-    deferred.suspended.reset();
   }
 }
 
@@ -115,8 +118,9 @@ absl::Status RunManager::Attach(const WorkerHandle& worker,
   }
   absl::MutexLock lock(&mu_);
   if (stop_) return ShuttingDown();
-  STARLING_ASSIGN_OR_RETURN(const WorkerSlots::Attached attached,
-                            slots_.Attach(worker, absl::Now(), reply));
+  STARLING_ASSIGN_OR_RETURN(
+      const WorkerSlots::Attached attached,
+      slots_.Attach(worker, run_.get(), absl::Now(), reply));
   if (attached == WorkerSlots::Attached::kResumed) {
     changed_.SignalAll();
   } else {

@@ -23,9 +23,18 @@ std::string WorkerSlots::WorkerName(const WorkerHandle& worker) const {
 }
 
 absl::StatusOr<WorkerSlots::Attached> WorkerSlots::Attach(
-    const WorkerHandle& worker, absl::Time now, proto::HelloReply* reply) {
+    const WorkerHandle& worker, const Run* running, absl::Time now,
+    proto::HelloReply* reply) {
   Slot& slot = slots_[worker.index];
   reply->set_grace_ms(absl::ToInt64Milliseconds(grace_));
+  if (slot.connected && worker.pid != 0 && slot.worker.pid == worker.pid &&
+      slot.worker.session != worker.session) {
+    // The same process connects again (Client::Rejoin closes its
+    // connection first, and this daemon may not have read that close
+    // yet): its earlier connection is over, as if it had closed.
+    const WorkerHandle earlier = slot.worker;
+    Detach(earlier, running, now);
+  }
   switch (slot.state) {
     case SlotState::STATE_ATTACHED:
       return absl::AlreadyExistsError(absl::StrCat(

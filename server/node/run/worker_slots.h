@@ -98,8 +98,12 @@ class WorkerSlots {
 
   // Fills `reply`'s grace_ms, run_id and next_step. AlreadyExists when the
   // index is taken (or finishing); FailedPrecondition when its worker
-  // finished a run that is still running. REQUIRES: index in range.
-  absl::StatusOr<Attached> Attach(const WorkerHandle& worker, absl::Time now,
+  // finished a run that is still running. A worker of the same process
+  // (pid) as the attached one replaces it, as if that one had closed its
+  // connection first; `running` is the running run or null. REQUIRES:
+  // index in range.
+  absl::StatusOr<Attached> Attach(const WorkerHandle& worker,
+                                  const Run* running, absl::Time now,
                                   proto::HelloReply* reply);
   // The worker's connection closed; `running` is the running run or null.
   Detached Detach(const WorkerHandle& worker, const Run* running,

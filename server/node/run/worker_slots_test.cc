@@ -18,11 +18,12 @@ namespace {
 constexpr absl::Duration kGrace = absl::Seconds(60);
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
-WorkerHandle Worker(int index, uint64_t session) {
+WorkerHandle Worker(int index, uint64_t session, pid_t pid = 0) {
   WorkerHandle worker;
   worker.session = session;
   worker.index = index;
   worker.name = "w" + std::to_string(index);
+  worker.pid = pid;
   return worker;
 }
 
@@ -38,8 +39,8 @@ class WorkerSlotsTest : public ::testing::Test {
   void SetUp() override {
     run_.id = 7;
     proto::HelloReply reply;
-    ASSERT_OK(slots_.Attach(Worker(0, 1), kT0, &reply).status());
-    ASSERT_OK(slots_.Attach(Worker(1, 2), kT0, &reply).status());
+    ASSERT_OK(slots_.Attach(Worker(0, 1), &run_, kT0, &reply).status());
+    ASSERT_OK(slots_.Attach(Worker(1, 2), &run_, kT0, &reply).status());
     slots_.BeginRun(run_.id);
     for (int64_t step = 0; step < 3; ++step) {
       slots_.Enqueue(Round{Worker(0, 1), Push(step), kT0});
@@ -83,7 +84,7 @@ TEST_F(WorkerSlotsTest, StatusCountsDownTheGrace) {
 TEST_F(WorkerSlotsTest, ReplacementResumesAtTheStepReached) {
   proto::HelloReply reply;
   absl::StatusOr<WorkerSlots::Attached> attached =
-      slots_.Attach(Worker(1, 3), kT0 + absl::Seconds(5), &reply);
+      slots_.Attach(Worker(1, 3), &run_, kT0 + absl::Seconds(5), &reply);
   ASSERT_OK(attached.status());
   EXPECT_EQ(*attached, WorkerSlots::Attached::kResumed);
   EXPECT_EQ(reply.run_id(), 7u);
@@ -97,8 +98,41 @@ TEST_F(WorkerSlotsTest, ReplacementResumesAtTheStepReached) {
 
 TEST_F(WorkerSlotsTest, TakenIndexIsRefused) {
   proto::HelloReply reply;
-  EXPECT_THAT(slots_.Attach(Worker(0, 9), kT0, &reply).status(),
+  EXPECT_THAT(slots_.Attach(Worker(0, 9), &run_, kT0, &reply).status(),
               StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
+// Client::Rejoin closes its connection and opens another at once: the
+// daemon may see the new hello before the close. The same process (pid)
+// takes its own slot back, at the step its slot had reached; another
+// process is still refused.
+TEST(WorkerSlots, TheSameProcessConnectingAgainTakesItsSlotBack) {
+  WorkerSlots slots(1, kGrace, "rank 0 (test)");
+  node::Run run;
+  run.id = 7;
+  proto::HelloReply reply;
+  ASSERT_OK(slots.Attach(Worker(0, 1, 42), nullptr, kT0, &reply).status());
+  slots.BeginRun(run.id);
+  slots.Enqueue(Round{Worker(0, 1, 42), Push(0), kT0});
+  ASSERT_EQ(slots.TakeRound(1).size(), 1u);
+
+  const absl::Status other =
+      slots.Attach(Worker(0, 2, 43), &run, kT0, &reply).status();
+  EXPECT_THAT(other, StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(other.message(),
+            "worker index 0 on rank 0 (test) is taken by 'w0' (pid 42)");
+
+  absl::StatusOr<WorkerSlots::Attached> again =
+      slots.Attach(Worker(0, 3, 42), &run, kT0, &reply);
+  ASSERT_OK(again.status());
+  EXPECT_EQ(*again, WorkerSlots::Attached::kResumed);
+  EXPECT_EQ(reply.run_id(), 7u);
+  EXPECT_EQ(reply.next_step(), 1);
+  EXPECT_EQ(slots.Find(Worker(0, 1, 42)), nullptr);
+  // The earlier connection's close, read late, changes nothing.
+  EXPECT_EQ(slots.Detach(Worker(0, 1, 42), &run, kT0),
+            WorkerSlots::Detached::kReplaced);
+  EXPECT_NE(slots.Find(Worker(0, 3, 42)), nullptr);
 }
 
 TEST_F(WorkerSlotsTest, FailedRunAnswersQueuedRoundsAndEmptiesLeftSlots) {
@@ -116,7 +150,7 @@ TEST_F(WorkerSlotsTest, FailedRunAnswersQueuedRoundsAndEmptiesLeftSlots) {
 TEST(WorkerSlots, WorkerLeavingBeforeItsRunChangesNothing) {
   WorkerSlots slots(1, kGrace, "rank 0 (test)");
   proto::HelloReply reply;
-  ASSERT_OK(slots.Attach(Worker(0, 1), kT0, &reply).status());
+  ASSERT_OK(slots.Attach(Worker(0, 1), nullptr, kT0, &reply).status());
   EXPECT_EQ(slots.Detach(Worker(0, 1), nullptr, kT0),
             WorkerSlots::Detached::kGone);
   EXPECT_TRUE(slots.Status(kT0).empty());
