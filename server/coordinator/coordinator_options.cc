@@ -127,6 +127,23 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
         "--replicas=", options->replicas,
         ": 0 (one copy of each shard) or 1 (a buddy replica besides)"));
   }
+  if (options->checkpoint_every_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_every_steps=", options->checkpoint_every_steps,
+        ": must be >= 0"));
+  }
+  if (options->checkpoint_every_steps > 0 && options->checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_every_steps=", options->checkpoint_every_steps,
+        " needs --checkpoint_dir (the folder the daemons write them to)"));
+  }
+  if (!options->checkpoint_dir.empty() &&
+      options->checkpoint_dir.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_dir=", options->checkpoint_dir,
+        ": must be an absolute path (the daemons resolve it, each in its "
+        "own working folder)"));
+  }
   return absl::OkStatus();
 }
 
@@ -148,6 +165,10 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
   config.set_staleness(
       options.mode == proto::JobConfig::MODE_ASYNC_SGD ? options.staleness : 0);
   config.set_replicas(options.replicas);
+  if (options.checkpoint_every_steps > 0) {
+    config.set_checkpoint_dir(options.checkpoint_dir);
+    config.set_checkpoint_every_steps(options.checkpoint_every_steps);
+  }
   if (proto::IsElasticMode(options.mode)) {
     config.set_elastic_tau(options.elastic_tau);
     config.set_elastic_beta(options.elastic_beta);

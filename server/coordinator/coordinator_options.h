@@ -77,6 +77,10 @@ struct CoordinatorOptions {
   int staleness = 1;
   // JobConfig.replicas: 1 keeps a buddy replica of every shard, 0 none.
   int replicas = 1;
+  // JobConfig.checkpoint_*: the folder every daemon writes its durable
+  // checkpoints to, and the committed steps between them (0: none).
+  std::string checkpoint_dir;
+  int checkpoint_every_steps = 0;
   // The EASGD modes (JobConfig.elastic_*; sent as 0 in the others): steps
   // between exchanges (>= 1), beta = alpha * workers (in (0, 1]) and
   // async_measgd's Nesterov momentum (in [0, 1)). Defaults: beta and

@@ -105,6 +105,16 @@ ABSL_FLAG(int, replicas, 1,
           "that a committed step survives the loss of one daemon; 0 keeps "
           "one copy (less traffic: 1/N of the model per daemon and step). "
           "Modes of the synchronous step; the shard owners' keep one copy");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "durable checkpoints: the folder (on every node: a shared file "
+          "system) where each daemon writes its master shard and optimizer "
+          "state every --checkpoint_every_steps committed steps, under "
+          "<job>/run-<id>/; a run whose lost shard has no replica left goes "
+          "on from the newest version written whole (a rollback, logged and "
+          "told to the workers). Empty: none");
+ABSL_FLAG(int, checkpoint_every_steps, 0,
+          "with --checkpoint_dir: committed steps between checkpoints (>= 1; "
+          "0: none)");
 ABSL_FLAG(int, elastic_tau, 4,
           "EASGD modes: tau, the local steps between a worker's elastic "
           "exchanges with the centre (>= 1)");
@@ -158,6 +168,8 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options->staleness = absl::GetFlag(FLAGS_staleness);
   options->replicas = absl::GetFlag(FLAGS_replicas);
+  options->checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options->checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   options->elastic_tau = absl::GetFlag(FLAGS_elastic_tau);
   options->elastic_beta = absl::GetFlag(FLAGS_elastic_beta);
   options->elastic_momentum = absl::GetFlag(FLAGS_elastic_momentum);

@@ -208,6 +208,43 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
                               "could be brought to (never an acknowledged "
                               "one)"));
   m.steps_rolled_back = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_checkpoints_written_total",
+                              "Durable checkpoints of this daemon's shard "
+                              "written (fsync'ed and renamed)"));
+  m.checkpoints_written = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_checkpoint_failures_total",
+                              "Durable checkpoints of this daemon's shard "
+                              "that could not be written (logged)"));
+  m.checkpoint_failures = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_checkpoint_bytes_total",
+                              "Bytes of master parameters and optimizer "
+                              "state written to durable checkpoints"));
+  m.checkpoint_bytes = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_checkpoint_seconds_total",
+                              "Seconds the checkpoint writer spent writing "
+                              "(in the background of the steps)"));
+  m.checkpoint_seconds = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge("starling_node_checkpoint_version",
+                            "Newest version of the run this daemon wrote a "
+                            "durable checkpoint of (-1: none)"));
+  m.checkpoint_version = g->Get();
+  m.checkpoint_version->Set(-1);
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_checkpoint_wait_seconds_total",
+                              "Seconds steps waited for the checkpoint "
+                              "writer (the disk slower than the steps)"));
+  m.checkpoint_wait_seconds = c->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      c, registry->AddCounter("starling_node_checkpoint_restores_total",
+                              "Runs that went on from a durable checkpoint "
+                              "(a lost shard had no replica left): a "
+                              "rollback"));
+  m.checkpoint_restores = c->Get();
   metrics::Counter* samples;
   STARLING_ASSIGN_OR_RETURN(
       c, registry->AddCounter("starling_node_worker_samples_total",

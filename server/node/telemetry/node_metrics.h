@@ -115,6 +115,17 @@ struct NodeMetrics {
   // Runs continued in a re-formed group; updates rolled back then.
   metrics::Counter* run_continuations = nullptr;
   metrics::Counter* steps_rolled_back = nullptr;
+  // Durable checkpoints (sync/checkpoint.h): files written and failed, their
+  // bytes and seconds, the newest version written, the seconds steps waited
+  // for the writer (the disk slower than the steps), and runs that went on
+  // from a checkpoint (a shard with no replica left).
+  metrics::Counter* checkpoints_written = nullptr;
+  metrics::Counter* checkpoint_failures = nullptr;
+  metrics::Counter* checkpoint_bytes = nullptr;
+  metrics::Counter* checkpoint_seconds = nullptr;
+  metrics::Gauge* checkpoint_version = nullptr;
+  metrics::Counter* checkpoint_wait_seconds = nullptr;
+  metrics::Counter* checkpoint_restores = nullptr;
   // Samples, loss and accuracy the local workers report.
   std::shared_ptr<WorkerProgress> progress;
 };
