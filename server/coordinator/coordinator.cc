@@ -989,8 +989,11 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
 bool Coordinator::CanCarryLocked() const {
   if (runs_.current() == nullptr) return false;
   const proto::JobConfig config = JobConfigFor(options_);
-  return !proto::UsesShardOwners(config.mode()) && config.replicas() > 0 &&
-         config.optimizer() != "none";
+  if (proto::UsesShardOwners(config.mode())) return false;
+  // Each lost shard from its buddy's replica, or (both lost, or no
+  // replicas) every shard from the newest durable checkpoint.
+  return (config.replicas() > 0 && config.optimizer() != "none") ||
+         config.checkpoint_every_steps() > 0;
 }
 
 void Coordinator::CheckSuspendedLocked(absl::Time now) {

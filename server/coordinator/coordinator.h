@@ -278,7 +278,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the current run can go on without a lost member: a mode of the
   // synchronous step keeping buddy replicas (JobConfig.replicas > 0, an
-  // optimizer other than none), and a run running.
+  // optimizer other than none) or durable checkpoints, and a run running.
   bool CanCarryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A run suspended on some rank for a peer's loss with no member LOST
   // within twice the heartbeat timeout: nothing will carry it; it fails.

@@ -46,7 +46,8 @@ NodeDaemon::NodeDaemon(NodeOptions options, NodeMetrics metrics,
                        std::shared_ptr<CollectiveMonitor> collectives)
     : options_(std::move(options)),
       metrics_(metrics),
-      collectives_(std::move(collectives)) {}
+      collectives_(std::move(collectives)),
+      checkpoints_(std::make_unique<CheckpointWriter>(&metrics_)) {}
 
 NodeDaemon::~NodeDaemon() { Stop(); }
 
@@ -312,6 +313,15 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
                                  ? config.staleness()
                                  : 0;
     sync_options.self = plane->self;
+    if (config.checkpoint_every_steps() > 0 &&
+        !config.checkpoint_dir().empty()) {
+      sync_options.checkpoints = checkpoints_.get();
+      sync_options.checkpoint_root =
+          absl::StrCat(config.checkpoint_dir(), "/", options_.job_id);
+      sync_options.checkpoint_every_steps = config.checkpoint_every_steps();
+      sync_options.group_epoch = group.group_epoch();
+      sync_options.optimizer = config.optimizer();
+    }
     plane->engine = std::make_unique<SyncEngine>(
         sync_options, plane->runs.get(), plane->comm.get(), &metrics_);
   }

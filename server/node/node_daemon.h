@@ -236,6 +236,9 @@ class NodeDaemon : public WorkerRequestHandler {
   MeteredTransport::Counters traffic_;
   std::unique_ptr<WorkerServer> worker_server_;
   std::thread regroup_thread_;
+  // Writes the sync runs' durable checkpoints (JobConfig.checkpoint_*) for
+  // every plane: what a plane submitted is written even after it stopped.
+  std::unique_ptr<CheckpointWriter> checkpoints_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -17,9 +17,9 @@ namespace {
 using collective::DataType;
 
 std::vector<int64_t> Pack(const CarryAccount& a) {
-  return {a.run_id,           a.old_rank,      a.old_size,
-          a.master_version,   a.replica_of,    a.replica_version,
-          a.gradient_version, a.local_workers, a.elements};
+  return {a.run_id,     a.old_rank,        a.old_size,         a.master_version,
+          a.replica_of, a.replica_version, a.gradient_version, a.local_workers,
+          a.elements,   a.durable_version, a.durable_epoch,    a.durable_ranks};
 }
 
 CarryAccount Unpack(const int64_t* f) {
@@ -33,6 +33,9 @@ CarryAccount Unpack(const int64_t* f) {
   a.gradient_version = f[6];
   a.local_workers = f[7];
   a.elements = f[8];
+  a.durable_version = f[9];
+  a.durable_epoch = f[10];
+  a.durable_ranks = f[11];
   return a;
 }
 
@@ -180,6 +183,41 @@ CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
   return a;
 }
 
+// The checkpoint every daemon sees whole: the oldest of their newest (one a
+// daemon saw whole stays so: the writers keep two). Nullopt when a daemon
+// sees none or the job writes none.
+std::optional<WholeVersion> AgreedCheckpoint(
+    const std::vector<CarryAccount>& accounts) {
+  std::optional<WholeVersion> agreed;
+  for (const CarryAccount& a : accounts) {
+    if (a.durable_version < 0 || a.durable_ranks < 1) return std::nullopt;
+    if (!agreed.has_value() || a.durable_version < agreed->version) {
+      agreed = WholeVersion{a.durable_version,
+                            static_cast<uint64_t>(a.durable_epoch),
+                            static_cast<int>(a.durable_ranks)};
+    }
+  }
+  return agreed;
+}
+
+// Why no checkpoint serves, for the error.
+std::string NoCheckpoint(const std::vector<CarryAccount>& accounts) {
+  for (size_t r = 0; r < accounts.size(); ++r) {
+    if (accounts[r].durable_version == CarryAccount::kNoCheckpoints) {
+      return "; the job writes no durable checkpoints (--checkpoint_dir, "
+             "--checkpoint_every_steps) to go on from instead";
+    }
+  }
+  for (size_t r = 0; r < accounts.size(); ++r) {
+    if (accounts[r].durable_version < 0) {
+      return absl::StrCat("; and rank ", r,
+                          " of the new group sees no version of it "
+                          "checkpointed whole");
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<ResumePlan> PlanResume(
     uint64_t run_id, const std::vector<CarryAccount>& accounts) {
   if (accounts.empty()) {
@@ -223,26 +261,168 @@ absl::StatusOr<ResumePlan> PlanResume(
     plan.newest = newest;
     return plan;
   }
+  if (std::optional<WholeVersion> whole = AgreedCheckpoint(accounts)) {
+    // Some shard has no copy in memory: every shard from the checkpoint.
+    ResumePlan from_disk;
+    from_disk.version = whole->version;
+    from_disk.checkpoint = whole;
+    for (int o = 0; o < whole->ranks; ++o) {
+      from_disk.readers.push_back(o % static_cast<int>(accounts.size()));
+    }
+    from_disk.total_workers = total_workers;
+    from_disk.newest = newest;
+    return from_disk;
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "run ", run_id, " cannot go on: no survivor holds ",
       absl::StrJoin(missing.empty() ? missing_newest : missing, "; "),
       " at version ", newest,
       newest > 0 ? absl::StrCat(" or ", newest - 1) : "",
-      " (a rank and its buddy lost together)"));
+      " (a rank and its buddy lost together, or no replicas)",
+      NoCheckpoint(accounts)));
 }
+
+namespace {
+
+// 3. This daemon's shards at the plan's version: its own (rolled back to
+// it where it updated past it) and, where the plan takes it from here, its
+// replica's (brought to it with the gradient in hand), written into `full`.
+absl::Status HeldShards(SyncRun& old, int old_rank, const ResumePlan& plan,
+                        uint64_t elements, int slots,
+                        std::vector<float>* full) {
+  const int64_t v = plan.version;
+  if (old.master_version == v + 1) {
+    if (old.undo_master.size() != old.master.size()) {
+      return absl::InternalError(absl::StrCat(
+          "old rank ", old_rank, " kept no undo of its last update"));
+    }
+    old.master = old.undo_master;
+    STARLING_RETURN_IF_ERROR(Annotate(
+        old.optimizer->RestoreState(old.undo_state),
+        absl::StrCat("rolling old rank ", old_rank, "'s shard back to ", v)));
+    old.master_version = v;
+    // Used: a later plan (a member lost while the state moved) must not
+    // take it for the state before v.
+    old.undo_master.clear();
+    old.undo_state.clear();
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<uint64_t> offsets;
+  OwnLayout(old, &ranges, &offsets);
+  WriteShard(ranges, offsets, old.master, old.optimizer->state(), slots,
+             elements, *full);
+  if (old.replica != nullptr && plan.from_replica[old.replica->of_rank]) {
+    ShardReplica& replica = *old.replica;
+    if (replica.version == v - 1) {
+      // The owner's gradient of v is in the shift buffer: the update the
+      // buddy would have applied after the barrier.
+      STARLING_RETURN_IF_ERROR(
+          Annotate(replica.optimizer->Apply(
+                       absl::MakeSpan(replica.master),
+                       absl::MakeConstSpan(old.master_gradients)
+                           .subspan(replica.half, replica.master.size()),
+                       v),
+                   absl::StrCat("bringing the replica of old rank ",
+                                replica.of_rank, " to version ", v)));
+      replica.version = v;
+    }
+    ranges.clear();
+    offsets.clear();
+    ReplicaLayout(replica, &ranges, &offsets);
+    WriteShard(ranges, offsets, replica.master, replica.optimizer->state(),
+               slots, elements, *full);
+  }
+  return absl::OkStatus();
+}
+
+// 3'. The checkpoint's files this daemon reads (the plan's readers), each
+// checked against the run, written into `full`; then every daemon's
+// outcome, agreed (an all-reduce of one flag per rank), so that a file
+// that does not check fails the run everywhere, before any state moves.
+absl::Status ReadCheckpoint(const CheckpointFolder& folder,
+                            const ResumePlan& plan, int rank, uint64_t elements,
+                            int slots, const RunFactoryOptions& options,
+                            collective::Communicator* comm,
+                            const collective::CallOptions& call,
+                            std::vector<float>* full) {
+  const WholeVersion& whole = *plan.checkpoint;
+  absl::Status mine;
+  for (int o = 0; o < whole.ranks && mine.ok(); ++o) {
+    if (plan.readers[o] != rank) continue;
+    absl::StatusOr<ShardCheckpoint> shard = folder.Read(whole, o);
+    if (!shard.ok()) {
+      mine = shard.status();
+      break;
+    }
+    if (shard->elements != elements || shard->optimizer != options.optimizer ||
+        (!shard->master.empty() && shard->state_slots != slots)) {
+      mine = absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint ",
+          folder.PathOf(whole.version, whole.epoch, o, whole.ranks), " holds ",
+          shard->elements, " parameters with optimizer '", shard->optimizer,
+          "' (", shard->state_slots, " state slots); the run has ", elements,
+          " with '", options.optimizer, "' (", slots, ")"));
+      break;
+    }
+    std::vector<uint64_t> offsets;
+    uint64_t offset = 0;
+    for (const auto& [begin, end] : shard->ranges) {
+      offsets.push_back(offset);
+      offset += end - begin;
+    }
+    WriteShard(shard->ranges, offsets, shard->master, shard->state, slots,
+               elements, *full);
+  }
+  std::vector<int64_t> failed(comm->size(), 0);
+  failed[rank] = mine.ok() ? 0 : 1;
+  STARLING_RETURN_IF_ERROR(Annotate(
+      comm->AllReduce(
+          absl::Span<std::byte>(reinterpret_cast<std::byte*>(failed.data()),
+                                failed.size() * sizeof(int64_t)),
+          DataType::kInt64, collective::ReduceOp::kSum, call),
+      "agreeing that every checkpoint file was read"));
+  if (!mine.ok()) {
+    return Annotate(mine, absl::StrCat("run ", options.run_id,
+                                       " cannot go on from checkpoint "
+                                       "version ",
+                                       whole.version));
+  }
+  for (int r = 0; r < comm->size(); ++r) {
+    if (failed[r] != 0) {
+      return absl::DataLossError(absl::StrCat(
+          "run ", options.run_id, " cannot go on from checkpoint version ",
+          whole.version, ": rank ", r,
+          " of the new group could not read its part (its log names the "
+          "file)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
-    int local_workers, RunFactoryOptions options,
-    collective::Communicator* comm, const collective::CallOptions& call,
-    int64_t* version) {
+    int local_workers, const CheckpointFolder* checkpoints,
+    RunFactoryOptions options, collective::Communicator* comm,
+    const collective::CallOptions& call, int64_t* version,
+    std::optional<WholeVersion>* from_checkpoint) {
   const int size = comm->size();
   const int rank = comm->rank();
   // 1. Every daemon's account.
   std::vector<int64_t> table(static_cast<size_t>(size) * CarryAccount::kFields,
                              0);
-  const std::vector<int64_t> mine = Pack(AccountOf(
-      carried.get(), options.run_id, old_rank, old_size, local_workers));
+  CarryAccount account = AccountOf(carried.get(), options.run_id, old_rank,
+                                   old_size, local_workers);
+  if (checkpoints != nullptr) {
+    const std::vector<WholeVersion> whole = checkpoints->WholeVersions();
+    account.durable_version = whole.empty() ? -1 : whole[0].version;
+    if (!whole.empty()) {
+      account.durable_epoch = static_cast<int64_t>(whole[0].epoch);
+      account.durable_ranks = whole[0].ranks;
+    }
+  }
+  const std::vector<int64_t> mine = Pack(account);
   std::copy(mine.begin(), mine.end(),
             table.begin() + static_cast<size_t>(rank) * CarryAccount::kFields);
   STARLING_RETURN_IF_ERROR(Annotate(
@@ -263,48 +443,17 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
   const int64_t v = plan.version;
   const uint64_t elements = old.layout.total_elements;
   STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
-  // 3. This daemon's shards at v.
-  if (old.master_version == v + 1) {
-    if (old.undo_master.size() != old.master.size()) {
-      return absl::InternalError(absl::StrCat(
-          "old rank ", old_rank, " kept no undo of its last update"));
-    }
-    old.master = old.undo_master;
-    STARLING_RETURN_IF_ERROR(Annotate(
-        old.optimizer->RestoreState(old.undo_state),
-        absl::StrCat("rolling old rank ", old_rank, "'s shard back to ", v)));
-    old.master_version = v;
-    // Used: a later plan (a member lost while the state moved) must not
-    // take it for the state before v.
-    old.undo_master.clear();
-    old.undo_state.clear();
-  }
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   std::vector<uint64_t> offsets;
-  OwnLayout(old, &ranges, &offsets);
-  WriteShard(ranges, offsets, old.master, old.optimizer->state(), slots,
-             elements, full);
-  if (old.replica != nullptr && plan.from_replica[old.replica->of_rank]) {
-    ShardReplica& replica = *old.replica;
-    if (replica.version == v - 1) {
-      // The owner's gradient of v is in the shift buffer: the update the
-      // buddy would have applied after the barrier.
-      STARLING_RETURN_IF_ERROR(
-          Annotate(replica.optimizer->Apply(
-                       absl::MakeSpan(replica.master),
-                       absl::MakeConstSpan(old.master_gradients)
-                           .subspan(replica.half, replica.master.size()),
-                       v),
-                   absl::StrCat("bringing the replica of old rank ",
-                                replica.of_rank, " to version ", v)));
-      replica.version = v;
-    }
-    ranges.clear();
-    offsets.clear();
-    ReplicaLayout(replica, &ranges, &offsets);
-    WriteShard(ranges, offsets, replica.master, replica.optimizer->state(),
-               slots, elements, full);
+  if (plan.checkpoint.has_value()) {
+    // 3'. The checkpoint's files this daemon reads, checked; whether every
+    // daemon read its own is agreed before the state moves.
+    STARLING_RETURN_IF_ERROR(ReadCheckpoint(*checkpoints, plan, rank, elements,
+                                            slots, options, comm, call, &full));
+  } else {
+    STARLING_RETURN_IF_ERROR(
+        HeldShards(old, old_rank, plan, elements, slots, &full));
   }
   // 4. Every shard to every daemon, bit for bit (-0.0 is the identity).
   STARLING_RETURN_IF_ERROR(Annotate(
@@ -347,7 +496,29 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
                           elements);
   }
   *version = v;
+  if (from_checkpoint != nullptr) *from_checkpoint = plan.checkpoint;
   return run;
+}
+
+ShardCheckpoint CheckpointOf(const SyncRun& run, int rank, int ranks,
+                             uint64_t epoch, const std::string& optimizer) {
+  ShardCheckpoint shard;
+  shard.run_id = run.id;
+  shard.version = run.master_version;
+  shard.group_epoch = epoch;
+  shard.rank = rank;
+  shard.ranks = ranks;
+  shard.elements = run.layout.total_elements;
+  shard.optimizer = optimizer;
+  const absl::Span<const float> state = run.optimizer->state();
+  shard.state_slots = run.master.empty()
+                          ? 0
+                          : static_cast<int>(state.size() / run.master.size());
+  std::vector<uint64_t> offsets;
+  OwnLayout(run, &shard.ranges, &offsets);
+  shard.master = run.master;
+  shard.state.assign(state.begin(), state.end());
+  return shard;
 }
 
 }  // namespace node

@@ -34,6 +34,16 @@
 // with the state its owner (or buddy) held: bit-identical to a run that
 // had stopped at V.
 //
+// Durable checkpoints (checkpoint.h). Where no survivor holds a lost
+// shard at either version (a daemon and its buddy lost together, or a run
+// without replicas), the run goes on from the newest version written whole
+// to the checkpoint folder, if every daemon sees one: each old rank's file
+// read by one daemon (old rank o by new rank o mod N), checked, and moved
+// by the same all-reduce. Every survivor's newer state is dropped: an
+// explicit rollback, told to the workers (their next step) and counted.
+// A file that does not check fails the run on every daemon, naming it:
+// never wrong values.
+//
 // Thread-compatible: the step thread (or the regroup thread, before the new
 // plane serves anyone) owns the runs it is handed.
 #ifndef STARLING_SERVER_NODE_SYNC_CONTINUATION_H_
@@ -41,12 +51,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/collective/communicator.h"
 #include "server/node/run/run_factory.h"
+#include "server/node/sync/checkpoint.h"
 #include "server/node/sync/sync_run.h"
 
 namespace starling {
@@ -64,7 +76,14 @@ struct CarryAccount {
   int64_t local_workers = 0;
   // The elements of the run's flat vector (all must agree).
   int64_t elements = 0;
-  static constexpr int kFields = 9;
+  // The newest version of the run this daemon sees written whole to the
+  // checkpoint folder, by group epoch durable_epoch of durable_ranks; -1:
+  // none; kNoCheckpoints: the job writes none.
+  int64_t durable_version = kNoCheckpoints;
+  int64_t durable_epoch = 0;
+  int64_t durable_ranks = 0;
+  static constexpr int64_t kNoCheckpoints = -2;
+  static constexpr int kFields = 12;
 };
 
 // `run` (may be null: no state) as rank `old_rank` of `old_size` held it.
@@ -82,25 +101,40 @@ struct ResumePlan {
   int total_workers = 0;
   // The newest master version any survivor held (version or version + 1).
   int64_t newest = 0;
+  // Set when the run goes on from a durable checkpoint (no survivor holds
+  // some shard): the version written whole, and which new rank reads each
+  // of its files (index = the checkpoint's rank).
+  std::optional<WholeVersion> checkpoint;
+  std::vector<int> readers;
 };
 
 // The plan every daemon computes alike from the accounts (index = new
 // rank). FailedPrecondition when a daemon carries no state of `run_id` or
 // another run, the accounts disagree on the old group or the model, or a
-// shard has no copy at either candidate version (naming the old ranks).
+// shard has no copy at either candidate version (naming the old ranks) and
+// no version was checkpointed whole that every daemon sees.
 absl::StatusOr<ResumePlan> PlanResume(
     uint64_t run_id, const std::vector<CarryAccount>& accounts);
 
 // The exchange above. `carried` (may be null) is this daemon's run as rank
-// `old_rank` of `old_size` left it; `options` the new run's (run id, rank
+// `old_rank` of `old_size` left it; `checkpoints` the run's checkpoint
+// folder (null: the job writes none); `options` the new run's (run id, rank
 // and size in the new group, optimizer, buddy distance; total_workers is
 // the plan's). Returns the new run at `*version` (its parameters, master,
-// state and replica filled). The plan's and the collectives' errors.
+// state and replica filled), and in `*from_checkpoint` (may be null) the
+// checkpoint it went on from, if any. The plan's, the checkpoint's and the
+// collectives' errors.
 absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
-    int local_workers, RunFactoryOptions options,
-    collective::Communicator* comm, const collective::CallOptions& call,
-    int64_t* version);
+    int local_workers, const CheckpointFolder* checkpoints,
+    RunFactoryOptions options, collective::Communicator* comm,
+    const collective::CallOptions& call, int64_t* version,
+    std::optional<WholeVersion>* from_checkpoint = nullptr);
+
+// This daemon's shard of `run` at its master version, as checkpoint.h
+// writes it: rank `rank` of `ranks` in group epoch `epoch`.
+ShardCheckpoint CheckpointOf(const SyncRun& run, int rank, int ranks,
+                             uint64_t epoch, const std::string& optimizer);
 
 }  // namespace node
 }  // namespace starling

@@ -6,11 +6,15 @@
 // parameters everywhere, and each new buddy holding its owner's shard.
 #include "server/node/sync/continuation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -20,11 +24,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/common.pb.h"
+#include "server/base/durable_file.h"
 #include "server/base/status_matchers.h"
 #include "server/collective/collective_test_util.h"
 #include "server/collective/communicator.h"
 #include "server/metrics/metrics_registry.h"
 #include "server/node/run/run_factory.h"
+#include "server/node/sync/checkpoint.h"
 #include "server/node/sync/step_data_path.h"
 #include "server/node/sync/sync_run.h"
 #include "server/node/sync/sync_test_util.h"
@@ -221,10 +227,10 @@ TEST_P(ContinuationTest, SurvivorsGoOnBitForBitFromTheAgreedVersion) {
       n, collective::CommunicatorOptions(),
       [&](int rank, collective::Communicator* comm) -> absl::Status {
         int64_t version = -1;
-        absl::StatusOr<std::shared_ptr<SyncRun>> run =
-            ContinueRun(old[survivors[rank]], survivors[rank], c.ranks, 1,
-                        OptionsFor(c, n, rank, distance), comm,
-                        collective::CallOptions(), &version);
+        absl::StatusOr<std::shared_ptr<SyncRun>> run = ContinueRun(
+            old[survivors[rank]], survivors[rank], c.ranks, 1,
+            /*checkpoints=*/nullptr, OptionsFor(c, n, rank, distance), comm,
+            collective::CallOptions(), &version);
         if (!run.ok()) return run.status();
         resumed[rank] = *run;
         versions[rank] = version;
@@ -358,6 +364,165 @@ INSTANTIATE_TEST_SUITE_P(
                                {},
                                kSteps + 1}),
     [](const ::testing::TestParamInfo<Scenario>& info) {
+      return info.param.name;
+    });
+
+// Durable checkpoints: where no survivor holds a lost shard (a rank and
+// its buddy lost together, or no replicas), the survivors go on from the
+// newest version every rank wrote, bit for bit the fault-free run of that
+// many steps; a damaged file fails the run on every survivor, named.
+struct FromDisk {
+  std::string name;
+  int ranks;
+  int distance;  // 0: no replicas
+  std::vector<int> lost;
+  // What happens to the checkpoint after it is written.
+  enum class Damage { kNone, kFlipByte, kNoneWritten } damage;
+};
+
+void PrintTo(const FromDisk& s, std::ostream* os) { *os << s.name; }
+
+class FromCheckpointTest : public ::testing::TestWithParam<FromDisk> {};
+
+constexpr int64_t kCheckpointed = 2;  // the version written to disk
+
+TEST_P(FromCheckpointTest, SurvivorsGoOnFromTheNewestWholeVersion) {
+  const FromDisk& d = GetParam();
+  const Scenario c{d.name,
+                   d.ranks,
+                   d.distance,
+                   "adam",
+                   proto::DATA_TYPE_FLOAT32,
+                   d.lost,
+                   Reached::kCommitted,
+                   {},
+                   kCheckpointed};
+  const std::string root =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/from-checkpoint-", d.name);
+  std::filesystem::remove_all(root);
+  const CheckpointFolder folder(root, 7);
+  // The old group: k + 1 whole steps, each rank writing version 2.
+  std::vector<std::shared_ptr<SyncRun>> old =
+      OnEveryRank(c, [&](int rank, SyncRun& run, StepDataPath& path) {
+        const collective::CallOptions call;
+        for (int64_t step = 0; step <= kSteps; ++step) {
+          SetGradients(run, step);
+          absl::Status s = path.UpdateAndGather(run, step, call);
+          if (!s.ok()) return s;
+          if (run.replica != nullptr) {
+            s = path.HandToBuddy(run, step, call);
+            if (!s.ok()) return s;
+            s = path.UpdateReplica(run, step);
+            if (!s.ok()) return s;
+          }
+          if (step + 1 == kCheckpointed &&
+              d.damage != FromDisk::Damage::kNoneWritten) {
+            s = folder.Write(CheckpointOf(run, rank, c.ranks, 1, "adam"));
+            if (!s.ok()) return s;
+          }
+        }
+        return absl::OkStatus();
+      });
+  const std::string damaged = folder.PathOf(kCheckpointed, 1, 0, c.ranks);
+  if (d.damage == FromDisk::Damage::kFlipByte) {
+    absl::StatusOr<std::string> bytes = ReadWholeFile(damaged, "test");
+    ASSERT_OK(bytes.status());
+    std::string flipped = *bytes;
+    flipped[flipped.size() - 33] ^= 0x40;
+    ASSERT_OK(WriteFileDurably(damaged, flipped));
+  }
+  std::vector<int> survivors;
+  for (int r = 0; r < c.ranks; ++r) {
+    if (std::find(d.lost.begin(), d.lost.end(), r) == d.lost.end()) {
+      survivors.push_back(r);
+    }
+  }
+  const int n = static_cast<int>(survivors.size());
+  std::vector<std::shared_ptr<SyncRun>> resumed(n);
+  std::vector<std::optional<WholeVersion>> restored(n);
+  std::vector<absl::Status> errors = collective::RunOnLoopback(
+      n, collective::CommunicatorOptions(),
+      [&](int rank, collective::Communicator* comm) -> absl::Status {
+        int64_t version = -1;
+        absl::StatusOr<std::shared_ptr<SyncRun>> run = ContinueRun(
+            old[survivors[rank]], survivors[rank], c.ranks, 1, &folder,
+            OptionsFor(c, n, rank, n > 1 && d.distance > 0 ? 1 : 0), comm,
+            collective::CallOptions(), &version, &restored[rank]);
+        if (!run.ok()) return run.status();
+        if (version != kCheckpointed) {
+          return absl::InternalError(absl::StrCat("went on from ", version));
+        }
+        resumed[rank] = *run;
+        return absl::OkStatus();
+      });
+  if (d.damage == FromDisk::Damage::kFlipByte) {
+    // Old rank 0's file is read by new rank 0, which names it; the other
+    // survivors name the rank that could not read its part.
+    EXPECT_THAT(errors[0],
+                StatusIs(absl::StatusCode::kDataLoss,
+                         HasSubstr(absl::StrCat(damaged,
+                                                " is not whole (its SHA-256 "
+                                                "does not match)"))));
+    for (int r = 1; r < n; ++r) {
+      EXPECT_THAT(errors[r],
+                  StatusIs(absl::StatusCode::kDataLoss,
+                           HasSubstr("rank 0 of the new group could not read "
+                                     "its part")));
+    }
+    return;
+  }
+  if (d.damage == FromDisk::Damage::kNoneWritten) {
+    for (const absl::Status& e : errors) {
+      EXPECT_THAT(e, StatusIs(absl::StatusCode::kFailedPrecondition,
+                              HasSubstr("sees no version of it checkpointed "
+                                        "whole")));
+    }
+    return;
+  }
+  for (int r = 0; r < n; ++r) {
+    ASSERT_OK(errors[r]);
+    ASSERT_TRUE(restored[r].has_value());
+    EXPECT_EQ(restored[r]->version, kCheckpointed);
+    EXPECT_EQ(restored[r]->ranks, c.ranks);
+  }
+  std::vector<float> params;
+  const Full want = Reference(c, kCheckpointed, &params);
+  Full got;
+  for (const auto& run : resumed) AddShard(*run, &got);
+  ASSERT_EQ(got.master.size(), want.master.size());
+  EXPECT_EQ(std::memcmp(got.master.data(), want.master.data(),
+                        want.master.size() * sizeof(float)),
+            0);
+  ASSERT_EQ(got.state.size(), want.state.size());
+  EXPECT_EQ(std::memcmp(got.state.data(), want.state.data(),
+                        want.state.size() * sizeof(float)),
+            0);
+  for (int r = 0; r < n; ++r) {
+    const absl::Span<const float> p = resumed[r]->store->parameters();
+    ASSERT_EQ(p.size(), params.size());
+    EXPECT_EQ(std::memcmp(p.data(), params.data(), p.size() * sizeof(float)), 0)
+        << "new rank " << r;
+    EXPECT_EQ(resumed[r]->master_version, kCheckpointed);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, FromCheckpointTest,
+    ::testing::Values(
+        FromDisk{"ARankAndItsBuddyLost", 4, 1, {1, 2}, FromDisk::Damage::kNone},
+        FromDisk{"NoReplicasOneLost", 3, 0, {2}, FromDisk::Damage::kNone},
+        FromDisk{"ThreeOfFiveLost", 5, 1, {0, 1, 3}, FromDisk::Damage::kNone},
+        FromDisk{"ADamagedFileFailsEverySurvivor",
+                 4,
+                 1,
+                 {1, 2},
+                 FromDisk::Damage::kFlipByte},
+        FromDisk{"NoneWrittenCannotGoOn",
+                 4,
+                 1,
+                 {1, 2},
+                 FromDisk::Damage::kNoneWritten}),
+    [](const ::testing::TestParamInfo<FromDisk>& info) {
       return info.param.name;
     });
 

@@ -245,13 +245,27 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
           << "run " << run.id << ": " << Annotate(replicated, where).message();
     }
   }
+  // Committed (on every daemon once any answers a push): due for a durable
+  // checkpoint every K versions, alike on every daemon.
+  MaybeCheckpoint(run, step + 1);
   return absl::OkStatus();
+}
+
+void SyncEngine::MaybeCheckpoint(const SyncRun& run, int64_t version) {
+  if (!checkpointing() || version % options_.checkpoint_every_steps != 0) {
+    return;
+  }
+  // The copy is the step's only cost: the writer writes it meanwhile.
+  options_.checkpoints->Submit(
+      CheckpointFolder(options_.checkpoint_root, run.id),
+      CheckpointOf(run, comm_->rank(), comm_->size(), options_.group_epoch,
+                   options_.optimizer));
 }
 
 // --- Continuation -----------------------------------------------------------
 
 bool SyncEngine::MayContinue(const Run& run, const absl::Status& why) const {
-  if (AsSync(run).replica == nullptr) return false;
+  if (AsSync(run).replica == nullptr && !checkpointing()) return false;
   switch (why.code()) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
@@ -270,11 +284,39 @@ absl::StatusOr<std::shared_ptr<Run>> SyncEngine::ContinueRun(
       carried.run != nullptr ? std::static_pointer_cast<SyncRun>(carried.run)
                              : nullptr;
   const int64_t held = old != nullptr ? old->master_version : 0;
+  std::optional<CheckpointFolder> checkpoints;
+  if (checkpointing()) {
+    // What this daemon submitted is on disk (or failed) before it says
+    // which versions it sees whole.
+    if (!options_.checkpoints->Drain(absl::Now() + options_.timeout)) {
+      STARLING_LOG(WARNING) << "run " << options.run_id
+                            << ": checkpoints still being written after "
+                            << absl::FormatDuration(options_.timeout)
+                            << "; going on with those written whole";
+    }
+    checkpoints.emplace(options_.checkpoint_root, options.run_id);
+  }
+  std::optional<WholeVersion> restored;
   STARLING_ASSIGN_OR_RETURN(
       std::shared_ptr<SyncRun> run,
       node::ContinueRun(old, carried.old_rank, carried.old_size,
-                        carried.local_workers, options, comm_, call, version));
+                        carried.local_workers,
+                        checkpoints.has_value() ? &*checkpoints : nullptr,
+                        options, comm_, call, version, &restored));
   metrics_->run_continuations->Increment();
+  if (restored.has_value()) {
+    metrics_->checkpoint_restores->Increment();
+    STARLING_LOG(WARNING) << "run " << options.run_id
+                          << " goes on from its durable checkpoint "
+                          << "of version " << restored->version
+                          << " (written by group epoch " << restored->epoch
+                          << ", " << restored->ranks << " ranks, under "
+                          << checkpoints->run_folder()
+                          << "): a shard had no copy left in "
+                          << "memory; this daemon's updates "
+                          << restored->version + 1 << ".." << held
+                          << " are rolled back and its workers told so";
+  }
   if (held > *version) {
     metrics_->steps_rolled_back->Increment(
         static_cast<double>(held - *version));

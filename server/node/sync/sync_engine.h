@@ -49,6 +49,7 @@
 #include "server/node/run/run_engine.h"
 #include "server/node/run/run_factory.h"
 #include "server/node/run/run_manager.h"
+#include "server/node/sync/checkpoint.h"
 #include "server/node/sync/step_data_path.h"
 #include "server/node/sync/sync_run.h"
 #include "server/node/telemetry/node_metrics.h"
@@ -68,6 +69,17 @@ struct SyncEngineOptions {
   int staleness = 0;
   // "rank 2 (127.0.0.1:29502)": this daemon in messages.
   std::string self;
+  // Durable checkpoints (checkpoint.h): every `checkpoint_every_steps`
+  // committed steps (0: none) this daemon's master shard and optimizer
+  // state go to `checkpoints` (borrowed, outlives the engine; null: none),
+  // under `checkpoint_root` (JobConfig.checkpoint_dir/<job>), as written by
+  // group epoch `group_epoch`; a run that goes on reads them back when a
+  // lost shard has no replica left. `optimizer`: the job's.
+  CheckpointWriter* checkpoints = nullptr;
+  std::string checkpoint_root;
+  int checkpoint_every_steps = 0;
+  uint64_t group_epoch = 0;
+  std::string optimizer;
 };
 
 class SyncEngine : public RunEngine {
@@ -105,8 +117,9 @@ class SyncEngine : public RunEngine {
   // One bucket of a push round.
   absl::Status PushRound(std::vector<Round>& rounds, Run& run,
                          bool* applied) override;
-  // A run with a replica, failed for a peer's loss (Unavailable,
-  // DeadlineExceeded, Aborted, Cancelled), may go on: continuation.h.
+  // A run with a replica or durable checkpoints, failed for a peer's loss
+  // (Unavailable, DeadlineExceeded, Aborted, Cancelled), may go on:
+  // continuation.h.
   bool MayContinue(const Run& run, const absl::Status& why) const override;
   absl::StatusOr<std::shared_ptr<Run>> ContinueRun(
       const CarriedRun& carried, const RunFactoryOptions& options,
@@ -133,6 +146,13 @@ class SyncEngine : public RunEngine {
   absl::Status ShuttingDown() const;
   // The run's shard and replica sizes in the metrics.
   void NoteRunMemory(const SyncRun& run);
+  // Hands version `version` of this daemon's shard to the checkpoint
+  // writer when it is due.
+  void MaybeCheckpoint(const SyncRun& run, int64_t version);
+  bool checkpointing() const {
+    return options_.checkpoints != nullptr &&
+           options_.checkpoint_every_steps > 0;
+  }
 
   const SyncEngineOptions options_;
   RunManager* const manager_;
