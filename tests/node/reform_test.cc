@@ -330,6 +330,83 @@ TEST(Reform, ASecondDaemonLostWhileTheGroupReFormsTheRunStillGoesOn) {
   EXPECT_EQ(status.recent_runs(0).steps(), 400);
 }
 
+// A daemon and its buddy killed together: that shard has no copy left in
+// memory. With durable checkpoints the run still goes on, from the newest
+// version every daemon wrote: an explicit rollback (the workers are told
+// their next step, behind what was acknowledged), never wrong values; the
+// survivors end bit-identical and the run finishes all its steps.
+TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
+  ClusterOptions options = Options();
+  options.daemons = 5;
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  const std::string dir =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/checkpoints");
+  constexpr int kEvery = 20;
+  cluster.StartCoordinatorWith(
+      "coordinator", {absl::StrCat("--checkpoint_dir=", dir),
+                      absl::StrCat("--checkpoint_every_steps=", kEvery)});
+  cluster.StartDaemons();
+  std::vector<pid_t> workers;
+  for (int d = 0; d < 5; ++d) {
+    workers.push_back(cluster.StartWorker(
+        d, 0, {"--steps=300", "--step_delay=5ms", "--timeout=20s"}));
+  }
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(30),
+      [](const proto::JobStatus& s) {
+        if (!s.formed()) return false;
+        for (const proto::NodeStatus& node : s.nodes()) {
+          if (node.last_iteration() < kEvery + 10) return false;
+        }
+        return true;
+      },
+      &status))
+      << cluster.ServerLogs();
+  // Ranks are numbered by hostname: rank 1's buddy is rank 2 (one host).
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  cluster.Kill(cluster.daemon_pid(2), SIGKILL);
+  std::string first;
+  for (int d : {0, 3, 4}) {
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
+    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
+                              << cluster.ServerLogs();
+    ASSERT_EQ(r.exit_code, 0)
+        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    // Told: the step it goes on from is a checkpointed one, behind what
+    // was acknowledged.
+    const int64_t resumed = NumberAfter(r.err, "rejoined run 1 at step ");
+    const int64_t acknowledged =
+        NumberAfter(r.err, "acknowledged through step ");
+    ASSERT_GT(resumed, 0) << r.err;
+    EXPECT_EQ(resumed % kEvery, 0) << r.err;
+    EXPECT_LE(resumed, acknowledged) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ACKNOWLEDGED UPDATES LOST")) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(" of 3;")) << r.err;
+    EXPECT_THAT(
+        cluster.Stderr(cluster.daemon_pid(d)),
+        HasSubstr(absl::StrCat(
+            "goes on from its durable checkpoint of version ", resumed)));
+    EXPECT_EQ(Metric(cluster.metrics_port(d),
+                     "starling_node_checkpoint_restores_total"),
+              1);
+    const size_t at = r.out.find("params=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    if (first.empty()) first = r.out.substr(at);
+    EXPECT_EQ(r.out.substr(at), first) << "daemon " << d;
+  }
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [](const proto::JobStatus& s) {
+        return s.recent_runs_size() >= 1 && s.group_size() == 3;
+      },
+      &status));
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
+      << status.recent_runs(0).error();
+  EXPECT_EQ(status.recent_runs(0).steps(), 300);
+}
+
 // Without replicas the lost shard has no copy: the run fails on every
 // node, naming the lost daemon, and the next run trains at N-1.
 TEST(Reform, WithoutReplicasADaemonKilledMidRunEndsTheRun) {
