@@ -32,12 +32,16 @@
 # deploy/setup.sh --bench; the cluster is taken down on exit) --compute D
 # (each worker sleeps D per step, as while a GPU computes) --pipeline
 # (workers push asynchronously and wait for step t's push at step t + 2,
-# as starling-worker does). Every process this script starts is stopped
+# as starling-worker does) --checkpoint_every K (durable checkpoints every
+# K committed steps into the scratch directory: the coordinator's
+# --checkpoint_dir and --checkpoint_every_steps; 0, none, the default).
+# Every process this script starts is stopped
 # on exit, by pid.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DAEMONS=4 WORKERS=2 DIM=10000000 WARMUP=3 STEPS=20 PORT_BASE=38400 BIN="" KEEP=0
 BUILT_BIN= PULL_VIEW=0 REPLICAS=1 NETNS="" OPTIMIZER=sgd COMPUTE=0s PIPELINE=0
+CHECKPOINT_EVERY=0
 PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -54,6 +58,7 @@ while [[ $# -gt 0 ]]; do
     --optimizer) OPTIMIZER=$2; shift 2 ;;
     --compute) COMPUTE=$2; shift 2 ;;
     --pipeline) PIPELINE=1; shift ;;
+    --checkpoint_every) CHECKPOINT_EVERY=$2; shift 2 ;;
     --netns) NETNS=$2; shift 2 ;;
     -h|--help) sed -n 2,35p "$0"; exit 0 ;;
     *) echo "sync_step_bench.sh: unknown option $1" >&2; exit 2 ;;
@@ -151,8 +156,11 @@ if [[ -n $NETNS ]]; then
   head -c 32 /dev/urandom >"$WORK/secret"
   chmod 600 "$WORK/secret"
 fi
+CHECKPOINT_FLAGS=()
+[[ $CHECKPOINT_EVERY != 0 ]] && CHECKPOINT_FLAGS=(--checkpoint_dir "$WORK/checkpoints"
+                                                  --checkpoint_every_steps "$CHECKPOINT_EVERY")
 spawn_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
-    --replicas "$REPLICAS" --optimizer "$OPTIMIZER" \
+    --replicas "$REPLICAS" --optimizer "$OPTIMIZER" "${CHECKPOINT_FLAGS[@]}" \
     --parameter_count "$DIM" --learning_rate 0.1 --listen "$COORD" \
     --metrics_port $((PORT_BASE + 1)) --log_level warning \
     >"$WORK/coordinator.out" 2>"$WORK/coordinator.err" &
@@ -195,7 +203,7 @@ for pid in "${WORKER_PIDS[@]}"; do
 done
 
 echo "commit $(cd "$REPO" && git rev-parse --short HEAD)$(cd "$REPO" && git diff --quiet HEAD -- server || echo ' (server/ modified)'), binaries $BIN"
-echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), compute $COMPUTE$([[ $PIPELINE == 1 ]] && echo ', pipelined pushes'), optimizer $OPTIMIZER, replicas $REPLICAS, $([[ -n $NETNS ]] && echo "simulated hosts of $NETNS" || echo loopback), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DAEMONS daemons x $WORKERS workers, $DIM float32 parameters, sync SGD$([[ $PULL_VIEW == 1 ]] && echo ', pulls by view'), compute $COMPUTE$([[ $PIPELINE == 1 ]] && echo ', pipelined pushes'), optimizer $OPTIMIZER, replicas $REPLICAS, checkpoints every $CHECKPOINT_EVERY steps (0: none), $([[ -n $NETNS ]] && echo "simulated hosts of $NETNS" || echo loopback), $WARMUP warm-up + $STEPS timed steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$WORK" "$DAEMONS" "$WORKERS" "$STEPS" <<'EOF'
 import re, sys
 work, daemons, workers, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -228,14 +236,18 @@ for r in range(daemons):
               for p in ('local_reduce', 'allreduce_staging', 'pull')}
     step_mean = diff(a, b, 'starling_node_step_seconds_sum') / max(diff(a, b, 'starling_node_step_seconds_count'), 1) * 1e3
     replication = diff(a, b, 'starling_node_replication_seconds_total') / max(n, 1) * 1e3
+    written = diff(a, b, 'starling_node_checkpoints_written_total')
+    writing = diff(a, b, 'starling_node_checkpoint_seconds_total') / max(n, 1) * 1e3
+    waited = diff(a, b, 'starling_node_checkpoint_wait_seconds_total') / max(n, 1) * 1e3
     rows.append((r, ws[0]['rank'], med('step_ms'), med('pull_ms'), med('push_ms'), med('grad_ms'),
-                 step_mean, replication, int(n), copied['local_reduce'], copied['pull'], copied['allreduce_staging'],
+                 step_mean, replication, int(n), int(written), writing, waited,
+                 copied['local_reduce'], copied['pull'], copied['allreduce_staging'],
                  sum(copied.values())))
 print()
-print('| daemon (rank) | step median ms | pull median ms | push median ms | gradient median ms | daemon step mean ms | replication mean ms | steps | copied MB/step: local reduce | pull | all-reduce staging | total |')
-print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+print('| daemon (rank) | step median ms | pull median ms | push median ms | gradient median ms | daemon step mean ms | replication mean ms | steps | checkpoints | writing ms/step | waited ms/step | copied MB/step: local reduce | pull | all-reduce staging | total |')
+print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
 for row in rows:
-    print('| node%d (%s) | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %d | %.1f | %.1f | %.1f | %.1f |' % row)
+    print('| node%d (%s) | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |' % row)
 print()
 print('medians: per worker over the timed steps; the row shows the larger of its workers. copied: bytes read + written by the daemon (starling_node_copied_bytes_total), 1 MB = 1e6 bytes')
 t0, b0, o0 = map(int, open(f'{work}/cpu.timed').read().split())

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -619,6 +620,27 @@ Sample KillTwoBuddiesMidRun() {
   return MidRunFault(cluster, {1, 2}, SIGKILL, /*goes_on=*/false);
 }
 
+// The same with durable checkpoints every kCheckpointEvery steps: the run
+// goes on at N-2 from the newest version every daemon wrote, an explicit
+// rollback (each worker told the step it goes on from; the acknowledged
+// steps since the checkpoint are the updates lost), never wrong values.
+constexpr int kCheckpointEvery = 20;
+Sample KillTwoBuddiesWithCheckpoints() {
+  NodeCluster cluster(Options(4));
+  const std::string dir = TempPath(absl::StrCat(
+      "fault-checkpoints-", ::getpid(), "-", absl::ToUnixNanos(absl::Now())));
+  cluster.StartCoordinatorWith(
+      "coordinator",
+      {absl::StrCat("--checkpoint_dir=", dir),
+       absl::StrCat("--checkpoint_every_steps=", kCheckpointEvery)});
+  cluster.StartDaemons();
+  Sample s = MidRunFault(cluster, {1, 2}, SIGKILL, /*goes_on=*/true);
+  absl::StrAppend(&s.note, "; rolled back to a checkpoint (every ",
+                  kCheckpointEvery, " steps)");
+  std::filesystem::remove_all(dir);
+  return s;
+}
+
 // Daemon 1 of 5 killed during a run, then daemon 3 as soon as the
 // coordinator re-formed the group without 1 (while the survivors move the
 // state): the run goes on at N-2 from a second re-formation.
@@ -832,6 +854,9 @@ int Main(int argc, char** argv) {
        KillDuringReformation},
       {"kill -9 of two buddies at once (4 daemons): the run cannot go on",
        KillTwoBuddiesMidRun},
+      {"kill -9 of two buddies at once (4 daemons), durable checkpoints "
+       "every 20 steps",
+       KillTwoBuddiesWithCheckpoints},
   };
   std::string table = absl::StrCat(
       "| fault | runs | ok | hangs | detect s (median / worst) | resume s "

@@ -31,7 +31,7 @@ bazel test --config=ci //tests/fault:fault_table --test_output=streamed \
   echo "but are not in the run that went on (from each worker's 'acknowledged"
   echo "through step A' and 'rejoined at step V'), summed over the runs; for a"
   echo "run that could not go on, every step it had applied (no durable"
-  echo "checkpoint yet). *bit-identical*: the survivors' workers end with the"
+  echo "checkpoint in that row). *bit-identical*: the survivors' workers end with the"
   echo "same parameters, bit for bit, and the run finished all its steps."
   echo
   cat "$out"
