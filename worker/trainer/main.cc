@@ -76,6 +76,10 @@ ABSL_FLAG(int, rejoins, 3,
           "sync_sgd: when a daemon of the group is lost and the run goes on "
           "in the re-formed group, rejoin it up to this many times (0: end "
           "with the error)");
+ABSL_FLAG(bool, phase_times, false,
+          "print, per epoch, this worker's milliseconds per step waiting for "
+          "its earlier pushes, pulling (and setting the model's parameters) "
+          "and computing");
 ABSL_FLAG(int64_t, exit_after_step, -1,
           "testing only: kill this process (SIGKILL) once the pushes of this "
           "step completed, as a crash would; -1 = never");
@@ -176,6 +180,7 @@ int Main(int argc, char** argv) {
   o.pool_bytes = static_cast<size_t>(pool_mb) << 20;
   o.rejoins = std::max(0, absl::GetFlag(FLAGS_rejoins));
   o.exit_after_step = absl::GetFlag(FLAGS_exit_after_step);
+  o.phase_times = absl::GetFlag(FLAGS_phase_times);
   if (o.exit_after_step < -1) {
     return Fail("--exit_after_step",
                 absl::StrCat("must be >= -1, got ", o.exit_after_step));

@@ -129,8 +129,10 @@ absl::Status Trainer::Pull(int64_t version, const std::string& why) {
     const train::TensorInfo& t = (*tensors_)[i];
     FromPool(options_.dtype, params_[i], host.subspan(t.offset, t.elements));
   }
+  const absl::Time set_start = absl::Now();
   STARLING_RETURN_IF_ERROR(Failed("setting the model's parameters",
                                   model_->SetParameters(host_params_)));
+  last_set_seconds_ = absl::ToDoubleSeconds(absl::Now() - set_start);
   return absl::OkStatus();
 }
 

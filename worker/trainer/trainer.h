@@ -91,6 +91,9 @@ struct TrainerOptions {
   // Testing: after the pushes of this step completed, the process kills
   // itself (SIGKILL) as a crash would. -1: never.
   int64_t exit_after_step = -1;
+  // Prints, per epoch, where this worker's steps went (waiting for its
+  // earlier pushes, pulling, setting the model's parameters, computing).
+  bool phase_times = false;
 };
 
 // Trains as described above, printing to stdout. Errors read

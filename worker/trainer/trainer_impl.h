@@ -138,6 +138,11 @@ class Trainer {
   int64_t progress_batches_ = 0;
   // Whole run, this worker.
   double total_compute_ = 0, total_step_ = 0;
+  // --phase_times, this epoch: seconds waiting for pushes, pulling, setting
+  // the model's parameters (part of pulling), computing; and the steps.
+  double phase_wait_ = 0, phase_pull_ = 0, phase_set_ = 0, phase_compute_ = 0;
+  int64_t phase_steps_ = 0;
+  double last_set_seconds_ = 0;
   EpochsCsv csv_;
   EpochRow last_row_;
   bool have_row_ = false;

@@ -81,7 +81,11 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
   const int slot = static_cast<int>(t % SlotCount());
   // The daemon reads this set in place until its pushes completed.
   STARLING_RETURN_IF_ERROR(WaitSlot(slot));
+  const absl::Time pull_start = absl::Now();
   STARLING_RETURN_IF_ERROR(Pull(t, absl::StrCat("step ", t)));
+  phase_wait_ += absl::ToDoubleSeconds(pull_start - step_start);
+  phase_pull_ += absl::ToDoubleSeconds(absl::Now() - pull_start);
+  phase_set_ += last_set_seconds_;
   const int64_t stale =
       std::max<int64_t>(0, t - client_->last_pulled_version());
   if (mode_ == "parameter_server") {
@@ -121,6 +125,8 @@ absl::Status Trainer::Step(const client::ScheduledIteration& it) {
         }));
   }
   const absl::Duration compute = absl::Now() - compute_start;
+  phase_compute_ += absl::ToDoubleSeconds(compute);
+  ++phase_steps_;
 
   if (t == options_.exit_after_step) {
     STARLING_RETURN_IF_ERROR(WaitSlot(slot));
@@ -195,6 +201,20 @@ void Trainer::MaybeProgress(const client::ScheduledIteration& it) {
 absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
   const double epoch_seconds =
       absl::ToDoubleSeconds(absl::Now() - epoch_start_);
+  if (options_.phase_times && phase_steps_ > 0) {
+    const double ms = 1e3 / static_cast<double>(phase_steps_);
+    std::printf(
+        "starling-worker: epoch %lld, worker %d: %lld steps, ms per step: "
+        "waiting for pushes %.3f, pulling %.3f (setting the model's "
+        "parameters %.3f), computing %.3f\n",
+        static_cast<long long>(epoch + 1), WorkerNumber(),  // NOLINT
+        static_cast<long long>(phase_steps_),               // NOLINT
+        phase_wait_ * ms, phase_pull_ * ms, phase_set_ * ms,
+        phase_compute_ * ms);
+    std::fflush(stdout);
+  }
+  phase_wait_ = phase_pull_ = phase_set_ = phase_compute_ = 0;
+  phase_steps_ = 0;
   if (elastic_ != nullptr) {
     STARLING_RETURN_IF_ERROR(EvaluateCenter(last));
   } else if (last) {

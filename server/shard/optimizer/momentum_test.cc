@@ -1,6 +1,7 @@
 #include "server/shard/optimizer/momentum.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -119,6 +120,33 @@ TEST(MomentumOptimizer, NanGradientLeavesParamsAndStateUnchanged) {
   EXPECT_EQ(params, params_before);
   EXPECT_EQ(std::vector<float>(opt->state().begin(), opt->state().end()),
             state_before);
+}
+
+// A momentum that decays in a parameter whose gradient stays zero (a dead
+// unit) passes through the subnormal range, where each operation costs a
+// microcode assist: the optimizer takes subnormals as zero
+// (server/base/flush_denormals.h), and leaves the thread's mode as it was.
+TEST(MomentumOptimizer, SubnormalMomentumIsFlushedToZero) {
+  OptimizerOptions options;
+  options.learning_rate = 0.1f;
+  options.momentum = 0.9f;
+  absl::StatusOr<std::unique_ptr<MomentumOptimizer>> opt =
+      MomentumOptimizer::Create(options, 3);
+  ASSERT_OK(opt.status());
+  const float subnormal = std::numeric_limits<float>::min() / 4;
+  const float normal = std::numeric_limits<float>::min() * 4;
+  ASSERT_OK((*opt)->RestoreState({subnormal, normal, -subnormal}));
+  std::vector<float> params = {1.0f, 2.0f, 3.0f};
+  const std::vector<float> zero(3, 0.0f);
+  ASSERT_OK((*opt)->Apply(absl::MakeSpan(params), zero, 1));
+  // Compared here, in the caller's mode (IEEE: a subnormal is not zero).
+  const absl::Span<const float> v = (*opt)->state();
+  EXPECT_EQ(std::fpclassify(v[0]), FP_ZERO);
+  EXPECT_EQ(v[1], 0.9f * normal);  // normal values: IEEE as always
+  EXPECT_EQ(std::fpclassify(v[2]), FP_ZERO);
+  EXPECT_EQ(params, (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  volatile float still = subnormal;
+  EXPECT_EQ(still * 1.0f, subnormal);  // the caller's mode is back
 }
 
 }  // namespace
