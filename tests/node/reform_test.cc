@@ -284,6 +284,44 @@ TEST(Reform, ADaemonKilledMidRunTheRunGoesOnAtNMinus1) {
   TrainOn(cluster, {0, 2});
 }
 
+// Asynchronous SGD (bounded staleness) runs the synchronous step's engine
+// with workers computing on parameters up to s versions old: a daemon
+// killed mid-run, the run goes on at N-1 the same way, every survivor's
+// worker rejoins and they end bit-identical.
+TEST(Reform, AsyncSgdGoesOnWithoutALostDaemon) {
+  ClusterOptions options = Options();
+  options.mode = "async_sgd";
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  cluster.StartCoordinatorWith("coordinator", {"--staleness=1"});
+  cluster.StartDaemons();
+  const std::vector<pid_t> workers = TrainAndKill(
+      cluster,
+      {"--steps=400", "--step_delay=5ms", "--timeout=20s", "--staleness=1"});
+  std::string first;
+  for (int d : {0, 2}) {
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
+    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
+                              << cluster.ServerLogs();
+    ASSERT_EQ(r.exit_code, 0)
+        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(" of 2;")) << r.err;
+    const size_t at = r.out.find("params=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    if (first.empty()) first = r.out.substr(at);
+    EXPECT_EQ(r.out.substr(at), first) << "daemon " << d;
+  }
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [](const proto::JobStatus& s) { return s.recent_runs_size() >= 1; },
+      &status));
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
+      << status.recent_runs(0).error();
+  EXPECT_EQ(status.recent_runs(0).steps(), 400);
+}
+
 // A second daemon killed as soon as the coordinator re-formed the group
 // without the first (while the survivors form the new data plane and move
 // the state, or just after): the group re-forms again and the run still
