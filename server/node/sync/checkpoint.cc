@@ -278,19 +278,33 @@ CheckpointWriter::~CheckpointWriter() {
   thread_.join();
 }
 
-void CheckpointWriter::Submit(CheckpointFolder folder, ShardCheckpoint shard) {
+bool CheckpointWriter::Submit(CheckpointFolder folder, ShardCheckpoint shard,
+                              absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   const absl::Time start = absl::Now();
-  mu_.Await(absl::Condition(
-      +[](CheckpointWriter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
-        return w->queue_.size() < kMaxQueued;
-      },
-      this));
+  const bool room = mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](CheckpointWriter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
+            return w->queue_.size() < kMaxQueued;
+          },
+          this),
+      deadline);
   const absl::Duration waited = absl::Now() - start;
   if (waited > absl::ZeroDuration()) {
     metrics_->checkpoint_wait_seconds->Increment(absl::ToDoubleSeconds(waited));
   }
+  if (!room) {
+    metrics_->checkpoint_failures->Increment();
+    STARLING_LOG(WARNING) << "run " << shard.run_id
+                          << ": checkpoint of version " << shard.version
+                          << " dropped: the writer was still "
+                          << "writing " << queue_.size() << " earlier one(s) "
+                          << "after " << absl::FormatDuration(waited) << " (is "
+                          << folder.run_folder() << " answering?)";
+    return false;
+  }
   queue_.push_back(Item{std::move(folder), std::move(shard)});
+  return true;
 }
 
 bool CheckpointWriter::Drain(absl::Time deadline) {

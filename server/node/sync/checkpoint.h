@@ -114,10 +114,14 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // Queues `shard` for `folder`. While `max_queued` shards wait (the disk
-  // slower than the steps), waits for one to be written: the step is held
-  // back rather than the memory growing (the wait is counted).
-  void Submit(CheckpointFolder folder, ShardCheckpoint shard);
+  // Queues `shard` for `folder`. While kMaxQueued shards wait (the disk
+  // slower than the steps), waits for one to be written, until `deadline`:
+  // the step is held back rather than the memory growing (the wait is
+  // counted). False, and the shard is dropped (logged and counted as a
+  // failure: that version is never written whole), when the writer is
+  // still busy at the deadline (a file system that stopped answering).
+  bool Submit(CheckpointFolder folder, ShardCheckpoint shard,
+              absl::Time deadline);
 
   // Waits until everything submitted is written (or failed), at most
   // until `deadline`. False when it was not.

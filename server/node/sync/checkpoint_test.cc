@@ -1,5 +1,9 @@
 #include "server/node/sync/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -164,7 +168,8 @@ TEST(CheckpointWriter, WritesInTheBackgroundAndCountsIt) {
     CheckpointWriter writer(&*metrics, /*keep=*/2);
     EXPECT_EQ(writer.written_version(7), -1);
     for (int64_t v : {5, 10, 15}) {
-      writer.Submit(CheckpointFolder(root, 7), Shard(v, 1, 0, 1));
+      EXPECT_TRUE(writer.Submit(CheckpointFolder(root, 7), Shard(v, 1, 0, 1),
+                                absl::Now() + absl::Seconds(30)));
     }
     ASSERT_TRUE(writer.Drain(absl::Now() + absl::Seconds(30)));
     EXPECT_EQ(writer.written_version(7), 15);
@@ -181,11 +186,50 @@ TEST(CheckpointWriter, WritesInTheBackgroundAndCountsIt) {
 
   // A folder that cannot be made: counted and logged, nothing else.
   CheckpointWriter failing(&*metrics);
-  failing.Submit(CheckpointFolder("/proc/starling-no-such", 7),
-                 Shard(5, 1, 0, 1));
+  EXPECT_TRUE(failing.Submit(CheckpointFolder("/proc/starling-no-such", 7),
+                             Shard(5, 1, 0, 1),
+                             absl::Now() + absl::Seconds(30)));
   ASSERT_TRUE(failing.Drain(absl::Now() + absl::Seconds(30)));
   EXPECT_EQ(metrics->checkpoint_failures->value(), 1);
   EXPECT_EQ(failing.written_version(7), -1);
+}
+
+// A file system that stops answering holds the writer: a step waits for
+// room no longer than its deadline, and the checkpoint is dropped, counted.
+TEST(CheckpointWriter, AStuckWriterDropsCheckpointsAtTheDeadline) {
+  metrics::MetricsRegistry registry;
+  absl::StatusOr<NodeMetrics> metrics = NodeMetrics::Register(&registry);
+  ASSERT_OK(metrics.status());
+  const CheckpointFolder folder(Root("stuck"), 7);
+  // Version 5's temporary file is a FIFO nobody reads: opening it for
+  // writing blocks, as a hung NFS mount would.
+  const std::string path = folder.PathOf(5, 1, 0, 1);
+  std::filesystem::create_directories(FolderOf(path));
+  const std::string tmp = path + ".tmp";
+  ASSERT_EQ(::mkfifo(tmp.c_str(), 0600), 0);
+  {
+    CheckpointWriter writer(&*metrics);
+    const absl::Time later = absl::Now() + absl::Seconds(30);
+    ASSERT_TRUE(writer.Submit(folder, Shard(5, 1, 0, 1), later));  // stuck
+    // At most kMaxQueued wait in the queue (one fewer while the writer has
+    // not yet taken version 5 off it): the others find no room in time.
+    int accepted = 0;
+    for (int64_t v : {10, 15, 20}) {
+      accepted += writer.Submit(folder, Shard(v, 1, 0, 1),
+                                absl::Now() + absl::Milliseconds(200))
+                      ? 1
+                      : 0;
+    }
+    EXPECT_GE(accepted, CheckpointWriter::kMaxQueued - 1);
+    EXPECT_LE(accepted, CheckpointWriter::kMaxQueued);
+    EXPECT_EQ(metrics->checkpoint_failures->value(), 3 - accepted);
+    EXPECT_GT(metrics->checkpoint_wait_seconds->value(), 0.15);
+    // The file system answers again: the writer goes on.
+    const int reader = ::open(tmp.c_str(), O_RDONLY | O_NONBLOCK);
+    ASSERT_GE(reader, 0);
+    ASSERT_TRUE(writer.Drain(absl::Now() + absl::Seconds(30)));
+    ::close(reader);
+  }
 }
 
 }  // namespace

@@ -259,7 +259,8 @@ void SyncEngine::MaybeCheckpoint(const SyncRun& run, int64_t version) {
   options_.checkpoints->Submit(
       CheckpointFolder(options_.checkpoint_root, run.id),
       CheckpointOf(run, comm_->rank(), comm_->size(), options_.group_epoch,
-                   options_.optimizer));
+                   options_.optimizer),
+      absl::Now() + options_.timeout);
 }
 
 // --- Continuation -----------------------------------------------------------
