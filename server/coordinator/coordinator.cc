@@ -33,6 +33,20 @@ constexpr size_t kGroupKeyBytes = 32;
 
 }  // namespace
 
+namespace {
+
+// "20261127-044500-9f3a2c1b": when, and a random part for two coordinators
+// started in the same second.
+std::string NewCheckpointIncarnation(absl::Time now) {
+  uint32_t random = 0;
+  RAND_bytes(reinterpret_cast<unsigned char*>(&random), sizeof(random));
+  return absl::StrCat(
+      absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-",
+      absl::Hex(random, absl::kZeroPad8));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     CoordinatorOptions options, const Clock* clock,
     metrics::MetricsRegistry* registry) {
@@ -51,6 +65,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
                        " records job '", state->job_id(), "', not '",
                        options.job_id, "' (--state_file: one file per job)"));
     }
+  }
+  if (options.checkpoint_every_steps > 0) {
+    options.checkpoint_incarnation =
+        state.has_value() && !state->checkpoint_incarnation().empty()
+            ? state->checkpoint_incarnation()
+            : NewCheckpointIncarnation(clock->Now());
   }
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(options), clock, metrics));
@@ -725,6 +745,7 @@ proto::CoordinatorState Coordinator::Snapshot() const {
   absl::MutexLock lock(&mu_);
   state.set_job_id(options_.job_id);
   state.set_version(options_.version);
+  state.set_checkpoint_incarnation(options_.checkpoint_incarnation);
   state.set_group_epoch(group_epoch_);
   if (formed_) {
     state.set_group_key(group_key_);

@@ -325,6 +325,12 @@ class Coordinator {
   void EndRunLocked(int rank, const proto::EndRunRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DecideBeginLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run `begun` goes on from (BeginRunResponse.resume_run_id): with
+  // durable checkpoints, the newest of `before` (the runs before it) if it
+  // failed and had as many parameters; else 0.
+  uint64_t ResumeFromLocked(const std::vector<proto::RunStatus>& before,
+                            const proto::BeginRunResponse& begun) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string BeginProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> LostRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

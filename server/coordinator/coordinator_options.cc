@@ -166,7 +166,11 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
       options.mode == proto::JobConfig::MODE_ASYNC_SGD ? options.staleness : 0);
   config.set_replicas(options.replicas);
   if (options.checkpoint_every_steps > 0) {
-    config.set_checkpoint_dir(options.checkpoint_dir);
+    config.set_checkpoint_dir(
+        absl::StrCat(options.checkpoint_dir, "/", options.job_id,
+                     options.checkpoint_incarnation.empty()
+                         ? std::string()
+                         : absl::StrCat("/", options.checkpoint_incarnation)));
     config.set_checkpoint_every_steps(options.checkpoint_every_steps);
   }
   if (proto::IsElasticMode(options.mode)) {

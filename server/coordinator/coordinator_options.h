@@ -81,6 +81,9 @@ struct CoordinatorOptions {
   // checkpoints to, and the committed steps between them (0: none).
   std::string checkpoint_dir;
   int checkpoint_every_steps = 0;
+  // The job's checkpoint history (CoordinatorState.checkpoint_incarnation):
+  // set by Coordinator::Create from the state file, or new.
+  std::string checkpoint_incarnation;
   // The EASGD modes (JobConfig.elastic_*; sent as 0 in the others): steps
   // between exchanges (>= 1), beta = alpha * workers (in (0, 1]) and
   // async_measgd's Nesterov momentum (in [0, 1)). Defaults: beta and

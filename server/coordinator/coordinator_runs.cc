@@ -122,13 +122,32 @@ absl::StatusOr<proto::BeginRunResponse> Coordinator::BeginRun(
   }
 }
 
+uint64_t Coordinator::ResumeFromLocked(
+    const std::vector<proto::RunStatus>& before,
+    const proto::BeginRunResponse& begun) const {
+  if (JobConfigFor(options_).checkpoint_every_steps() <= 0 || before.empty()) {
+    return 0;
+  }
+  const proto::RunStatus& previous = before.front();  // newest first
+  if (previous.state() != proto::RunStatus::STATE_FAILED ||
+      previous.parameter_count() != begun.parameter_count()) {
+    return 0;
+  }
+  return previous.run_id();
+}
+
 void Coordinator::DecideBeginLocked() {
   std::vector<proto::BeginRunRequest> requests;
   for (const auto& [rank, call] : begin_waiting_) {
     requests.push_back(call.request);
   }
-  const absl::StatusOr<proto::BeginRunResponse> outcome =
+  // The job's previous run, before Begin records this one.
+  const std::vector<proto::RunStatus> before = runs_.Recent();
+  absl::StatusOr<proto::BeginRunResponse> outcome =
       runs_.Begin(requests, clock_->Now());
+  if (outcome.ok()) {
+    outcome->set_resume_run_id(ResumeFromLocked(before, *outcome));
+  }
   if (outcome.ok()) metrics_.runs_started->Increment();
   for (const auto& [rank, call] : begin_waiting_) {
     begin_answers_.emplace(call.id, outcome);
@@ -145,6 +164,15 @@ void Coordinator::DecideBeginLocked() {
   // A new run reads the data from its first iteration, planned for the
   // group as it is (a plan continued for a run that went on was its own).
   if (PlanContinuedLocked()) RebuildPlannerLocked();
+  if (outcome->resume_run_id() != 0) {
+    STARLING_LOG(WARNING)
+        << "run " << outcome->run_id() << " goes on from run "
+        << outcome->resume_run_id()
+        << ", which did not finish: from its newest durable checkpoint, if "
+        << "one was written whole (remove "
+        << JobConfigFor(options_).checkpoint_dir() << "/run-"
+        << outcome->resume_run_id() << " to begin afresh)";
+  }
   STARLING_LOG(INFO) << "run " << outcome->run_id() << " began on "
                      << requests.size()
                      << " ranks: " << outcome->total_workers() << " workers, "

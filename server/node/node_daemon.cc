@@ -316,8 +316,7 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
     if (config.checkpoint_every_steps() > 0 &&
         !config.checkpoint_dir().empty()) {
       sync_options.checkpoints = checkpoints_.get();
-      sync_options.checkpoint_root =
-          absl::StrCat(config.checkpoint_dir(), "/", options_.job_id);
+      sync_options.checkpoint_root = config.checkpoint_dir();
       sync_options.checkpoint_every_steps = config.checkpoint_every_steps();
       sync_options.group_epoch = group.group_epoch();
       sync_options.optimizer = config.optimizer();
@@ -369,6 +368,7 @@ absl::StatusOr<RunRendezvous::Begun> NodeDaemon::Plane::BeginRun(
   begun.run_id = response.run_id();
   begun.first_op_seq = response.first_op_seq();
   begun.total_workers = response.total_workers();
+  begun.resume_run_id = response.resume_run_id();
   return begun;
 }
 

@@ -445,6 +445,107 @@ TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
   EXPECT_EQ(status.recent_runs(0).steps(), 300);
 }
 
+// The whole cluster killed (-9: the coordinator, every daemon, every
+// worker) and started again (the coordinator on its --state_file): the
+// next run goes on from the newest version every daemon checkpointed,
+// its workers told where, and ends bit for bit where an uninterrupted run
+// of as many steps ends.
+TEST(Reform, AWholeClusterRestartGoesOnFromTheDurableCheckpoint) {
+  ClusterOptions options = Options();
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  constexpr int kEvery = 20;
+  const std::vector<std::string> flags = {
+      absl::StrCat("--state_file=", tmp, "/whole.state"),
+      absl::StrCat("--checkpoint_dir=", tmp, "/whole-checkpoints"),
+      absl::StrCat("--checkpoint_every_steps=", kEvery)};
+  const std::vector<std::string> worker_flags = {
+      "--steps=200", "--step_delay=5ms", "--timeout=20s"};
+  const pid_t coordinator = cluster.StartCoordinatorWith("coordinator", flags);
+  cluster.StartDaemons();
+  std::vector<pid_t> workers;
+  for (int d = 0; d < kDaemons; ++d) {
+    workers.push_back(cluster.StartWorker(d, 0, worker_flags));
+  }
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(30),
+      [](const proto::JobStatus& s) {
+        if (!s.formed()) return false;
+        for (const proto::NodeStatus& node : s.nodes()) {
+          if (node.last_iteration() < 3 * kEvery) return false;
+        }
+        return true;
+      },
+      &status))
+      << cluster.ServerLogs();
+  cluster.Kill(coordinator, SIGKILL);
+  for (int d = 0; d < kDaemons; ++d) {
+    cluster.Kill(cluster.daemon_pid(d), SIGKILL);
+  }
+  for (pid_t w : workers) cluster.Kill(w, SIGKILL);
+  cluster.Wait(coordinator, absl::Seconds(10));
+  for (int d = 0; d < kDaemons; ++d) {
+    cluster.Wait(cluster.daemon_pid(d), absl::Seconds(10));
+  }
+  for (pid_t w : workers) cluster.Wait(w, absl::Seconds(10));
+
+  // Everything again, with the same flags.
+  cluster.StartCoordinatorWith("coordinator2", flags);
+  for (int d = 0; d < kDaemons; ++d) cluster.StartDaemon(d, {});
+  workers.clear();
+  for (int d = 0; d < kDaemons; ++d) {
+    workers.push_back(cluster.StartWorker(d, 0, worker_flags));
+  }
+  std::string resumed_params;
+  int64_t version = -1;
+  for (int d = 0; d < kDaemons; ++d) {
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
+    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
+                              << cluster.ServerLogs();
+    ASSERT_EQ(r.exit_code, 0)
+        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    const std::string log = cluster.Stderr(cluster.daemon_pid(d));
+    const int64_t v =
+        NumberAfter(log, "goes on from run 1's durable checkpoint of version ");
+    EXPECT_GE(v, 2 * kEvery) << log;
+    EXPECT_EQ(v % kEvery, 0) << log;
+    if (version < 0) version = v;
+    EXPECT_EQ(v, version) << "daemon " << d;
+    const size_t at = r.out.find("params=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    if (resumed_params.empty()) resumed_params = r.out.substr(at);
+    EXPECT_EQ(r.out.substr(at), resumed_params) << "daemon " << d;
+  }
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [](const proto::JobStatus& s) {
+        return s.recent_runs_size() >= 2 && s.recent_runs(0).run_id() == 2;
+      },
+      &status))
+      << cluster.ServerLogs();
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
+      << status.recent_runs(0).error();
+  EXPECT_EQ(status.recent_runs(1).state(), proto::RunStatus::STATE_FAILED);
+  EXPECT_EQ(status.recent_runs(0).steps(), 200);
+
+  // The previous run finished: the next begins afresh, and its 200 steps
+  // end where the resumed run's did.
+  workers.clear();
+  for (int d = 0; d < kDaemons; ++d) {
+    workers.push_back(cluster.StartWorker(d, 0, worker_flags));
+  }
+  for (int d = 0; d < kDaemons; ++d) {
+    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
+    ASSERT_EQ(r.exit_code, 0)
+        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    const size_t at = r.out.find("params=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    EXPECT_EQ(r.out.substr(at), resumed_params) << "daemon " << d;
+  }
+}
+
 // Without replicas the lost shard has no copy: the run fails on every
 // node, naming the lost daemon, and the next run trains at N-1.
 TEST(Reform, WithoutReplicasADaemonKilledMidRunEndsTheRun) {

@@ -137,6 +137,17 @@ class RunEngine {
   // and ParametersReady). Under the manager's lock.
   virtual void RunContinued(const std::shared_ptr<Run>& /*run*/,
                             int64_t /*version*/) {}
+  // `run` (begun, its initial parameters ready, no worker told yet) goes
+  // on from the newest durable checkpoint of the earlier run `from_run_id`
+  // every daemon sees whole: returns that version (the workers' first
+  // step), or 0 where there is none (or the mode keeps none). Step thread;
+  // blocks in collectives bounded by `call`. Default: 0.
+  virtual absl::StatusOr<int64_t> ResumeFromCheckpoint(
+      Run& /*run*/, uint64_t /*from_run_id*/,
+      const RunFactoryOptions& /*options*/,
+      const collective::CallOptions& /*call*/) {
+    return 0;
+  }
 };
 
 }  // namespace node

@@ -528,11 +528,12 @@ absl::Status RunManager::Commit(std::vector<Round>& rounds,
     return Annotate(begun.status(),
                     absl::StrCat("ending the declarations on ", options_.self));
   }
+  int64_t first_step = 0;
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<Run> run,
-                            BeginRun(tensors, *begun, supplier));
+                            BeginRun(tensors, *begun, supplier, &first_step));
   reply->mutable_commit()->set_total_workers(run->total_workers);
   reply->mutable_commit()->set_run_id(run->id);
-  reply->mutable_commit()->set_next_step(0);
+  reply->mutable_commit()->set_next_step(first_step);
   STARLING_LOG(INFO) << "run " << run->id << " began on " << options_.self
                      << ": " << run->layout.tensors.size() << " tensors, "
                      << run->layout.total_elements << " parameters in "
@@ -546,7 +547,8 @@ absl::Status RunManager::Commit(std::vector<Round>& rounds,
 
 absl::StatusOr<std::shared_ptr<Run>> RunManager::BeginRun(
     const std::vector<proto::TensorSpec>& tensors,
-    const RunRendezvous::Begun& begun, const Round* supplier) {
+    const RunRendezvous::Begun& begun, const Round* supplier,
+    int64_t* first_step) {
   STARLING_ASSIGN_OR_RETURN(
       std::shared_ptr<Run> run,
       engine_->CreateRun(tensors,
@@ -562,8 +564,27 @@ absl::StatusOr<std::shared_ptr<Run>> RunManager::BeginRun(
     engine_->RunBegan(run);
     changed_.SignalAll();
   }
-  const absl::Status initialized =
+  absl::Status initialized =
       shared_.InitializeParameters(supplier, *run, Call(*run));
+  if (initialized.ok()) {
+    engine_->ParametersReady(*run);
+    if (begun.resume_run_id != 0) {
+      // Where the earlier run stopped, before any worker is told.
+      absl::StatusOr<int64_t> resumed = engine_->ResumeFromCheckpoint(
+          *run, begun.resume_run_id,
+          RunOptions(begun.run_id, begun.total_workers), Call(*run));
+      if (resumed.ok()) {
+        *first_step = *resumed;
+        absl::MutexLock lock(&mu_);
+        slots_.StartAt(*resumed);
+      } else {
+        initialized =
+            Annotate(resumed.status(),
+                     absl::StrCat("going on from run ", begun.resume_run_id,
+                                  "'s durable checkpoint"));
+      }
+    }
+  }
   if (!initialized.ok()) {
     Deferred deferred;
     {
@@ -577,7 +598,6 @@ absl::StatusOr<std::shared_ptr<Run>> RunManager::BeginRun(
     Flush(deferred);
     return initialized;
   }
-  engine_->ParametersReady(*run);
   return run;
 }
 

@@ -244,9 +244,12 @@ class RunManager {
                                             const Round** supplier,
                                             std::string* local_error);
   // The run begun with the group: its memory, version 0 of its parameters.
+  // `*first_step`: where its workers begin (0, or the version of the
+  // durable checkpoint of begun.resume_run_id it goes on from).
   absl::StatusOr<std::shared_ptr<Run>> BeginRun(
       const std::vector<proto::TensorSpec>& tensors,
-      const RunRendezvous::Begun& begun, const Round* supplier);
+      const RunRendezvous::Begun& begun, const Round* supplier,
+      int64_t* first_step);
   absl::Status Finish(Run& run);
   // A run of this daemon's group: its id, workers and the job's optimizer.
   RunFactoryOptions RunOptions(uint64_t run_id, int total_workers) const;

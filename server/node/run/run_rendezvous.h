@@ -21,6 +21,9 @@ class RunRendezvous {
     uint64_t run_id = 0;
     uint64_t first_op_seq = 0;
     int total_workers = 0;
+    // The earlier run whose newest durable checkpoint this one goes on
+    // from (BeginRunResponse.resume_run_id); 0: none.
+    uint64_t resume_run_id = 0;
   };
   virtual ~RunRendezvous() = default;
   // Blocks until every daemon of the group began (all answered alike), or

@@ -236,6 +236,10 @@ void WorkerSlots::BeginRun(uint64_t run_id) {
   }
 }
 
+void WorkerSlots::StartAt(int64_t step) {
+  for (Slot& slot : slots_) slot.next_step = step;
+}
+
 void WorkerSlots::ContinueRun(uint64_t run_id, int64_t step, absl::Time now) {
   for (Slot& slot : slots_) {
     slot.state = SlotState::STATE_MISSING;

@@ -135,6 +135,8 @@ class WorkerSlots {
 
   // Every slot takes part in run `run_id` from step 0.
   void BeginRun(uint64_t run_id);
+  // The run begun goes on from step `step` (a durable checkpoint).
+  void StartAt(int64_t step);
   // Every slot takes part in run `run_id`, carried on from an earlier
   // group at step `step`, its worker missing since `now` (the workers
   // reconnect and resume in their place, within the grace).

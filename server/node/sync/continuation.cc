@@ -183,6 +183,8 @@ CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
   return a;
 }
 
+namespace {
+
 // The checkpoint every daemon sees whole: the oldest of their newest (one a
 // daemon saw whole stays so: the writers keep two). Nullopt when a daemon
 // sees none or the job writes none.
@@ -217,6 +219,8 @@ std::string NoCheckpoint(const std::vector<CarryAccount>& accounts) {
   }
   return "";
 }
+
+}  // namespace
 
 absl::StatusOr<ResumePlan> PlanResume(
     uint64_t run_id, const std::vector<CarryAccount>& accounts) {
@@ -399,6 +403,38 @@ absl::Status ReadCheckpoint(const CheckpointFolder& folder,
   return absl::OkStatus();
 }
 
+// 5. `run`'s state at version v from `full`: its shard, its replica's
+// and the parameters (on a 16-bit wire, what the all-gather of v left: the
+// master narrowed).
+absl::Status InstallState(const std::vector<float>& full, int64_t v, int slots,
+                          SyncRun& run) {
+  const uint64_t elements = run.layout.total_elements;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<uint64_t> offsets;
+  std::vector<float> state;
+  OwnLayout(run, &ranges, &offsets);
+  ReadShard(ranges, offsets, full, slots, elements, run.master, state);
+  STARLING_RETURN_IF_ERROR(run.optimizer->RestoreState(state));
+  run.master_version = v;
+  if (run.replica != nullptr) {
+    ShardReplica& replica = *run.replica;
+    ranges.clear();
+    offsets.clear();
+    ReplicaLayout(replica, &ranges, &offsets);
+    ReadShard(ranges, offsets, full, slots, elements, replica.master, state);
+    STARLING_RETURN_IF_ERROR(replica.optimizer->RestoreState(state));
+    replica.version = v;
+  }
+  absl::Span<float> params = run.store->parameters();
+  if (run.wire == DataType::kFloat32) {
+    std::memcpy(params.data(), full.data(), elements * sizeof(float));
+  } else {
+    collective::FromFloat32(run.wire, full.data(), run.wire16.data(), elements);
+    collective::ToFloat32(run.wire, run.wire16.data(), params.data(), elements);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
@@ -469,35 +505,61 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
   options.total_workers = plan.total_workers;
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<SyncRun> run,
                             CreateSyncRun(tensors, options));
-  std::vector<float> state;
-  ranges.clear();
-  offsets.clear();
-  OwnLayout(*run, &ranges, &offsets);
-  ReadShard(ranges, offsets, full, slots, elements, run->master, state);
-  STARLING_RETURN_IF_ERROR(run->optimizer->RestoreState(state));
-  run->master_version = v;
-  if (run->replica != nullptr) {
-    ShardReplica& replica = *run->replica;
-    ranges.clear();
-    offsets.clear();
-    ReplicaLayout(replica, &ranges, &offsets);
-    ReadShard(ranges, offsets, full, slots, elements, replica.master, state);
-    STARLING_RETURN_IF_ERROR(replica.optimizer->RestoreState(state));
-    replica.version = v;
-  }
-  absl::Span<float> params = run->store->parameters();
-  if (run->wire == DataType::kFloat32) {
-    std::memcpy(params.data(), full.data(), elements * sizeof(float));
-  } else {
-    // What the all-gather of version v left: the master narrowed.
-    collective::FromFloat32(run->wire, full.data(), run->wire16.data(),
-                            elements);
-    collective::ToFloat32(run->wire, run->wire16.data(), params.data(),
-                          elements);
-  }
+  STARLING_RETURN_IF_ERROR(InstallState(full, v, slots, *run));
   *version = v;
   if (from_checkpoint != nullptr) *from_checkpoint = plan.checkpoint;
   return run;
+}
+
+absl::StatusOr<int64_t> ResumeFromCheckpoint(
+    SyncRun& run, const CheckpointFolder& folder,
+    const RunFactoryOptions& options, collective::Communicator* comm,
+    const collective::CallOptions& call,
+    std::optional<WholeVersion>* from_checkpoint) {
+  const int size = comm->size();
+  const int rank = comm->rank();
+  // 1. The version every daemon sees whole (as a continuation's accounts).
+  std::vector<CarryAccount> accounts(size);
+  std::vector<int64_t> table(static_cast<size_t>(size) * 3, 0);
+  const std::vector<WholeVersion> whole = folder.WholeVersions();
+  table[rank * 3] = whole.empty() ? -1 : whole[0].version;
+  if (!whole.empty()) {
+    table[rank * 3 + 1] = static_cast<int64_t>(whole[0].epoch);
+    table[rank * 3 + 2] = whole[0].ranks;
+  }
+  STARLING_RETURN_IF_ERROR(Annotate(
+      comm->AllReduce(
+          absl::Span<std::byte>(reinterpret_cast<std::byte*>(table.data()),
+                                table.size() * sizeof(int64_t)),
+          DataType::kInt64, collective::ReduceOp::kSum, call),
+      absl::StrCat("agreeing on run ", folder.run_folder(),
+                   "'s newest checkpoint")));
+  for (int r = 0; r < size; ++r) {
+    accounts[r].durable_version = table[r * 3];
+    accounts[r].durable_epoch = table[r * 3 + 1];
+    accounts[r].durable_ranks = table[r * 3 + 2];
+  }
+  const std::optional<WholeVersion> agreed = AgreedCheckpoint(accounts);
+  if (from_checkpoint != nullptr) *from_checkpoint = agreed;
+  if (!agreed.has_value()) return 0;  // from the initial parameters
+  // 2. Each file read by one daemon and checked; every shard to every
+  // daemon by one all-reduce, as a continuation moves them.
+  ResumePlan plan;
+  plan.version = agreed->version;
+  plan.checkpoint = agreed;
+  for (int o = 0; o < agreed->ranks; ++o) plan.readers.push_back(o % size);
+  const uint64_t elements = run.layout.total_elements;
+  STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
+  std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
+  STARLING_RETURN_IF_ERROR(ReadCheckpoint(folder, plan, rank, elements, slots,
+                                          options, comm, call, &full));
+  STARLING_RETURN_IF_ERROR(Annotate(
+      comm->AllReduce(AsBytes(absl::MakeSpan(full)), DataType::kFloat32,
+                      collective::ReduceOp::kSum, call),
+      absl::StrCat("moving checkpoint version ", agreed->version,
+                   " to every daemon")));
+  STARLING_RETURN_IF_ERROR(InstallState(full, agreed->version, slots, run));
+  return agreed->version;
 }
 
 ShardCheckpoint CheckpointOf(const SyncRun& run, int rank, int ranks,

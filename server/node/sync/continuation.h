@@ -131,6 +131,20 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const collective::CallOptions& call, int64_t* version,
     std::optional<WholeVersion>* from_checkpoint = nullptr);
 
+// A run that begins where an earlier one stopped (the whole cluster
+// restarted): `run` (just created, its initial parameters in) takes the
+// newest version of the earlier run every daemon sees written whole in
+// `folder` (that run's), each file read by one daemon and checked, the
+// state moved by one all-reduce, as a continuation does. Returns that
+// version, or 0 (and `run` untouched) when some daemon sees none;
+// `*from_checkpoint` (may be null) names it. A file that does not check fails
+// it on every daemon, naming the file. The collectives' errors.
+absl::StatusOr<int64_t> ResumeFromCheckpoint(
+    SyncRun& run, const CheckpointFolder& folder,
+    const RunFactoryOptions& options, collective::Communicator* comm,
+    const collective::CallOptions& call,
+    std::optional<WholeVersion>* from_checkpoint = nullptr);
+
 // This daemon's shard of `run` at its master version, as checkpoint.h
 // writes it: rank `rank` of `ranks` in group epoch `epoch`.
 ShardCheckpoint CheckpointOf(const SyncRun& run, int rank, int ranks,

@@ -336,6 +336,40 @@ void SyncEngine::RunContinued(const std::shared_ptr<Run>& run,
   run_->store->MarkVersion(version);
 }
 
+absl::StatusOr<int64_t> SyncEngine::ResumeFromCheckpoint(
+    Run& base, uint64_t from_run_id, const RunFactoryOptions& options,
+    const collective::CallOptions& call) {
+  if (!checkpointing()) return 0;
+  SyncRun& run = AsSync(base);
+  const CheckpointFolder folder(options_.checkpoint_root, from_run_id);
+  std::optional<WholeVersion> from;
+  STARLING_ASSIGN_OR_RETURN(
+      const int64_t version,
+      node::ResumeFromCheckpoint(run, folder, options, comm_, call, &from));
+  if (version == 0) {
+    STARLING_LOG(WARNING) << "run " << run.id << " begins from its initial "
+                          << "parameters: run " << from_run_id
+                          << " left no checkpoint every daemon sees whole in "
+                          << folder.run_folder();
+    return 0;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (run_.get() == &run) {
+      applied_version_ = version;
+      run.store->MarkVersion(version);
+    }
+  }
+  metrics_->checkpoint_restores->Increment();
+  STARLING_LOG(WARNING) << "run " << run.id << " goes on from run "
+                        << from_run_id << "'s durable checkpoint of version "
+                        << version << " (written by group epoch " << from->epoch
+                        << ", " << from->ranks << " ranks, under "
+                        << folder.run_folder()
+                        << "): its workers begin at step " << version;
+  return version;
+}
+
 // --- Pulls ------------------------------------------------------------------
 
 absl::StatusOr<std::shared_ptr<SyncRun>> SyncEngine::AwaitVersion(

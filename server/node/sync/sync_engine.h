@@ -125,6 +125,11 @@ class SyncEngine : public RunEngine {
       const CarriedRun& carried, const RunFactoryOptions& options,
       const collective::CallOptions& call, int64_t* version) override;
   void RunContinued(const std::shared_ptr<Run>& run, int64_t version) override;
+  // From the earlier run's checkpoints under checkpoint_root (none when
+  // this engine writes none): continuation.h ResumeFromCheckpoint.
+  absl::StatusOr<int64_t> ResumeFromCheckpoint(
+      Run& run, uint64_t from_run_id, const RunFactoryOptions& options,
+      const collective::CallOptions& call) override;
 
  private:
   // Checks the round's step and bucket; "step s [bucket b] on self".
