@@ -109,9 +109,11 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "durable checkpoints: the folder (on every node: a shared file "
           "system) where each daemon writes its master shard and optimizer "
           "state every --checkpoint_every_steps committed steps, under "
-          "<job>/run-<id>/; a run whose lost shard has no replica left goes "
+          "<job>/<incarnation>/run-<id>/ (the incarnation kept in "
+          "--state_file); a run whose lost shard has no replica left goes "
           "on from the newest version written whole (a rollback, logged and "
-          "told to the workers). Empty: none");
+          "told to the workers), and so does the first run after one that "
+          "did not finish (a whole-cluster restart). Empty: none");
 ABSL_FLAG(int, checkpoint_every_steps, 0,
           "with --checkpoint_dir: committed steps between checkpoints (>= 1; "
           "0: none)");

@@ -5,7 +5,8 @@
 // every shard was written at, an explicit rollback instead of a failure.
 //
 // Layout: <root>/run-<id>/version-<v>/epoch-<e>-rank-<r>-of-<n>.ckpt, root
-// = JobConfig.checkpoint_dir/<job>. One group epoch is one history of the
+// = JobConfig.checkpoint_dir (the coordinator's --checkpoint_dir, job and
+// incarnation). One group epoch is one history of the
 // run (a rollback comes only with a new epoch), so a version is written
 // whole when every rank of one epoch wrote its file: files of two
 // histories are never mixed.
