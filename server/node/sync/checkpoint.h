@@ -70,7 +70,7 @@ struct WholeVersion {
   int ranks = 0;
 };
 
-// One run's checkpoints under `root` (JobConfig.checkpoint_dir/<job>).
+// One run's checkpoints under `root` (JobConfig.checkpoint_dir).
 class CheckpointFolder {
  public:
   CheckpointFolder(std::string root, uint64_t run_id);

@@ -72,7 +72,7 @@ struct SyncEngineOptions {
   // Durable checkpoints (checkpoint.h): every `checkpoint_every_steps`
   // committed steps (0: none) this daemon's master shard and optimizer
   // state go to `checkpoints` (borrowed, outlives the engine; null: none),
-  // under `checkpoint_root` (JobConfig.checkpoint_dir/<job>), as written by
+  // under `checkpoint_root` (JobConfig.checkpoint_dir), as written by
   // group epoch `group_epoch`; a run that goes on reads them back when a
   // lost shard has no replica left. `optimizer`: the job's.
   CheckpointWriter* checkpoints = nullptr;
