@@ -641,6 +641,84 @@ Sample KillTwoBuddiesWithCheckpoints() {
   return s;
 }
 
+// The whole job killed (-9: the coordinator, every daemon and every worker)
+// at a random point of a step, with durable checkpoints every
+// kCheckpointEvery steps, and started again with the same flags (the
+// coordinator on its --state_file): the next run goes on from the newest
+// version every daemon checkpointed. detect: the group formed again after
+// the restart began; resume: a step of the new run committed past the
+// checkpoint; acknowledged updates lost (and rolled back): the steps the
+// daemons had applied past the checkpoint when read just before the kill.
+Sample KillEverythingWithCheckpoints() {
+  Sample s;
+  NodeCluster cluster(Options(3));
+  const std::string base = TempPath(absl::StrCat(
+      "fault-everything-", ::getpid(), "-", absl::ToUnixNanos(absl::Now())));
+  const std::vector<std::string> flags = {
+      absl::StrCat("--state_file=", base, ".state"),
+      absl::StrCat("--checkpoint_dir=", base, "-checkpoints"),
+      absl::StrCat("--checkpoint_every_steps=", kCheckpointEvery)};
+  const pid_t coordinator = cluster.StartCoordinatorWith("coordinator", flags);
+  cluster.StartDaemons();
+  const auto workers = StartLongRun(cluster);
+  if (!workers) return Failed(true, -1, -1, "setup");
+  RandomPointOfAStep();
+  int64_t applied = 0;
+  for (int d = 0; d < 3; ++d) {
+    proto::NodeStatusReply status;
+    std::string error;
+    if (cluster.NodeStatus(d, &status, &error)) {
+      applied = std::max<int64_t>(applied, status.run().steps());
+    }
+  }
+  cluster.Kill(coordinator, SIGKILL);
+  for (int d = 0; d < 3; ++d) cluster.Kill(cluster.daemon_pid(d), SIGKILL);
+  for (pid_t w : *workers) cluster.Kill(w, SIGKILL);
+  cluster.Wait(coordinator, kBound);
+  for (int d = 0; d < 3; ++d) cluster.Wait(cluster.daemon_pid(d), kBound);
+  for (pid_t w : *workers) cluster.Wait(w, kBound);
+  const absl::Time t0 = absl::Now();
+  cluster.StartCoordinatorWith("coordinator2", flags);
+  for (int d = 0; d < 3; ++d) cluster.StartDaemon(d, {});
+  const auto formed = PollUntil([&] {
+    const proto::JobStatus j = Job(cluster);
+    return j.formed() && j.healthy_nodes() == 3;
+  });
+  if (!formed) return Failed(true, -1, -1, "the group did not form again");
+  s.detect_s = absl::ToDoubleSeconds(*formed - t0);
+  const auto again = StartLongRun(cluster);
+  if (!again) return Failed(true, s.detect_s, -1, "the next run did not go");
+  size_t from = 0;
+  const int64_t version =
+      NumberAfter(cluster.Stderr(cluster.daemon_pid(0)),
+                  "goes on from run 1's durable checkpoint of version ", &from);
+  const auto stepped = PollUntil([&] {
+    proto::NodeStatusReply status;
+    std::string error;
+    return cluster.NodeStatus(0, &status, &error) &&
+           status.run().state() == proto::RunStatus::STATE_RUNNING &&
+           status.run().steps() > version;
+  });
+  if (stepped) s.resume_s = absl::ToDoubleSeconds(*stepped - t0);
+  std::string first;
+  for (pid_t pid : *again) {
+    const ProcessResult r = cluster.Wait(pid, kBound);
+    s.hung |= r.timed_out;
+    s.ok &= r.exit_code == 0;
+    const size_t at = r.out.find("params=");
+    const std::string params =
+        at == std::string::npos ? std::string() : r.out.substr(at);
+    if (first.empty()) first = params;
+    s.identical &= !params.empty() && params == first;
+  }
+  s.ok &= version > 0 && version % kCheckpointEvery == 0;
+  s.acked_lost = std::max<int64_t>(0, applied - version);
+  s.rolled_back = s.acked_lost;
+  s.note = absl::StrCat("run 2 went on from checkpoint version ", version, " (",
+                        applied, " steps applied before the kill)");
+  return s;
+}
+
 // Daemon 1 of 5 killed during a run, then daemon 3 as soon as the
 // coordinator re-formed the group without 1 (while the survivors move the
 // state): the run goes on at N-2 from a second re-formation.
@@ -857,6 +935,9 @@ int Main(int argc, char** argv) {
       {"kill -9 of two buddies at once (4 daemons), durable checkpoints "
        "every 20 steps",
        KillTwoBuddiesWithCheckpoints},
+      {"kill -9 of the whole job (coordinator, 3 daemons, workers), restarted, "
+       "durable checkpoints every 20 steps",
+       KillEverythingWithCheckpoints},
   };
   std::string table = absl::StrCat(
       "| fault | runs | ok | hangs | detect s (median / worst) | resume s "
