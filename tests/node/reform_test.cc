@@ -530,6 +530,23 @@ TEST(Reform, AWholeClusterRestartGoesOnFromTheDurableCheckpoint) {
   EXPECT_EQ(status.recent_runs(1).state(), proto::RunStatus::STATE_FAILED);
   EXPECT_EQ(status.recent_runs(0).steps(), 200);
 
+  // The resumed run's first checkpoint is where it began (a second restart
+  // before its next one goes on from there), then one every kEvery steps:
+  // versions V, V + kEvery, ..., 200 on every daemon (written in the
+  // background: waited for, bounded).
+  const double want = (200 - version) / kEvery + 1;
+  for (int d = 0; d < kDaemons; ++d) {
+    double written = -1;
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < give_up &&
+           (written = Metric(cluster.metrics_port(d),
+                             "starling_node_checkpoints_written_total")) <
+               want) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(written, want) << "daemon " << d;
+  }
+
   // The previous run finished: the next begins afresh, and its 200 steps
   // end where the resumed run's did.
   workers.clear();

@@ -360,6 +360,14 @@ absl::StatusOr<int64_t> SyncEngine::ResumeFromCheckpoint(
       run.store->MarkVersion(version);
     }
   }
+  // This run's first checkpoint is where it begins: should the cluster
+  // restart again before its next one, the run after it goes on from here
+  // (it looks in this run's folder only).
+  options_.checkpoints->Submit(
+      CheckpointFolder(options_.checkpoint_root, run.id),
+      CheckpointOf(run, comm_->rank(), comm_->size(), options_.group_epoch,
+                   options_.optimizer),
+      absl::Now() + options_.timeout);
   metrics_->checkpoint_restores->Increment();
   STARLING_LOG(WARNING) << "run " << run.id << " goes on from run "
                         << from_run_id << "'s durable checkpoint of version "
