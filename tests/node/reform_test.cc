@@ -201,30 +201,75 @@ TEST(Reform, ADaemonBackWithinTheGraceKeepsItsRankAndTrains) {
   TrainOn(cluster, {0, 1, 2});
 }
 
-// Starts a worker on each daemon training with `flags`, and kills daemon
-// `victim` once every node ran a few steps.
-std::vector<pid_t> TrainAndKill(NodeCluster& cluster,
-                                const std::vector<std::string>& flags,
-                                int victim = kVictim) {
+// Starts a worker on each daemon training with `flags`, and waits
+// (bounded) until every node reached iteration `iterations`.
+std::vector<pid_t> StartTraining(NodeCluster& cluster,
+                                 const std::vector<std::string>& flags,
+                                 int64_t iterations) {
   std::vector<pid_t> workers;
   for (int d = 0; d < cluster.options().daemons; ++d) {
     workers.push_back(cluster.StartWorker(d, 0, flags));
   }
   proto::JobStatus status;
   EXPECT_TRUE(cluster.WaitForJob(
-      absl::Seconds(20),
-      [](const proto::JobStatus& s) {
+      absl::Seconds(30),
+      [iterations](const proto::JobStatus& s) {
         if (!s.formed()) return false;
         for (const proto::NodeStatus& node : s.nodes()) {
-          if (node.last_iteration() < 5) return false;
+          if (node.last_iteration() < iterations) return false;
         }
         return true;
       },
       &status))
-      << "the job did not get going\n"
+      << "the job did not get to iteration " << iterations << "\n"
       << cluster.ServerLogs();
+  return workers;
+}
+
+// StartTraining, then kills daemon `victim` once every node ran a few
+// steps.
+std::vector<pid_t> TrainAndKill(NodeCluster& cluster,
+                                const std::vector<std::string>& flags,
+                                int victim = kVictim) {
+  std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
   cluster.Kill(cluster.daemon_pid(victim), SIGKILL);
   return workers;
+}
+
+// Waits (bounded) for worker `pid` of daemon `d`: it must not hang and
+// must exit 0 (the cluster's logs otherwise), and end with the parameters
+// in `*params` (the first worker's: set by it). Returns what it printed.
+ProcessResult WaitFinished(NodeCluster& cluster, pid_t pid, int d,
+                           std::string* params) {
+  const ProcessResult r = cluster.Wait(pid, absl::Seconds(60));
+  EXPECT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
+                            << cluster.ServerLogs();
+  EXPECT_EQ(r.exit_code, 0)
+      << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+  const size_t at = r.out.find("params=");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  const std::string mine =
+      at == std::string::npos ? std::string() : r.out.substr(at);
+  if (params->empty()) *params = mine;
+  EXPECT_EQ(mine, *params) << "daemon " << d;
+  return r;
+}
+
+// The job's latest run (in a group of `group_size` where > 0) finished
+// all its `steps`.
+void ExpectRunFinished(NodeCluster& cluster, int group_size, int64_t steps) {
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(10),
+      [group_size](const proto::JobStatus& s) {
+        return s.recent_runs_size() >= 1 &&
+               (group_size == 0 || s.group_size() == group_size);
+      },
+      &status))
+      << cluster.ServerLogs();
+  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
+      << status.recent_runs(0).error();
+  EXPECT_EQ(status.recent_runs(0).steps(), steps);
 }
 
 // The number after `key` in `text` (-1 if absent).
@@ -300,26 +345,11 @@ TEST(Reform, AsyncSgdGoesOnWithoutALostDaemon) {
       {"--steps=400", "--step_delay=5ms", "--timeout=20s", "--staleness=1"});
   std::string first;
   for (int d : {0, 2}) {
-    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
-    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
-                              << cluster.ServerLogs();
-    ASSERT_EQ(r.exit_code, 0)
-        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    const ProcessResult r = WaitFinished(cluster, workers[d], d, &first);
     EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
     EXPECT_THAT(r.err, HasSubstr(" of 2;")) << r.err;
-    const size_t at = r.out.find("params=");
-    ASSERT_NE(at, std::string::npos) << r.out;
-    if (first.empty()) first = r.out.substr(at);
-    EXPECT_EQ(r.out.substr(at), first) << "daemon " << d;
   }
-  proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(10),
-      [](const proto::JobStatus& s) { return s.recent_runs_size() >= 1; },
-      &status));
-  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
-      << status.recent_runs(0).error();
-  EXPECT_EQ(status.recent_runs(0).steps(), 400);
+  ExpectRunFinished(cluster, /*group_size=*/0, /*steps=*/400);
 }
 
 // A second daemon killed as soon as the coordinator re-formed the group
@@ -344,17 +374,9 @@ TEST(Reform, ASecondDaemonLostWhileTheGroupReFormsTheRunStillGoesOn) {
   cluster.Kill(cluster.daemon_pid(3), SIGKILL);
   std::string first;
   for (int d : {0, 2, 4}) {
-    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
-    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
-                              << cluster.ServerLogs();
-    ASSERT_EQ(r.exit_code, 0)
-        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    const ProcessResult r = WaitFinished(cluster, workers[d], d, &first);
     EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
-    const size_t at = r.out.find("params=");
-    ASSERT_NE(at, std::string::npos) << r.out;
-    if (first.empty()) first = r.out.substr(at);
-    EXPECT_EQ(r.out.substr(at), first) << "daemon " << d;
   }
   ASSERT_TRUE(cluster.WaitForJob(
       absl::Seconds(10),
@@ -385,33 +407,15 @@ TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
       "coordinator", {absl::StrCat("--checkpoint_dir=", dir),
                       absl::StrCat("--checkpoint_every_steps=", kEvery)});
   cluster.StartDaemons();
-  std::vector<pid_t> workers;
-  for (int d = 0; d < 5; ++d) {
-    workers.push_back(cluster.StartWorker(
-        d, 0, {"--steps=300", "--step_delay=5ms", "--timeout=20s"}));
-  }
-  proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(30),
-      [](const proto::JobStatus& s) {
-        if (!s.formed()) return false;
-        for (const proto::NodeStatus& node : s.nodes()) {
-          if (node.last_iteration() < kEvery + 10) return false;
-        }
-        return true;
-      },
-      &status))
-      << cluster.ServerLogs();
+  const std::vector<pid_t> workers = StartTraining(
+      cluster, {"--steps=300", "--step_delay=5ms", "--timeout=20s"},
+      kEvery + 10);
   // Ranks are numbered by hostname: rank 1's buddy is rank 2 (one host).
   cluster.Kill(cluster.daemon_pid(1), SIGKILL);
   cluster.Kill(cluster.daemon_pid(2), SIGKILL);
   std::string first;
   for (int d : {0, 3, 4}) {
-    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
-    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
-                              << cluster.ServerLogs();
-    ASSERT_EQ(r.exit_code, 0)
-        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    const ProcessResult r = WaitFinished(cluster, workers[d], d, &first);
     // Told: the step it goes on from is a checkpointed one, behind what
     // was acknowledged.
     const int64_t resumed = NumberAfter(r.err, "rejoined run 1 at step ");
@@ -429,20 +433,8 @@ TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
     EXPECT_EQ(Metric(cluster.metrics_port(d),
                      "starling_node_checkpoint_restores_total"),
               1);
-    const size_t at = r.out.find("params=");
-    ASSERT_NE(at, std::string::npos) << r.out;
-    if (first.empty()) first = r.out.substr(at);
-    EXPECT_EQ(r.out.substr(at), first) << "daemon " << d;
   }
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(10),
-      [](const proto::JobStatus& s) {
-        return s.recent_runs_size() >= 1 && s.group_size() == 3;
-      },
-      &status));
-  EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED)
-      << status.recent_runs(0).error();
-  EXPECT_EQ(status.recent_runs(0).steps(), 300);
+  ExpectRunFinished(cluster, /*group_size=*/3, /*steps=*/300);
 }
 
 // The whole cluster killed (-9: the coordinator, every daemon, every
@@ -464,22 +456,7 @@ TEST(Reform, AWholeClusterRestartGoesOnFromTheDurableCheckpoint) {
       "--steps=200", "--step_delay=5ms", "--timeout=20s"};
   const pid_t coordinator = cluster.StartCoordinatorWith("coordinator", flags);
   cluster.StartDaemons();
-  std::vector<pid_t> workers;
-  for (int d = 0; d < kDaemons; ++d) {
-    workers.push_back(cluster.StartWorker(d, 0, worker_flags));
-  }
-  proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(30),
-      [](const proto::JobStatus& s) {
-        if (!s.formed()) return false;
-        for (const proto::NodeStatus& node : s.nodes()) {
-          if (node.last_iteration() < 3 * kEvery) return false;
-        }
-        return true;
-      },
-      &status))
-      << cluster.ServerLogs();
+  std::vector<pid_t> workers = StartTraining(cluster, worker_flags, 3 * kEvery);
   cluster.Kill(coordinator, SIGKILL);
   for (int d = 0; d < kDaemons; ++d) {
     cluster.Kill(cluster.daemon_pid(d), SIGKILL);
@@ -501,11 +478,7 @@ TEST(Reform, AWholeClusterRestartGoesOnFromTheDurableCheckpoint) {
   std::string resumed_params;
   int64_t version = -1;
   for (int d = 0; d < kDaemons; ++d) {
-    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
-    ASSERT_FALSE(r.timed_out) << "worker of daemon " << d << " hung\n"
-                              << cluster.ServerLogs();
-    ASSERT_EQ(r.exit_code, 0)
-        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
+    WaitFinished(cluster, workers[d], d, &resumed_params);
     const std::string log = cluster.Stderr(cluster.daemon_pid(d));
     const int64_t v =
         NumberAfter(log, "goes on from run 1's durable checkpoint of version ");
@@ -513,11 +486,8 @@ TEST(Reform, AWholeClusterRestartGoesOnFromTheDurableCheckpoint) {
     EXPECT_EQ(v % kEvery, 0) << log;
     if (version < 0) version = v;
     EXPECT_EQ(v, version) << "daemon " << d;
-    const size_t at = r.out.find("params=");
-    ASSERT_NE(at, std::string::npos) << r.out;
-    if (resumed_params.empty()) resumed_params = r.out.substr(at);
-    EXPECT_EQ(r.out.substr(at), resumed_params) << "daemon " << d;
   }
+  proto::JobStatus status;
   ASSERT_TRUE(cluster.WaitForJob(
       absl::Seconds(10),
       [](const proto::JobStatus& s) {
@@ -554,12 +524,7 @@ TEST(Reform, AWholeClusterRestartGoesOnFromTheDurableCheckpoint) {
     workers.push_back(cluster.StartWorker(d, 0, worker_flags));
   }
   for (int d = 0; d < kDaemons; ++d) {
-    const ProcessResult r = cluster.Wait(workers[d], absl::Seconds(60));
-    ASSERT_EQ(r.exit_code, 0)
-        << "daemon " << d << ": " << r.err << cluster.ServerLogs();
-    const size_t at = r.out.find("params=");
-    ASSERT_NE(at, std::string::npos) << r.out;
-    EXPECT_EQ(r.out.substr(at), resumed_params) << "daemon " << d;
+    WaitFinished(cluster, workers[d], d, &resumed_params);
   }
 }
 

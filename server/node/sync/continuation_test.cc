@@ -178,6 +178,25 @@ Full Reference(const Scenario& c, int64_t versions,
   return full;
 }
 
+// Every shard's master and optimizer state of `resumed`, gathered, must
+// be bit for bit those of a fault-free run of `versions` steps; `*params`
+// gets that run's parameters.
+void ExpectReference(const Scenario& c, int64_t versions,
+                     const std::vector<std::shared_ptr<SyncRun>>& resumed,
+                     std::vector<float>* params) {
+  const Full want = Reference(c, versions, params);
+  Full got;
+  for (const auto& run : resumed) AddShard(*run, &got);
+  ASSERT_EQ(got.master.size(), want.master.size());
+  EXPECT_EQ(std::memcmp(got.master.data(), want.master.data(),
+                        want.master.size() * sizeof(float)),
+            0);
+  ASSERT_EQ(got.state.size(), want.state.size());
+  EXPECT_EQ(std::memcmp(got.state.data(), want.state.data(),
+                        want.state.size() * sizeof(float)),
+            0);
+}
+
 // The old group: k whole steps, then step k + 1 as far as the scenario says.
 std::vector<std::shared_ptr<SyncRun>> OldGroup(const Scenario& c) {
   return OnEveryRank(c, [&](int rank, SyncRun& run, StepDataPath& path) {
@@ -248,17 +267,7 @@ TEST_P(ContinuationTest, SurvivorsGoOnBitForBitFromTheAgreedVersion) {
     EXPECT_EQ(versions[r], c.expect_version) << "rank " << r;
   }
   std::vector<float> params;
-  const Full want = Reference(c, c.expect_version, &params);
-  Full got;
-  for (const auto& run : resumed) AddShard(*run, &got);
-  ASSERT_EQ(got.master.size(), want.master.size());
-  EXPECT_EQ(std::memcmp(got.master.data(), want.master.data(),
-                        want.master.size() * sizeof(float)),
-            0);
-  ASSERT_EQ(got.state.size(), want.state.size());
-  EXPECT_EQ(std::memcmp(got.state.data(), want.state.data(),
-                        want.state.size() * sizeof(float)),
-            0);
+  ExpectReference(c, c.expect_version, resumed, &params);
   for (int r = 0; r < n; ++r) {
     SCOPED_TRACE(absl::StrCat("new rank ", r));
     const SyncRun& run = *resumed[r];
@@ -486,17 +495,7 @@ TEST_P(FromCheckpointTest, SurvivorsGoOnFromTheNewestWholeVersion) {
     EXPECT_EQ(restored[r]->ranks, c.ranks);
   }
   std::vector<float> params;
-  const Full want = Reference(c, kCheckpointed, &params);
-  Full got;
-  for (const auto& run : resumed) AddShard(*run, &got);
-  ASSERT_EQ(got.master.size(), want.master.size());
-  EXPECT_EQ(std::memcmp(got.master.data(), want.master.data(),
-                        want.master.size() * sizeof(float)),
-            0);
-  ASSERT_EQ(got.state.size(), want.state.size());
-  EXPECT_EQ(std::memcmp(got.state.data(), want.state.data(),
-                        want.state.size() * sizeof(float)),
-            0);
+  ExpectReference(c, kCheckpointed, resumed, &params);
   for (int r = 0; r < n; ++r) {
     const absl::Span<const float> p = resumed[r]->store->parameters();
     ASSERT_EQ(p.size(), params.size());
