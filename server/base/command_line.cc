@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
@@ -12,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -49,6 +51,16 @@ bool IsAbseilFlag(const absl::CommandLineFlag& flag) {
   return absl::StrContains(flag.Filename(), "absl/");
 }
 
+// At most this many characters of a file's text in an error, control
+// characters and non-ASCII bytes escaped: a binary or huge line is named,
+// not echoed.
+std::string Printable(absl::string_view text, size_t most = 80) {
+  const bool cut = text.size() > most;
+  std::string out = absl::CHexEscape(text.substr(0, most));
+  if (cut) absl::StrAppend(&out, "... (", text.size(), " bytes)");
+  return out;
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "r");
   if (f == nullptr) {
@@ -69,12 +81,18 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   size_t n = 0;
   while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) {
     text.append(buffer, n);
+    if (text.size() > kMaxConfigBytes) break;  // /dev/zero, a disk image
   }
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) {
     return absl::DataLossError(
         absl::StrCat(path, ": error while reading config file"));
+  }
+  if (text.size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": more than ", kMaxConfigBytes,
+                     " bytes: not a config file (one flag per line)"));
   }
   return text;
 }
@@ -84,6 +102,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(
     absl::string_view text, absl::string_view file) {
   std::vector<ConfigSetting> settings;
+  std::map<std::string, int> first_line;  // name -> line that set it
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -103,23 +122,58 @@ absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(
       return LineError(file, line_number,
                        absl::StrCat("expected --flag=value or flag = value, "
                                     "got '",
-                                    original, "'"));
+                                    Printable(original), "'"));
     }
     rest =
         end == absl::string_view::npos ? absl::string_view() : rest.substr(end);
     rest = absl::StripLeadingAsciiWhitespace(rest);
+    bool equals = false;
     if (!rest.empty() && rest.front() == '=') {
-      rest.remove_prefix(1);
-      rest = absl::StripAsciiWhitespace(rest);
-      setting.has_value = true;
+      equals = true;
+      rest = absl::StripLeadingAsciiWhitespace(rest.substr(1));
+    }
+    if (!rest.empty() && (rest.front() == '"' || rest.front() == '\'')) {
+      // Quoted: the value is what the quotes hold ('#' included); after
+      // them only a comment may follow.
+      const size_t close = rest.find(rest.front(), 1);
+      const absl::string_view after =
+          close == absl::string_view::npos
+              ? absl::string_view()
+              : absl::StripLeadingAsciiWhitespace(rest.substr(close + 1));
+      if (close == absl::string_view::npos ||
+          (!after.empty() && after.front() != '#')) {
+        return LineError(
+            file, line_number,
+            absl::StrCat("--", setting.name, ": a quoted value must end with ",
+                         "its quote (then only a # comment), got ",
+                         Printable(rest)));
+      }
+      rest = rest.substr(1, close - 1);
     } else {
-      setting.has_value = !rest.empty();  // "--name value"
+      // A '#' that begins the value or follows a space or tab begins a
+      // comment ("value  # why"); "a#b" is a value.
+      for (size_t i = 0; i < rest.size(); ++i) {
+        if (rest[i] == '#' &&
+            (i == 0 || rest[i - 1] == ' ' || rest[i - 1] == '\t')) {
+          rest = absl::StripTrailingAsciiWhitespace(rest.substr(0, i));
+          break;
+        }
+      }
     }
-    if (rest.size() >= 2 && (rest.front() == '"' || rest.front() == '\'') &&
-        rest.back() == rest.front()) {
-      rest = rest.substr(1, rest.size() - 2);
-    }
+    // "--name value", "--name=" (empty) or a lone "--name".
+    setting.has_value = equals || !rest.empty();
     setting.value = std::string(rest);
+    // One setting per flag in a file: a second one is a mistake to say,
+    // not a value to keep silently (later --config files and the command
+    // line still win over earlier ones).
+    const auto [first, inserted] =
+        first_line.emplace(setting.name, line_number);
+    if (!inserted) {
+      return LineError(
+          file, line_number,
+          absl::StrCat("--", setting.name, " is set again (first on line ",
+                       first->second, "); set it once"));
+    }
     settings.push_back(std::move(setting));
   }
   return settings;
@@ -160,9 +214,9 @@ absl::Status ApplyConfigFile(const std::string& path) {
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      return LineError(
-          path, setting.line,
-          absl::StrCat("--", flag->Name(), "=", value, ": ", error));
+      return LineError(path, setting.line,
+                       absl::StrCat("--", flag->Name(), "=", Printable(value),
+                                    ": ", Printable(error, 200)));
     }
   }
   return absl::OkStatus();

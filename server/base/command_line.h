@@ -56,13 +56,22 @@ struct ConfigSetting {
 //   name = value
 // A boolean flag may be given alone (`--insecure`: true) or negated
 // (`--noinsecure`: false). A value may be quoted ("..." or '...'), which
-// allows an empty or space-padded value. Blank lines and lines whose first
-// non-blank character is '#' are ignored; '#' elsewhere belongs to the value.
-// InvalidArgument ("FILE:LINE: ...") for a line that is no setting.
+// allows an empty, space-padded or '#'-holding value. Blank lines and lines
+// whose first non-blank character is '#' are ignored, and so is the rest of
+// a line from a '#' that begins the value or follows a space or tab
+// (`job_id = demo   # our job` sets "demo"; `a#b` is a value).
+// InvalidArgument ("FILE:LINE: ...", the line's text escaped and cut) for a
+// line that is no setting, a quote left open, or a flag set a second time
+// in the same file (naming the first line).
 absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(
     absl::string_view text, absl::string_view file);
 
+// The largest config file read (a file of flags is a few KiB; this bounds
+// what a wrong --config, say /dev/zero, can make a program read).
+inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+
 // Reads `path` and sets each of its flags (absl::FindCommandLineFlag).
+// InvalidArgument for a file of more than kMaxConfigBytes.
 // NotFound/PermissionDenied/... (errno's) if the file cannot be read;
 // InvalidArgument "FILE:LINE: ..." for an unknown flag (or one of Abseil's
 // own, or a nested --config) or a value the flag does not accept. Flags set

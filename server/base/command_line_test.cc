@@ -26,6 +26,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Writes `text` to a fresh file under the test's temporary directory.
 std::string WriteFile(const std::string& text) {
@@ -68,24 +69,74 @@ TEST(ParseConfigText, ReadsBothFormsCommentsAndBlankLines) {
       "  test_name = node 0  \n"
       "\t# indented comment\n"
       "-test_wait=5s\n"
-      "--test_name value-after-space\n"
-      "test_name=a#b\n",
+      "--test_other value-after-space\n"
+      "test_hash=a#b\n",
       "f.conf");
   ASSERT_THAT(settings, IsOk());
   EXPECT_THAT(*settings,
               ElementsAre(Setting("test_port", "29500", 3),
                           Setting("test_name", "node 0", 4),
                           Setting("test_wait", "5s", 6),
-                          Setting("test_name", "value-after-space", 7),
-                          Setting("test_name", "a#b", 8)));
+                          Setting("test_other", "value-after-space", 7),
+                          Setting("test_hash", "a#b", 8)));
+}
+
+// `job_id = demo   # our job` once became the job "demo   # our job".
+TEST(ParseConfigText, ACommentAfterAValueIsNotPartOfIt) {
+  absl::StatusOr<std::vector<ConfigSetting>> settings = ParseConfigText(
+      "job_id = demo   # our job\n"
+      "--port=29400\t# the default\n"
+      "quoted = \"a # b\"  # kept inside quotes\n"
+      "--insecure  # a lone boolean\n"
+      "empty =   # nothing\n",
+      "f.conf");
+  ASSERT_THAT(settings, IsOk());
+  ASSERT_EQ(settings->size(), 5u);
+  EXPECT_THAT((*settings)[0], Setting("job_id", "demo", 1));
+  EXPECT_THAT((*settings)[1], Setting("port", "29400", 2));
+  EXPECT_THAT((*settings)[2], Setting("quoted", "a # b", 3));
+  EXPECT_EQ((*settings)[3].name, "insecure");
+  EXPECT_FALSE((*settings)[3].has_value);
+  EXPECT_THAT((*settings)[4], Setting("empty", "", 5));
+}
+
+// A key set twice used to keep the last value without a word.
+TEST(ParseConfigText, AFlagSetTwiceInOneFileNamesBothLines) {
+  EXPECT_THAT(
+      ParseConfigText("port = 1\n# later\n--port=2\n", "/etc/x.conf"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("/etc/x.conf:3: --port is set again (first on line "
+                         "1); set it once")));
+}
+
+TEST(ParseConfigText, AnOpenQuoteIsAnError) {
+  EXPECT_THAT(ParseConfigText("name = \"abc\n", "x.conf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x.conf:1: --name: a quoted value must end "
+                                 "with its quote")));
+  EXPECT_THAT(
+      ParseConfigText("name = 'a' b\n", "x.conf"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x.conf:1:")));
+}
+
+// Binary or huge lines are named, escaped and cut, not echoed.
+TEST(ParseConfigText, AnErrorShowsTheLineEscapedAndCut) {
+  const std::string binary =
+      std::string("\x1b[31m\x01", 6) + std::string(100000, 'x');
+  const absl::Status status = ParseConfigText(binary, "x.conf").status();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_LT(status.message().size(), 300u);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("\\x1b[31m\\x01xx"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("(100006 bytes)"));
+  EXPECT_THAT(std::string(status.message()), Not(HasSubstr("\x1b")));
 }
 
 TEST(ParseConfigText, QuotesAllowEmptyAndPaddedValues) {
   absl::StatusOr<std::vector<ConfigSetting>> settings =
-      ParseConfigText("test_name = \"\"\ntest_name = ' x '\n", "f.conf");
+      ParseConfigText("test_name = \"\"\ntest_other = ' x '\n", "f.conf");
   ASSERT_THAT(settings, IsOk());
   EXPECT_THAT(*settings, ElementsAre(Setting("test_name", "", 1),
-                                     Setting("test_name", " x ", 2)));
+                                     Setting("test_other", " x ", 2)));
 }
 
 TEST(ParseConfigText, CarriageReturnsAreIgnored) {
@@ -125,13 +176,23 @@ TEST_F(ApplyConfigFileTest, SetsEveryFlag) {
   EXPECT_TRUE(absl::GetFlag(FLAGS_test_switch));
 }
 
-TEST_F(ApplyConfigFileTest, NegatedBooleanAndLaterLinesWin) {
+TEST_F(ApplyConfigFileTest, NegatedBoolean) {
   absl::SetFlag(&FLAGS_test_switch, true);
-  ASSERT_THAT(ApplyConfigFile(
-                  WriteFile("--notest_switch\ntest_port = 1\ntest_port = 2\n")),
+  ASSERT_THAT(ApplyConfigFile(WriteFile("--notest_switch\ntest_port = 2\n")),
               IsOk());
   EXPECT_FALSE(absl::GetFlag(FLAGS_test_switch));
   EXPECT_EQ(absl::GetFlag(FLAGS_test_port), 2);
+}
+
+// --config=/dev/zero once grew a program's memory at about 1 GB/s.
+TEST_F(ApplyConfigFileTest, AnEndlessOrHugeFileIsRefused) {
+  const absl::Status zero = ApplyConfigFile("/dev/zero");
+  EXPECT_THAT(zero, StatusIs(absl::StatusCode::kInvalidArgument,
+                             HasSubstr("/dev/zero: more than 1048576 bytes: "
+                                       "not a config file")));
+  const std::string big = WriteFile(std::string(kMaxConfigBytes + 1, '#'));
+  EXPECT_THAT(ApplyConfigFile(big), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("not a config file")));
 }
 
 TEST_F(ApplyConfigFileTest, UnknownFlagNamesFileAndLine) {
