@@ -571,6 +571,50 @@ TEST(TrainingApi, PartPushErrors) {
   EXPECT_TRUE(client.Finish().ok()) << cluster.ServerLogs();
 }
 
+// Initial parameters holding NaN or infinity would train on NaN with no
+// error anywhere: the run does not begin, every worker is told which
+// tensor and element, and the daemon serves the next run.
+TEST(TrainingApi, NonFiniteInitialParametersAreRefused) {
+  ClusterOptions options = ApiOptions(1, 1, 0.5);
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  {
+    absl::StatusOr<std::unique_ptr<client::Client>> c =
+        ConnectWorker(cluster, 0, 0);
+    ASSERT_TRUE(c.ok()) << c.status() << cluster.ServerLogs();
+    client::Client& client = **c;
+    ASSERT_TRUE(
+        client.DeclareTensor("x", {10}, client::DataType::kFloat32).ok());
+    absl::StatusOr<absl::Span<float>> x = client.AllocateTensor("x");
+    ASSERT_TRUE(x.ok());
+    for (float& v : *x) v = 1.0f;
+    (*x)[3] = std::nanf("");
+    const absl::Status set = client.SetInitialParameters({{"x", *x}});
+    absl::Status status =
+        set.ok() ? client.PullParameters(0, {{"x", *x}}) : set;
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr("initial parameters of tensor 'x'"),
+                      HasSubstr("element 3 of 10 is nan")))
+        << status;
+  }
+  // The daemon serves on: a worker with finite values trains.
+  absl::StatusOr<std::unique_ptr<client::Client>> c =
+      ConnectWorker(cluster, 0, 0);
+  ASSERT_TRUE(c.ok()) << c.status() << cluster.ServerLogs();
+  ASSERT_TRUE((*c)->DeclareTensor("x", {10}, client::DataType::kFloat32).ok());
+  absl::StatusOr<absl::Span<float>> x = (*c)->AllocateTensor("x");
+  ASSERT_TRUE(x.ok());
+  for (float& v : *x) v = 1.0f;
+  ASSERT_TRUE((*c)->SetInitialParameters({{"x", *x}}).ok());
+  ASSERT_TRUE((*c)->PullParameters(0, {{"x", *x}}).ok())
+      << cluster.ServerLogs();
+  EXPECT_THAT(std::vector<float>(x->begin(), x->end()), ::testing::Each(1.0f));
+  EXPECT_TRUE((*c)->PushGradients(0, {{"x", *x}}).ok());
+  EXPECT_TRUE((*c)->Finish().ok()) << cluster.ServerLogs();
+}
+
 // ---------------------------------------------------------------------------
 // 5. 16-bit tensors keep a float32 master.
 

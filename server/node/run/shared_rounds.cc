@@ -4,15 +4,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
+#include "server/base/proto_data_type.h"
 #include "server/base/status_macros.h"
 #include "server/base/tensor_table.h"
 #include "server/collective/data_type.h"
 #include "server/collective/reduce_kernels.h"
 #include "server/node/run/float_bytes.h"
+#include "server/shard/finite_check.h"
 
 namespace starling {
 namespace node {
@@ -83,10 +86,16 @@ absl::Status SharedRounds::CheckInitialParameters(
           absl::StrCat(what, ": ", slice.elements(), " elements, declared ",
                        proto::DescribeSpec(*spec)));
     }
-    STARLING_RETURN_IF_ERROR(Annotate(
-        supplier.worker.pool->Bytes(slice, proto::ElementBytes(spec->dtype()))
-            .status(),
-        what));
+    absl::StatusOr<absl::Span<std::byte>> bytes =
+        supplier.worker.pool->Bytes(slice, proto::ElementBytes(spec->dtype()));
+    if (!bytes.ok()) return Annotate(bytes.status(), what);
+    // Training from NaN or infinity would run on without an error anywhere
+    // (gradients are checked, parameters are not after this).
+    STARLING_ASSIGN_OR_RETURN(const DataType type,
+                              proto::DataTypeFromProto(spec->dtype()));
+    std::vector<float> values(slice.elements());
+    collective::ToFloat32(type, bytes->data(), values.data(), values.size());
+    STARLING_RETURN_IF_ERROR(shard::CheckFinite(values, what));
   }
   return absl::OkStatus();
 }
