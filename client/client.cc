@@ -521,12 +521,22 @@ void Client::ReportStepTimes(absl::Duration compute, absl::Duration step) {
   pending_->step_seconds += absl::ToDoubleSeconds(step);
 }
 
-void Client::ReportProgress(int64_t samples, std::optional<double> loss,
-                            std::optional<double> accuracy) {
+absl::Status Client::ReportProgress(int64_t samples, std::optional<double> loss,
+                                    std::optional<double> accuracy) {
+  if (samples < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "report_progress: ", samples, " samples: must be >= 0"));
+  }
+  if (accuracy.has_value() && !(*accuracy >= 0 && *accuracy <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("report_progress: accuracy ", *accuracy,
+                     ": must be a fraction in 0..1"));
+  }
   absl::MutexLock lock(&pending_->mu);
   pending_->samples += samples;
   if (loss.has_value()) pending_->loss = loss;
   if (accuracy.has_value()) pending_->accuracy = accuracy;
+  return absl::OkStatus();
 }
 
 Future Client::PullParametersAsync(int64_t version,

@@ -343,9 +343,10 @@ class Client {
   // samples and the mean over its workers of their last loss and accuracy
   // (starling_node_worker_samples_total, starling_node_worker_loss,
   // starling_node_worker_accuracy), which the training dashboard charts.
-  // A negative sample count or an accuracy outside 0..1 is refused by the
-  // daemon with InvalidArgument on that push.
-  void ReportProgress(int64_t samples, std::optional<double> loss,
+  // InvalidArgument, recording nothing, for a negative sample count or an
+  // accuracy outside 0..1 (NaN included), which the daemon would refuse
+  // with the next push. A loss may be anything (NaN: training diverged).
+  absl::Status ReportProgress(int64_t samples, std::optional<double> loss,
                       std::optional<double> accuracy = std::nullopt);
 
   // Writes the parameters after `version` updates into `parameters`.

@@ -391,13 +391,15 @@ void DefineModule(py::module_& m) {
           "report_progress",
           [](PyClient& c, int64_t samples, std::optional<double> loss,
              std::optional<double> accuracy) {
-            c.client().ReportProgress(samples, loss, accuracy);
+            Check(c.client().ReportProgress(samples, loss, accuracy));
           },
           py::arg("samples"), py::arg("loss") = py::none(),
           py::arg("accuracy") = py::none(),
           "Samples trained since the last report and the latest loss and "
           "accuracy (0..1), sent with the next push for the daemon's "
-          "metrics.")
+          "metrics. Raises StarlingError (code INVALID_ARGUMENT) for "
+          "negative samples or an "
+          "accuracy outside 0..1 (NaN included).")
       .def(
           "rejoin",
           [](PyClient& c) {

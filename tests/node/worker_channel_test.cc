@@ -5,12 +5,14 @@
 // (Poll, Then, Wait with a deadline), errors with context, and a daemon
 // that goes away.
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -307,6 +309,57 @@ TEST_F(WorkerChannelTest, UnsealedPoolIsRefusedAtHello) {
   ::close(pool);
   // The daemon serves the next worker as before.
   EXPECT_NE(Connect(0), nullptr);
+}
+
+// A request that decodes but carries a value out of bounds (an accuracy of
+// NaN or 2 from a C++ worker, once) is answered with the error on that
+// request; the session lives on. Before, the daemon closed it, and the run
+// waited out the worker's grace and failed.
+TEST_F(WorkerChannelTest, AnInvalidValueIsAnsweredAndTheSessionLivesOn) {
+  const int pool = ::memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(pool, 0);
+  ASSERT_EQ(::ftruncate(pool, 4096), 0);
+  ASSERT_EQ(::fcntl(pool, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path_.data(), path_.size());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const auto answer = [fd](const proto::WorkerRequest& request, int pass_fd) {
+    EXPECT_TRUE(WriteFrame(fd, request.SerializeAsString(), pass_fd).ok());
+    absl::StatusOr<Frame> frame = ReadFrame(fd);
+    proto::WorkerResponse response;
+    EXPECT_TRUE(frame.ok()) << frame.status();
+    if (frame.ok()) {
+      EXPECT_TRUE(response.ParseFromString(frame->payload));
+    }
+    return response;
+  };
+  proto::WorkerRequest hello;
+  hello.set_id(1);
+  hello.mutable_hello()->set_worker_name("raw");
+  hello.mutable_hello()->set_pool_bytes(4096);
+  ASSERT_EQ(answer(hello, pool).code(), 0);
+  for (const double accuracy : {2.0, std::nan("")}) {
+    proto::WorkerRequest push;
+    push.set_id(7);
+    push.mutable_push_gradients()->set_step(0);
+    push.mutable_push_gradients()->set_accuracy(accuracy);
+    const proto::WorkerResponse refused = answer(push, -1);
+    EXPECT_EQ(refused.id(), 7u);
+    EXPECT_EQ(refused.code(),
+              static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(refused.message(), HasSubstr("must be a fraction in 0..1"));
+  }
+  // The same session is served: the next request is answered.
+  proto::WorkerRequest finish;
+  finish.set_id(8);
+  finish.mutable_finish();
+  const proto::WorkerResponse done = answer(finish, -1);
+  EXPECT_EQ(done.id(), 8u);
+  EXPECT_EQ(done.code(), 0) << done.message();
+  ::close(fd);
+  ::close(pool);
 }
 
 TEST_F(WorkerChannelTest, ClientPoolCannotBeShrunk) {

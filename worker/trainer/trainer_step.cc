@@ -68,7 +68,7 @@ absl::Status Trainer::ForwardBackward(
   ++progress_batches_;
   progress_samples_ += batch;
   // For the daemon's metrics (the training dashboard): sent with the push.
-  client_->ReportProgress(batch, static_cast<double>(*loss));
+  client_->ReportProgress(batch, static_cast<double>(*loss)).IgnoreError();
   STARLING_RETURN_IF_ERROR(Failed(absl::StrCat("backward of step ", t),
                                   model_->Backward(y_.data(), ready)));
   return absl::OkStatus();
@@ -262,9 +262,11 @@ absl::Status Trainer::EndEpoch(int64_t last_step, int64_t epoch, bool last) {
   const absl::Span<const float> s = sums_buffer_;
   if (s[kTestCount] > 0) {
     // The job's test accuracy, exported by the daemon with the next push.
-    client_->ReportProgress(0, std::nullopt,
-                            static_cast<double>(s[kTestCorrect]) /
-                                static_cast<double>(s[kTestCount]));
+    client_
+        ->ReportProgress(0, std::nullopt,
+                         static_cast<double>(s[kTestCorrect]) /
+                             static_cast<double>(s[kTestCount]))
+        .IgnoreError();  // a count over a count: always in 0..1
   }
   int64_t staleness_max = 0;
   for (size_t i = kSums; i < s.size(); ++i) {

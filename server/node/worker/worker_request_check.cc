@@ -169,13 +169,20 @@ absl::Status CheckWorkerRequest(const proto::WorkerRequest& request) {
       "request of no known kind (a newer client than this daemon?)");
 }
 
-absl::StatusOr<proto::WorkerRequest> ParseWorkerRequest(
+absl::StatusOr<proto::WorkerRequest> DecodeWorkerRequest(
     absl::string_view bytes) {
   proto::WorkerRequest request;
   if (!request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::DataLossError(
         absl::StrCat("unparsable worker request (", bytes.size(), " bytes)"));
   }
+  return request;
+}
+
+absl::StatusOr<proto::WorkerRequest> ParseWorkerRequest(
+    absl::string_view bytes) {
+  STARLING_ASSIGN_OR_RETURN(proto::WorkerRequest request,
+                            DecodeWorkerRequest(bytes));
   STARLING_RETURN_IF_ERROR(CheckWorkerRequest(request));
   return request;
 }

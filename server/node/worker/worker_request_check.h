@@ -31,7 +31,10 @@ inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 42;
 absl::StatusOr<proto::WorkerRequest> ParseWorkerRequest(
     absl::string_view bytes);
 
-// The check alone, for a decoded request.
+// The decoding alone (DataLoss for bytes that do not decode: a broken
+// protocol), and the check alone, for a decoded request.
+absl::StatusOr<proto::WorkerRequest> DecodeWorkerRequest(
+    absl::string_view bytes);
 absl::Status CheckWorkerRequest(const proto::WorkerRequest& request);
 
 }  // namespace node

@@ -213,7 +213,24 @@ void WorkerSession::ReadLoop() {
       break;
     }
     absl::StatusOr<proto::WorkerRequest> request =
-        ParseWorkerRequest(frame->payload);
+        DecodeWorkerRequest(frame->payload);
+    if (request.ok() && handle.has_value()) {
+      // A request that decodes but holds a value out of bounds is answered
+      // with the error; the session lives on (only a broken protocol, or a
+      // bad hello, closes it).
+      if (absl::Status checked = CheckWorkerRequest(*request); !checked.ok()) {
+        STARLING_LOG(WARNING)
+            << "refused a request of worker '" << handle->name << "' (index "
+            << handle->index << "): " << checked;
+        frame->received_fd.reset();
+        responder_->Reply(request->id(), checked);
+        continue;
+      }
+    } else if (request.ok()) {
+      if (absl::Status checked = CheckWorkerRequest(*request); !checked.ok()) {
+        request = checked;
+      }
+    }
     if (!request.ok()) {
       STARLING_LOG(WARNING)
           << "closing the connection of "
