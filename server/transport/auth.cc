@@ -94,6 +94,14 @@ absl::StatusOr<std::string> ReadClusterSecret(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("cluster secret file ", path, " is empty"));
   }
+  if (secret.size() < kMinClusterSecretBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster secret file ", path, " holds ", secret.size(),
+                     " byte", secret.size() == 1 ? "" : "s",
+                     ": a secret has at least ", kMinClusterSecretBytes,
+                     " (make one: head -c 32 /dev/urandom | base64 > ", path,
+                     "; chmod 600 ", path, ")"));
+  }
   return secret;
 }
 

@@ -28,6 +28,9 @@ inline constexpr size_t kProofFrameBytes = kFrameHeaderBytes + kProofBodyBytes;
 // A secret file larger than this is refused: it is not a secret but a
 // mistake (the wrong path).
 inline constexpr size_t kMaxClusterSecretBytes = 64 * 1024;
+// A shorter secret is refused: a few bytes can be guessed, and the daemon
+// would accept it without a word.
+inline constexpr size_t kMinClusterSecretBytes = 16;
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Proof = std::array<uint8_t, kProofBodyBytes>;
@@ -59,7 +62,8 @@ struct Transcript {
 
 // Reads the cluster secret (raw bytes, used as they are, trailing newline
 // included) from `path`. NotFound or PermissionDenied if it cannot be read,
-// InvalidArgument if it is empty, larger than kMaxClusterSecretBytes or not
+// InvalidArgument if it is empty, shorter than kMinClusterSecretBytes,
+// larger than kMaxClusterSecretBytes or not
 // a regular file, FailedPrecondition if group or others have any access to
 // it (the message says to chmod 600).
 absl::StatusOr<std::string> ReadClusterSecret(const std::string& path);

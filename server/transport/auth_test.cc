@@ -42,7 +42,21 @@ TEST(ReadClusterSecret, ReturnsTheFileBytesAsTheyAre) {
   ASSERT_OK_AND_ASSIGN(std::string read, ReadClusterSecret(path));
   EXPECT_EQ(read, secret);
   // Owner-only read is enough.
-  EXPECT_OK(ReadClusterSecret(WriteFile("owner-read", "x", 0400)).status());
+  EXPECT_OK(ReadClusterSecret(WriteFile("owner-read", "0123456789abcdef", 0400))
+                .status());
+}
+
+// A 1-byte secret used to be accepted without a word.
+TEST(ReadClusterSecret, RefusesASecretShorterThan16Bytes) {
+  const std::string path = WriteFile("short", "hunter2\n", 0600);
+  EXPECT_THAT(ReadClusterSecret(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path),
+                             HasSubstr("holds 8 bytes: a secret has "
+                                       "at least 16"),
+                             HasSubstr("head -c 32 /dev/urandom"))));
+  EXPECT_OK(ReadClusterSecret(WriteFile("just", std::string(16, 'k'), 0600))
+                .status());
 }
 
 TEST(ReadClusterSecret, RefusesAMissingFile) {

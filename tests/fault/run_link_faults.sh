@@ -137,7 +137,7 @@ one_run() {
   SERIAL=$((SERIAL + 1))
   local dir=$WORK/run.$SERIAL
   mkdir -p "$dir"
-  printf 'linkfaults-%s\n' "$RANDOM$RANDOM$RANDOM" > "$dir/secret"
+  head -c 32 /dev/urandom | base64 > "$dir/secret"
   chmod 600 "$dir/secret"
   local port=$((29400 + SERIAL * 10))
   ip netns exec $CTL "$COORD" --job_id=lf --expected_nodes=$N --parameter_count=1000 \
