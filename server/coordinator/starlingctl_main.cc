@@ -24,6 +24,7 @@
 #include "proto/node_admin.grpc.pb.h"
 #include "server/base/command_line.h"
 #include "server/base/grpc_status.h"
+#include "server/base/listen_address.h"
 #include "server/base/version.h"
 #include "server/coordinator/inflight_table.h"
 #include "server/coordinator/job_status_table.h"
@@ -62,6 +63,16 @@ absl::StatusOr<proto::JobStatus> FetchJobStatus(int* exit_code) {
     *exit_code = Fail(
         1, absl::StrCat("cannot reach the coordinator at ", address, " within ",
                         absl::FormatDuration(timeout), ": ", status.message()));
+    return status;
+  }
+  if (absl::IsUnimplemented(status)) {
+    // gRPC's answer for a service the server does not have: bare text.
+    *exit_code =
+        Fail(1, absl::StrCat("the server at ", address,
+                             " is not a Starling coordinator (it has no "
+                             "Coordinator.GetJobStatus: a node daemon's admin "
+                             "port? the coordinator listens at its --listen, "
+                             "port 29400 by default)"));
     return status;
   }
   if (!status.ok()) {
@@ -157,6 +168,16 @@ int Main(int argc, char** argv) {
     return Fail(2,
                 "missing command; usage: starlingctl status|inflight "
                 "--coordinator=host:port (try --help)");
+  }
+  const std::string address = absl::GetFlag(FLAGS_coordinator);
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  if (parsed.ok() && parsed->port == 0) {
+    parsed = absl::InvalidArgumentError(
+        "port 0: give the port the coordinator listens on (1-65535)");
+  }
+  if (!parsed.ok()) {
+    return Fail(2, absl::StrCat("--coordinator=", address, ": ",
+                                parsed.status().message()));
   }
   const std::string command = args[1];
   if ((command != "status" && command != "inflight") || args.size() > 2) {

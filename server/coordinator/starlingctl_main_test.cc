@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "proto/node_admin.grpc.pb.h"
 #include "server/base/version.h"
 #include "server/coordinator/test_binaries.h"
 
@@ -39,6 +40,41 @@ TEST(StarlingctlMain, UnreachableCoordinatorIsOneLineNamingAddressAndDeadline) {
               HasSubstr(absl::StrCat("starlingctl: cannot reach the "
                                      "coordinator at 127.0.0.1:",
                                      port, " within 2s: ")));
+}
+
+// Port 99999 used to be accepted, then fail as unreachable.
+TEST(StarlingctlMain, AnAddressThatIsNoneIsAUsageError) {
+  for (const char* address : {"127.0.0.1:99999", "127.0.0.1:0", "nohost"}) {
+    const RunResult result = RunBinary(
+        {Ctl(), "status", absl::StrCat("--coordinator=", address)}, 20);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_EQ(CountLines(result.output), 1) << result.output;
+    EXPECT_THAT(
+        result.output,
+        HasSubstr(absl::StrCat("starlingctl: --coordinator=", address, ": ")));
+  }
+}
+
+// A gRPC server that is not a coordinator (a node's admin port) answered
+// a bare "UNIMPLEMENTED: ": now starlingctl says what it reached.
+TEST(StarlingctlMain, AServerThatIsNotACoordinatorIsNamed) {
+  proto::NodeAdmin::Service admin;  // every method unimplemented
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&admin);
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  std::unique_ptr<grpc::Server> other = builder.BuildAndStart();
+  ASSERT_NE(other, nullptr);
+  ASSERT_GT(port, 0);
+  const RunResult result = RunBinary(
+      {Ctl(), "status", absl::StrCat("--coordinator=127.0.0.1:", port)}, 20);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(CountLines(result.output), 1) << result.output;
+  EXPECT_THAT(result.output,
+              HasSubstr(absl::StrCat("the server at 127.0.0.1:", port,
+                                     " is not a Starling coordinator")));
+  other->Shutdown();
 }
 
 TEST(StarlingctlMain, UnknownCommandIsAUsageError) {
