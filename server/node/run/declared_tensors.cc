@@ -1,8 +1,13 @@
 #include "server/node/run/declared_tensors.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/base/proto_data_type.h"
 #include "server/base/tensor_table.h"
 
@@ -33,6 +38,38 @@ absl::StatusOr<const TensorLayout::Entry*> TensorLayout::Find(
   }
   return &tensors[it->second];
 }
+
+namespace {
+
+// The kernel's estimate of memory available for a new allocation without
+// swapping (/proc/meminfo MemAvailable); all of physical memory where that
+// cannot be read.
+uint64_t MemAvailable() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f != nullptr) {
+    char line[256];
+    unsigned long long kib = 0;  // NOLINT(runtime/int)
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+        std::fclose(f);
+        return static_cast<uint64_t>(kib) * 1024;
+      }
+    }
+    std::fclose(f);
+  }
+  return static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+         static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string GiB(double bytes) {
+  return absl::StrFormat("%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+}  // namespace
+
+DeclaredTensors::DeclaredTensors(int rank, std::function<uint64_t()> available)
+    : rank_(rank),
+      available_(available != nullptr ? std::move(available) : MemAvailable) {}
 
 absl::Status DeclaredTensors::Declare(int worker,
                                       const proto::TensorSpec& spec) {
@@ -66,6 +103,23 @@ absl::Status DeclaredTensors::Declare(int worker,
                          " by worker ", other, " of rank ", rank_));
       }
     }
+  }
+  // Each tensor's elements are bounded (worker_request_check.h): the sum
+  // of a worker's fits a double exactly enough.
+  double elements = static_cast<double>(proto::ElementsOf(spec));
+  for (const proto::TensorSpec& s : mine) {
+    elements += static_cast<double>(proto::ElementsOf(s));
+  }
+  const double need = elements * static_cast<double>(kBytesPerParameter);
+  const uint64_t available = available_();
+  if (need > static_cast<double>(available)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tensor '", spec.name(), "' ", proto::DescribeSpec(spec),
+        " makes worker ", worker, "'s model ",
+        absl::StrFormat("%.0f", elements), " parameters: a run needs about ",
+        GiB(need), " of daemon rank ", rank_, "'s memory for them (",
+        kBytesPerParameter, " bytes each), more than the ",
+        GiB(static_cast<double>(available)), " available"));
   }
   mine.push_back(spec);
   return absl::OkStatus();

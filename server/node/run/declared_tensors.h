@@ -9,6 +9,7 @@
 #define STARLING_SERVER_NODE_RUN_DECLARED_TENSORS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,12 +45,21 @@ struct TensorLayout {
 
 class DeclaredTensors {
  public:
-  // `rank` names this daemon in messages.
-  explicit DeclaredTensors(int rank) : rank_(rank) {}
+  // Bytes of this daemon's memory a run takes per parameter, at the least:
+  // the parameters, their gradients and the all-reduce's staging (float32).
+  static constexpr uint64_t kBytesPerParameter = 12;
+
+  // `rank` names this daemon in messages; `available` says how many bytes
+  // of memory a run may take now (default: the kernel's MemAvailable).
+  explicit DeclaredTensors(int rank,
+                           std::function<uint64_t()> available = nullptr);
 
   // Records `spec` for `worker`. InvalidArgument when the worker declared
   // the name already, or another local worker declared it differently
-  // (naming the tensor, both declarations and both workers).
+  // (naming the tensor, both declarations and both workers);
+  // ResourceExhausted when the worker's tensors would need more than the
+  // available memory at kBytesPerParameter each (naming the tensor, the
+  // need and what is available): a run that big would abort the daemon.
   absl::Status Declare(int worker, const proto::TensorSpec& spec);
 
   // Every local worker's list must be the same (names, order, shapes,
@@ -61,6 +71,7 @@ class DeclaredTensors {
 
  private:
   const int rank_;
+  const std::function<uint64_t()> available_;
   mutable absl::Mutex mu_;
   std::map<int, std::vector<proto::TensorSpec>> by_worker_ ABSL_GUARDED_BY(mu_);
 };

@@ -67,6 +67,34 @@ TEST(TensorLayout, LaysTensorsOutInOrder) {
   EXPECT_FALSE(layout.Find("c").ok());
 }
 
+// A tensor of 2^34 elements once aborted the daemon (std::bad_alloc, no log
+// line): a model that does not fit the daemon's memory is refused at its
+// declaration, naming the tensor, the need and what is available, and the
+// worker's other declarations and the daemon go on.
+TEST(DeclaredTensors, AModelBeyondTheDaemonsMemoryIsRefused) {
+  const uint64_t gib = uint64_t{1} << 30;
+  DeclaredTensors declared(2, [gib] { return 8 * gib; });
+  ASSERT_OK(declared.Declare(0, Spec("w", {1 << 20})));  // 12 MiB
+  const absl::Status huge = declared.Declare(0, Spec("big", {1 << 30}));
+  EXPECT_THAT(huge, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(huge.message(),
+            "tensor 'big' [1073741824] float32 makes worker 0's model "
+            "1074790400 parameters: a run needs about 12.0 GiB of daemon rank "
+            "2's memory for them (12 bytes each), more than the 8.0 GiB "
+            "available");
+  // What fits still does, and the refused tensor was not recorded.
+  ASSERT_OK(declared.Declare(0, Spec("b", {1 << 29})));  // 6 GiB in all
+  absl::StatusOr<std::vector<proto::TensorSpec>> table =
+      declared.LocalTable({0});
+  ASSERT_OK(table.status());
+  EXPECT_EQ(table->size(), 2u);
+  // On this machine (MemAvailable): 2^39 parameters fit no daemon.
+  DeclaredTensors real(0);
+  EXPECT_THAT(
+      real.Declare(0, Spec("x", {int64_t{1} << 39})),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("tensor 'x'")));
+}
+
 }  // namespace
 }  // namespace node
 }  // namespace starling
