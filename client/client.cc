@@ -524,8 +524,8 @@ void Client::ReportStepTimes(absl::Duration compute, absl::Duration step) {
 absl::Status Client::ReportProgress(int64_t samples, std::optional<double> loss,
                                     std::optional<double> accuracy) {
   if (samples < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "report_progress: ", samples, " samples: must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("report_progress: ", samples, " samples: must be >= 0"));
   }
   if (accuracy.has_value() && !(*accuracy >= 0 && *accuracy <= 1)) {
     return absl::InvalidArgumentError(

@@ -347,7 +347,7 @@ class Client {
   // accuracy outside 0..1 (NaN included), which the daemon would refuse
   // with the next push. A loss may be anything (NaN: training diverged).
   absl::Status ReportProgress(int64_t samples, std::optional<double> loss,
-                      std::optional<double> accuracy = std::nullopt);
+                              std::optional<double> accuracy = std::nullopt);
 
   // Writes the parameters after `version` updates into `parameters`.
   absl::Status PullParameters(int64_t version,

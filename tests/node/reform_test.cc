@@ -423,8 +423,12 @@ TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
         NumberAfter(r.err, "acknowledged through step ");
     ASSERT_GT(resumed, 0) << r.err;
     EXPECT_EQ(resumed % kEvery, 0) << r.err;
-    EXPECT_LE(resumed, acknowledged) << r.err;
-    EXPECT_THAT(r.err, HasSubstr("ACKNOWLEDGED UPDATES LOST")) << r.err;
+    // Behind what was acknowledged (told as lost), or right after it when
+    // the newest checkpoint was of the last committed step.
+    EXPECT_LE(resumed, acknowledged + 1) << r.err;
+    if (resumed <= acknowledged) {
+      EXPECT_THAT(r.err, HasSubstr("ACKNOWLEDGED UPDATES LOST")) << r.err;
+    }
     EXPECT_THAT(r.err, HasSubstr(" of 3;")) << r.err;
     EXPECT_THAT(
         cluster.Stderr(cluster.daemon_pid(d)),
