@@ -1,9 +1,14 @@
 // starling-node: one machine's node daemon (DESIGN.md "The three
 // processes"). See --help and node_daemon.h (which lists its threads).
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -230,9 +235,34 @@ int Main(int argc, char** argv) {
   status = NotifyStatus(absl::StrCat("joining job ", options.job_id, " at ",
                                      options.coordinator));
   if (!status.ok()) STARLING_LOG(WARNING) << status.message();
+  // SIGTERM/SIGINT are taken by a watcher thread from here on, so that one
+  // that comes while the daemon still joins (or forms its data plane) stops
+  // it at once instead of at --timeout.
+  StartCanceller canceller;
+  std::atomic<int> stop_signal{0};
+  std::thread watcher([&] {
+    stop_signal.store(WaitForStopSignal(signals));
+    canceller.Cancel();
+  });
   absl::StatusOr<std::unique_ptr<NodeDaemon>> daemon =
-      NodeDaemon::Start(options, &registry);
-  if (!daemon.ok()) return Fail(1, daemon.status().message());
+      NodeDaemon::Start(options, &registry, &canceller);
+  if (!daemon.ok()) {
+    if (stop_signal.load() == 0) {
+      // Failed on its own: the watcher is woken with a signal of ours.
+      ::pthread_kill(watcher.native_handle(), SIGTERM);
+    }
+    watcher.join();
+    if (const int s = stop_signal.load();
+        s != 0 && absl::IsCancelled(daemon.status())) {
+      STARLING_LOG(WARNING)
+          << "received signal " << s << " while joining job " << options.job_id
+          << " at the coordinator " << options.coordinator << ": exiting";
+      if (*server != nullptr) (*server)->Shutdown();
+      if (metrics_server != nullptr) metrics_server->Stop();
+      return 0;
+    }
+    return Fail(1, daemon.status().message());
+  }
   admin.set_daemon(daemon->get());
   set_not_ready("");
   STARLING_LOG(INFO) << kProgram << " rank " << (*daemon)->rank()
@@ -243,7 +273,8 @@ int Main(int argc, char** argv) {
       absl::StrCat("rank ", (*daemon)->rank(), " of job ", options.job_id));
   if (!status.ok()) STARLING_LOG(WARNING) << status.message();
 
-  const int signal_number = WaitForStopSignal(signals);
+  watcher.join();
+  const int signal_number = stop_signal.load();
   STARLING_LOG(INFO) << "received signal " << signal_number
                      << ", shutting down";
   set_not_ready("shutting down");

@@ -86,8 +86,50 @@ void NodeDaemon::Refuse(const WorkerHandle& worker,
   worker.responder->Reply(request.id(), why);
 }
 
+void StartCanceller::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  // Under the lock: Start cannot return (and free the daemon) meanwhile.
+  if (daemon_ != nullptr) daemon_->Stop();
+}
+
+bool StartCanceller::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool StartCanceller::Attach(NodeDaemon* daemon) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return false;
+  daemon_ = daemon;
+  return true;
+}
+
+void StartCanceller::Detach() {
+  absl::MutexLock lock(&mu_);
+  daemon_ = nullptr;
+}
+
 absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
-    const NodeOptions& options_in, metrics::MetricsRegistry* registry) {
+    const NodeOptions& options, metrics::MetricsRegistry* registry,
+    StartCanceller* canceller) {
+  absl::StatusOr<std::unique_ptr<NodeDaemon>> daemon =
+      StartUncancelled(options, registry, canceller);
+  if (canceller != nullptr) {
+    canceller->Detach();
+    if (canceller->cancelled()) {
+      if (daemon.ok()) (*daemon)->Stop();
+      return absl::CancelledError(
+          absl::StrCat("stopped while joining job ", options.job_id,
+                       " at the coordinator ", options.coordinator));
+    }
+  }
+  return daemon;
+}
+
+absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::StartUncancelled(
+    const NodeOptions& options_in, metrics::MetricsRegistry* registry,
+    StartCanceller* canceller) {
   NodeOptions options = options_in;
   if (options.coordinator.empty() || options.job_id.empty() ||
       options.worker_socket.empty()) {
@@ -111,6 +153,17 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
   std::unique_ptr<NodeDaemon> daemon(
       new NodeDaemon(options, metrics, std::move(collectives)));
   NodeDaemon* d = daemon.get();
+  if (canceller != nullptr && !canceller->Attach(d)) {
+    return absl::CancelledError("stopped before joining");
+  }
+  // Declared after `daemon`, so destroyed before it: a Cancel() in progress
+  // finishes before a failed start frees the daemon.
+  struct Detacher {
+    StartCanceller* canceller;
+    ~Detacher() {
+      if (canceller != nullptr) canceller->Detach();
+    }
+  } detach{canceller};
   // The coordinator's address is checked before anything is bound.
   CoordinatorLinkOptions link;
   link.coordinator = options.coordinator;

@@ -82,6 +82,28 @@
 namespace starling {
 namespace node {
 
+class NodeDaemon;
+
+// Lets another thread (a signal watcher) stop a daemon while
+// NodeDaemon::Start is still joining or forming its data plane: Cancel()
+// stops it then (Start returns Cancelled), or at once if it comes before.
+// Once Start returned it does nothing: stop the daemon itself. Thread-safe.
+class StartCanceller {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class NodeDaemon;
+  // False when Cancel() came first.
+  bool Attach(NodeDaemon* daemon);
+  void Detach();
+
+  mutable absl::Mutex mu_;
+  NodeDaemon* daemon_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 class NodeDaemon : public WorkerRequestHandler {
  public:
   // Joins and starts serving. `registry` is borrowed and must outlive the
@@ -95,8 +117,10 @@ class NodeDaemon : public WorkerRequestHandler {
   //                     count of joined nodes)
   //   FailedPrecondition / InvalidArgument  refused by the coordinator, bad
   //                     options or job config (e.g. unknown optimizer)
+  //   Cancelled         `canceller` (may be null) cancelled it meanwhile
   static absl::StatusOr<std::unique_ptr<NodeDaemon>> Start(
-      const NodeOptions& options, metrics::MetricsRegistry* registry);
+      const NodeOptions& options, metrics::MetricsRegistry* registry,
+      StartCanceller* canceller = nullptr);
 
   // Stop().
   ~NodeDaemon() override;
@@ -125,6 +149,11 @@ class NodeDaemon : public WorkerRequestHandler {
   void Detach(const WorkerHandle& worker) override;
 
  private:
+  // Start without the canceller's last word (Start adds it).
+  static absl::StatusOr<std::unique_ptr<NodeDaemon>> StartUncancelled(
+      const NodeOptions& options, metrics::MetricsRegistry* registry,
+      StartCanceller* canceller);
+
   // One group epoch's data plane (see above). Built whole, then constant;
   // shared by the threads that use it, stopped when replaced.
   struct Plane : public RunRendezvous {

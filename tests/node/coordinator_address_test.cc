@@ -3,6 +3,8 @@
 // value; an unreachable coordinator is retried, with the cause (connection
 // refused) in the log within seconds and again every few seconds, and the
 // node joins as soon as the coordinator comes up.
+#include <signal.h>
+
 #include <string>
 #include <vector>
 
@@ -99,6 +101,51 @@ TEST(CoordinatorAddress,
   ASSERT_TRUE(cluster.JobStatus(&job, &error)) << error;
   EXPECT_TRUE(job.formed());
   EXPECT_EQ(job.healthy_nodes(), 1);
+}
+
+// SIGTERM while the node still reaches its coordinator (none listens), or
+// waits in a join the coordinator holds (a group of 2 with 1 node): it
+// exits at once with a line saying so, not at --timeout (30 s here), and
+// the group it would have joined never sees it join and leave.
+TEST(CoordinatorAddress, SigtermWhileJoiningExitsAtOnce) {
+  for (const bool coordinator_up : {false, true}) {
+    SCOPED_TRACE(coordinator_up ? "held by the coordinator" : "unreachable");
+    ClusterOptions options;
+    options.daemons = 1;
+    options.local_workers = 1;
+    options.parameter_count = 16;
+    NodeCluster cluster(options);
+    if (coordinator_up) {
+      cluster.StartCoordinatorWith("coordinator", {"--expected_nodes=2"});
+    }
+    const pid_t node = cluster.StartDaemon(0, {});
+    // Joining: retrying (its cause logged) or held (the coordinator counts
+    // it among the joined).
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    bool joining = false;
+    while (!joining && absl::Now() < give_up) {
+      if (coordinator_up) {
+        proto::JobStatus job;
+        std::string error;
+        joining = cluster.JobStatus(&job, &error) && job.nodes_size() == 1;
+      } else {
+        joining =
+            LinesWithAll(cluster.Stderr(node), {cluster.coordinator_address(),
+                                                "Connection refused"}) >= 1;
+      }
+      if (!joining) absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(joining) << cluster.ServerLogs();
+    const absl::Time killed = absl::Now();
+    cluster.Kill(node, SIGTERM);
+    const ProcessResult r = cluster.Wait(node, absl::Seconds(10));
+    EXPECT_FALSE(r.timed_out) << r.err;
+    EXPECT_LT(absl::Now() - killed, absl::Seconds(3));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("received signal 15 while joining job test "
+                                 "at the coordinator"))
+        << r.err;
+  }
 }
 
 }  // namespace
