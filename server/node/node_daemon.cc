@@ -115,14 +115,13 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Start(
     StartCanceller* canceller) {
   absl::StatusOr<std::unique_ptr<NodeDaemon>> daemon =
       StartUncancelled(options, registry, canceller);
-  if (canceller != nullptr) {
-    canceller->Detach();
-    if (canceller->cancelled()) {
-      if (daemon.ok()) (*daemon)->Stop();
-      return absl::CancelledError(
-          absl::StrCat("stopped while joining job ", options.job_id,
-                       " at the coordinator ", options.coordinator));
-    }
+  // StartUncancelled detached the canceller: a Cancel() from here on
+  // does nothing, so one that came before is the last word.
+  if (canceller != nullptr && canceller->cancelled()) {
+    if (daemon.ok()) (*daemon)->Stop();
+    return absl::CancelledError(
+        absl::StrCat("stopped while joining job ", options.job_id,
+                     " at the coordinator ", options.coordinator));
   }
   return daemon;
 }

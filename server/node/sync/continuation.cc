@@ -163,27 +163,55 @@ void ReplicaLayout(const ShardReplica& replica,
   }
 }
 
-}  // namespace
-
-CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
-                       int old_size, int local_workers) {
-  CarryAccount a;
-  a.local_workers = local_workers;
-  a.old_rank = old_rank;
-  a.old_size = old_size;
-  if (run == nullptr) return a;
-  a.run_id = static_cast<int64_t>(run_id);
-  a.master_version = run->master_version;
-  a.elements = static_cast<int64_t>(run->layout.total_elements);
-  if (run->replica != nullptr) {
-    a.replica_of = run->replica->of_rank;
-    a.replica_version = run->replica->version;
-    a.gradient_version = run->replica->gradient_version;
-  }
-  return a;
+// Every rank's `row` (as many values on every rank), in rank order: each
+// rank fills its own row of a table of zeros, summed by one all-reduce.
+absl::StatusOr<std::vector<int64_t>> ExchangeRows(
+    const std::vector<int64_t>& row, collective::Communicator* comm,
+    const collective::CallOptions& call, const std::string& what) {
+  std::vector<int64_t> table(static_cast<size_t>(comm->size()) * row.size(), 0);
+  std::copy(row.begin(), row.end(),
+            table.begin() + static_cast<size_t>(comm->rank()) * row.size());
+  STARLING_RETURN_IF_ERROR(Annotate(
+      comm->AllReduce(
+          absl::Span<std::byte>(reinterpret_cast<std::byte*>(table.data()),
+                                table.size() * sizeof(int64_t)),
+          DataType::kInt64, collective::ReduceOp::kSum, call),
+      what));
+  return table;
 }
 
-namespace {
+// Every daemon's account, `mine` among them, in rank order.
+absl::StatusOr<std::vector<CarryAccount>> ExchangeAccounts(
+    const CarryAccount& mine, collective::Communicator* comm,
+    const collective::CallOptions& call, const std::string& what) {
+  STARLING_ASSIGN_OR_RETURN(const std::vector<int64_t> table,
+                            ExchangeRows(Pack(mine), comm, call, what));
+  std::vector<CarryAccount> accounts;
+  for (int r = 0; r < comm->size(); ++r) {
+    accounts.push_back(Unpack(table.data() + r * CarryAccount::kFields));
+  }
+  return accounts;
+}
+
+// `a` says which version of the run this daemon sees whole in `folder`.
+void NoteDurable(const CheckpointFolder& folder, CarryAccount* a) {
+  const std::vector<WholeVersion> whole = folder.WholeVersions();
+  a->durable_version = whole.empty() ? -1 : whole[0].version;
+  if (!whole.empty()) {
+    a->durable_epoch = static_cast<int64_t>(whole[0].epoch);
+    a->durable_ranks = whole[0].ranks;
+  }
+}
+
+// The plan that takes every shard from checkpoint `whole`: old rank o's
+// file read by new rank o mod `size`.
+ResumePlan CheckpointPlan(const WholeVersion& whole, int size) {
+  ResumePlan plan;
+  plan.version = whole.version;
+  plan.checkpoint = whole;
+  for (int o = 0; o < whole.ranks; ++o) plan.readers.push_back(o % size);
+  return plan;
+}
 
 // The checkpoint every daemon sees whole: the oldest of their newest (one a
 // daemon saw whole stays so: the writers keep two). Nullopt when a daemon
@@ -219,74 +247,6 @@ std::string NoCheckpoint(const std::vector<CarryAccount>& accounts) {
   }
   return "";
 }
-
-}  // namespace
-
-absl::StatusOr<ResumePlan> PlanResume(
-    uint64_t run_id, const std::vector<CarryAccount>& accounts) {
-  if (accounts.empty()) {
-    return absl::FailedPreconditionError("no daemon carries the run");
-  }
-  int total_workers = 0;
-  int64_t newest = 0;
-  const CarryAccount& first = accounts[0];
-  std::vector<bool> seen(std::max<int64_t>(first.old_size, 0), false);
-  for (size_t r = 0; r < accounts.size(); ++r) {
-    const CarryAccount& a = accounts[r];
-    total_workers += static_cast<int>(a.local_workers);
-    if (a.run_id != static_cast<int64_t>(run_id)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", r, " of the new group holds no state of run ", run_id,
-          a.run_id != 0 ? absl::StrCat(" (it carries run ", a.run_id, ")")
-                        : std::string(),
-          ": only the old group's survivors can carry it on"));
-    }
-    if (a.old_size != first.old_size || a.elements != first.elements ||
-        a.old_rank < 0 || a.old_rank >= a.old_size || seen[a.old_rank]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the survivors disagree on run ", run_id, ": rank ", r,
-          " was old rank ", a.old_rank, " of ", a.old_size, " with ",
-          a.elements, " parameters; rank 0 old rank ", first.old_rank, " of ",
-          first.old_size, " with ", first.elements));
-    }
-    seen[a.old_rank] = true;
-    newest = std::max(newest, a.master_version);
-  }
-  ResumePlan plan;
-  std::vector<std::string> missing_newest;
-  if (PlanAt(accounts, newest, &plan, &missing_newest)) {
-    plan.total_workers = total_workers;
-    plan.newest = newest;
-    return plan;
-  }
-  std::vector<std::string> missing;
-  if (newest > 0 && PlanAt(accounts, newest - 1, &plan, &missing)) {
-    plan.total_workers = total_workers;
-    plan.newest = newest;
-    return plan;
-  }
-  if (std::optional<WholeVersion> whole = AgreedCheckpoint(accounts)) {
-    // Some shard has no copy in memory: every shard from the checkpoint.
-    ResumePlan from_disk;
-    from_disk.version = whole->version;
-    from_disk.checkpoint = whole;
-    for (int o = 0; o < whole->ranks; ++o) {
-      from_disk.readers.push_back(o % static_cast<int>(accounts.size()));
-    }
-    from_disk.total_workers = total_workers;
-    from_disk.newest = newest;
-    return from_disk;
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "run ", run_id, " cannot go on: no survivor holds ",
-      absl::StrJoin(missing.empty() ? missing_newest : missing, "; "),
-      " at version ", newest,
-      newest > 0 ? absl::StrCat(" or ", newest - 1) : "",
-      " (a rank and its buddy lost together, or no replicas)",
-      NoCheckpoint(accounts)));
-}
-
-namespace {
 
 // 3. This daemon's shards at the plan's version: its own (rolled back to
 // it where it updated past it) and, where the plan takes it from here, its
@@ -344,12 +304,13 @@ absl::Status HeldShards(SyncRun& old, int old_rank, const ResumePlan& plan,
 // outcome, agreed (an all-reduce of one flag per rank), so that a file
 // that does not check fails the run everywhere, before any state moves.
 absl::Status ReadCheckpoint(const CheckpointFolder& folder,
-                            const ResumePlan& plan, int rank, uint64_t elements,
+                            const ResumePlan& plan, uint64_t elements,
                             int slots, const RunFactoryOptions& options,
                             collective::Communicator* comm,
                             const collective::CallOptions& call,
                             std::vector<float>* full) {
   const WholeVersion& whole = *plan.checkpoint;
+  const int rank = comm->rank();
   absl::Status mine;
   for (int o = 0; o < whole.ranks && mine.ok(); ++o) {
     if (plan.readers[o] != rank) continue;
@@ -377,14 +338,10 @@ absl::Status ReadCheckpoint(const CheckpointFolder& folder,
     WriteShard(shard->ranges, offsets, shard->master, shard->state, slots,
                elements, *full);
   }
-  std::vector<int64_t> failed(comm->size(), 0);
-  failed[rank] = mine.ok() ? 0 : 1;
-  STARLING_RETURN_IF_ERROR(Annotate(
-      comm->AllReduce(
-          absl::Span<std::byte>(reinterpret_cast<std::byte*>(failed.data()),
-                                failed.size() * sizeof(int64_t)),
-          DataType::kInt64, collective::ReduceOp::kSum, call),
-      "agreeing that every checkpoint file was read"));
+  STARLING_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> failed,
+      ExchangeRows({mine.ok() ? 0 : 1}, comm, call,
+                   "agreeing that every checkpoint file was read"));
   if (!mine.ok()) {
     return Annotate(mine, absl::StrCat("run ", options.run_id,
                                        " cannot go on from checkpoint "
@@ -437,41 +394,100 @@ absl::Status InstallState(const std::vector<float>& full, int64_t v, int slots,
 
 }  // namespace
 
+CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
+                       int old_size, int local_workers) {
+  CarryAccount a;
+  a.local_workers = local_workers;
+  a.old_rank = old_rank;
+  a.old_size = old_size;
+  if (run == nullptr) return a;
+  a.run_id = static_cast<int64_t>(run_id);
+  a.master_version = run->master_version;
+  a.elements = static_cast<int64_t>(run->layout.total_elements);
+  if (run->replica != nullptr) {
+    a.replica_of = run->replica->of_rank;
+    a.replica_version = run->replica->version;
+    a.gradient_version = run->replica->gradient_version;
+  }
+  return a;
+}
+
+absl::StatusOr<ResumePlan> PlanResume(
+    uint64_t run_id, const std::vector<CarryAccount>& accounts) {
+  if (accounts.empty()) {
+    return absl::FailedPreconditionError("no daemon carries the run");
+  }
+  int total_workers = 0;
+  int64_t newest = 0;
+  const CarryAccount& first = accounts[0];
+  std::vector<bool> seen(std::max<int64_t>(first.old_size, 0), false);
+  for (size_t r = 0; r < accounts.size(); ++r) {
+    const CarryAccount& a = accounts[r];
+    total_workers += static_cast<int>(a.local_workers);
+    if (a.run_id != static_cast<int64_t>(run_id)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", r, " of the new group holds no state of run ", run_id,
+          a.run_id != 0 ? absl::StrCat(" (it carries run ", a.run_id, ")")
+                        : std::string(),
+          ": only the old group's survivors can carry it on"));
+    }
+    if (a.old_size != first.old_size || a.elements != first.elements ||
+        a.old_rank < 0 || a.old_rank >= a.old_size || seen[a.old_rank]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the survivors disagree on run ", run_id, ": rank ", r,
+          " was old rank ", a.old_rank, " of ", a.old_size, " with ",
+          a.elements, " parameters; rank 0 old rank ", first.old_rank, " of ",
+          first.old_size, " with ", first.elements));
+    }
+    seen[a.old_rank] = true;
+    newest = std::max(newest, a.master_version);
+  }
+  ResumePlan plan;
+  std::vector<std::string> missing_newest;
+  if (PlanAt(accounts, newest, &plan, &missing_newest)) {
+    plan.total_workers = total_workers;
+    plan.newest = newest;
+    return plan;
+  }
+  std::vector<std::string> missing;
+  if (newest > 0 && PlanAt(accounts, newest - 1, &plan, &missing)) {
+    plan.total_workers = total_workers;
+    plan.newest = newest;
+    return plan;
+  }
+  if (std::optional<WholeVersion> whole = AgreedCheckpoint(accounts)) {
+    // Some shard has no copy in memory: every shard from the checkpoint.
+    ResumePlan from_disk =
+        CheckpointPlan(*whole, static_cast<int>(accounts.size()));
+    from_disk.total_workers = total_workers;
+    from_disk.newest = newest;
+    return from_disk;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "run ", run_id, " cannot go on: no survivor holds ",
+      absl::StrJoin(missing.empty() ? missing_newest : missing, "; "),
+      " at version ", newest,
+      newest > 0 ? absl::StrCat(" or ", newest - 1) : "",
+      " (a rank and its buddy lost together, or no replicas)",
+      NoCheckpoint(accounts)));
+}
+
 absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
     int local_workers, const CheckpointFolder* checkpoints,
     RunFactoryOptions options, collective::Communicator* comm,
     const collective::CallOptions& call, int64_t* version,
     std::optional<WholeVersion>* from_checkpoint) {
-  const int size = comm->size();
-  const int rank = comm->rank();
   // 1. Every daemon's account.
-  std::vector<int64_t> table(static_cast<size_t>(size) * CarryAccount::kFields,
-                             0);
   CarryAccount account = AccountOf(carried.get(), options.run_id, old_rank,
                                    old_size, local_workers);
-  if (checkpoints != nullptr) {
-    const std::vector<WholeVersion> whole = checkpoints->WholeVersions();
-    account.durable_version = whole.empty() ? -1 : whole[0].version;
-    if (!whole.empty()) {
-      account.durable_epoch = static_cast<int64_t>(whole[0].epoch);
-      account.durable_ranks = whole[0].ranks;
-    }
-  }
-  const std::vector<int64_t> mine = Pack(account);
-  std::copy(mine.begin(), mine.end(),
-            table.begin() + static_cast<size_t>(rank) * CarryAccount::kFields);
-  STARLING_RETURN_IF_ERROR(Annotate(
-      comm->AllReduce(
-          absl::Span<std::byte>(reinterpret_cast<std::byte*>(table.data()),
-                                table.size() * sizeof(int64_t)),
-          DataType::kInt64, collective::ReduceOp::kSum, call),
-      absl::StrCat("exchanging the survivors' accounts of run ",
-                   options.run_id)));
-  std::vector<CarryAccount> accounts;
-  for (int r = 0; r < size; ++r) {
-    accounts.push_back(Unpack(table.data() + r * CarryAccount::kFields));
-  }
+  if (checkpoints != nullptr) NoteDurable(*checkpoints, &account);
+  STARLING_ASSIGN_OR_RETURN(
+      const std::vector<CarryAccount> accounts,
+      ExchangeAccounts(
+          account, comm, call,
+          absl::StrCat("exchanging the survivors' accounts of run ",
+                       options.run_id)));
   // 2. The plan, alike on every daemon.
   STARLING_ASSIGN_OR_RETURN(ResumePlan plan,
                             PlanResume(options.run_id, accounts));
@@ -480,13 +496,11 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
   const uint64_t elements = old.layout.total_elements;
   STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  std::vector<uint64_t> offsets;
   if (plan.checkpoint.has_value()) {
     // 3'. The checkpoint's files this daemon reads, checked; whether every
     // daemon read its own is agreed before the state moves.
-    STARLING_RETURN_IF_ERROR(ReadCheckpoint(*checkpoints, plan, rank, elements,
-                                            slots, options, comm, call, &full));
+    STARLING_RETURN_IF_ERROR(ReadCheckpoint(*checkpoints, plan, elements, slots,
+                                            options, comm, call, &full));
   } else {
     STARLING_RETURN_IF_ERROR(
         HeldShards(old, old_rank, plan, elements, slots, &full));
@@ -516,42 +530,24 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(
     const RunFactoryOptions& options, collective::Communicator* comm,
     const collective::CallOptions& call,
     std::optional<WholeVersion>* from_checkpoint) {
-  const int size = comm->size();
-  const int rank = comm->rank();
   // 1. The version every daemon sees whole (as a continuation's accounts).
-  std::vector<CarryAccount> accounts(size);
-  std::vector<int64_t> table(static_cast<size_t>(size) * 3, 0);
-  const std::vector<WholeVersion> whole = folder.WholeVersions();
-  table[rank * 3] = whole.empty() ? -1 : whole[0].version;
-  if (!whole.empty()) {
-    table[rank * 3 + 1] = static_cast<int64_t>(whole[0].epoch);
-    table[rank * 3 + 2] = whole[0].ranks;
-  }
-  STARLING_RETURN_IF_ERROR(Annotate(
-      comm->AllReduce(
-          absl::Span<std::byte>(reinterpret_cast<std::byte*>(table.data()),
-                                table.size() * sizeof(int64_t)),
-          DataType::kInt64, collective::ReduceOp::kSum, call),
-      absl::StrCat("agreeing on run ", folder.run_folder(),
-                   "'s newest checkpoint")));
-  for (int r = 0; r < size; ++r) {
-    accounts[r].durable_version = table[r * 3];
-    accounts[r].durable_epoch = table[r * 3 + 1];
-    accounts[r].durable_ranks = table[r * 3 + 2];
-  }
+  CarryAccount account;
+  NoteDurable(folder, &account);
+  STARLING_ASSIGN_OR_RETURN(
+      const std::vector<CarryAccount> accounts,
+      ExchangeAccounts(account, comm, call,
+                       absl::StrCat("agreeing on ", folder.run_folder(),
+                                    "'s newest checkpoint")));
   const std::optional<WholeVersion> agreed = AgreedCheckpoint(accounts);
   if (from_checkpoint != nullptr) *from_checkpoint = agreed;
   if (!agreed.has_value()) return 0;  // from the initial parameters
   // 2. Each file read by one daemon and checked; every shard to every
   // daemon by one all-reduce, as a continuation moves them.
-  ResumePlan plan;
-  plan.version = agreed->version;
-  plan.checkpoint = agreed;
-  for (int o = 0; o < agreed->ranks; ++o) plan.readers.push_back(o % size);
+  const ResumePlan plan = CheckpointPlan(*agreed, comm->size());
   const uint64_t elements = run.layout.total_elements;
   STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
-  STARLING_RETURN_IF_ERROR(ReadCheckpoint(folder, plan, rank, elements, slots,
+  STARLING_RETURN_IF_ERROR(ReadCheckpoint(folder, plan, elements, slots,
                                           options, comm, call, &full));
   STARLING_RETURN_IF_ERROR(Annotate(
       comm->AllReduce(AsBytes(absl::MakeSpan(full)), DataType::kFloat32,

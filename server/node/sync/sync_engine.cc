@@ -247,14 +247,14 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
   }
   // Committed (on every daemon once any answers a push): due for a durable
   // checkpoint every K versions, alike on every daemon.
-  MaybeCheckpoint(run, step + 1);
+  if (checkpointing() &&
+      run.master_version % options_.checkpoint_every_steps == 0) {
+    SubmitCheckpoint(run);
+  }
   return absl::OkStatus();
 }
 
-void SyncEngine::MaybeCheckpoint(const SyncRun& run, int64_t version) {
-  if (!checkpointing() || version % options_.checkpoint_every_steps != 0) {
-    return;
-  }
+void SyncEngine::SubmitCheckpoint(const SyncRun& run) {
   // The copy is the step's only cost: the writer writes it meanwhile.
   options_.checkpoints->Submit(
       CheckpointFolder(options_.checkpoint_root, run.id),
@@ -363,11 +363,7 @@ absl::StatusOr<int64_t> SyncEngine::ResumeFromCheckpoint(
   // This run's first checkpoint is where it begins: should the cluster
   // restart again before its next one, the run after it goes on from here
   // (it looks in this run's folder only).
-  options_.checkpoints->Submit(
-      CheckpointFolder(options_.checkpoint_root, run.id),
-      CheckpointOf(run, comm_->rank(), comm_->size(), options_.group_epoch,
-                   options_.optimizer),
-      absl::Now() + options_.timeout);
+  SubmitCheckpoint(run);
   metrics_->checkpoint_restores->Increment();
   STARLING_LOG(WARNING) << "run " << run.id << " goes on from run "
                         << from_run_id << "'s durable checkpoint of version "

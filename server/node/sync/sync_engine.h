@@ -151,9 +151,10 @@ class SyncEngine : public RunEngine {
   absl::Status ShuttingDown() const;
   // The run's shard and replica sizes in the metrics.
   void NoteRunMemory(const SyncRun& run);
-  // Hands version `version` of this daemon's shard to the checkpoint
-  // writer when it is due.
-  void MaybeCheckpoint(const SyncRun& run, int64_t version);
+  // Hands this daemon's shard at its master version to the checkpoint
+  // writer (Apply, every checkpoint_every_steps versions; a resumed run's
+  // start).
+  void SubmitCheckpoint(const SyncRun& run);
   bool checkpointing() const {
     return options_.checkpoints != nullptr &&
            options_.checkpoint_every_steps > 0;
