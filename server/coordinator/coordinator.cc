@@ -191,7 +191,10 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
                        << ") asks to join the running group of job '"
                        << options_.job_id << "' (group epoch " << group_epoch_
                        << ", " << members_.size()
-                       << " members); the group re-forms with it between runs";
+                       << " members); the group re-forms with it "
+                       << (runs_.current() != nullptr && CanCarryLocked()
+                               ? "now: the run goes on with it"
+                               : "between runs");
     ReformIfDueLocked();
   } else {
     STARLING_LOG(INFO) << "node " << request.hostname() << " ("
@@ -391,10 +394,11 @@ bool Coordinator::ReformIfDueLocked() {
   }
   if (!drop_due) {
     // A member back within its grace (its peers' connections to it are
-    // gone), or nodes to take in between runs; not while a LOST member may
-    // still come back.
-    const bool taking_in = !pending_.empty() && runs_.current() == nullptr &&
-                           begin_waiting_.empty();
+    // gone), or nodes to take in: between runs, or into a run that can go
+    // on with them; not while a LOST member may still come back.
+    const bool taking_in = !pending_.empty() &&
+                           (runs_.current() == nullptr ? begin_waiting_.empty()
+                                                       : CanCarryLocked());
     if (lost_in_grace || (came_back_.empty() && !taking_in)) return false;
   }
   // A member its peers saw vanish too is LOST or heard from within
@@ -405,10 +409,11 @@ bool Coordinator::ReformIfDueLocked() {
       return false;
     }
   }
-  // Only members lost and none back without its state: the survivors hold
-  // every shard between them and carry the run on; nodes waiting to join
-  // (a lost member restarted, a newcomer) are taken in once it ends.
-  const bool carry = CanCarryLocked() && drop_due && came_back_.empty();
+  // A run that can go on does, in the new group: the members that stay
+  // carry its state between them (a lost one's shard from its buddy's
+  // replica or the durable checkpoint) and send it to the nodes taken in
+  // (a lost member restarted, a newcomer) and to members back without it.
+  const bool carry = CanCarryLocked();
   // Every LOST member leaves (one still in its grace too: a group is not
   // re-formed around a member that does not answer).
   std::vector<Member> survivors;
@@ -427,8 +432,7 @@ bool Coordinator::ReformIfDueLocked() {
     changes.push_back(why);
     dropped[m.join.data_address()] = why;
   }
-  const std::vector<PendingJoin> none;
-  const std::vector<PendingJoin>& taken_in = carry ? none : pending_;
+  const std::vector<PendingJoin>& taken_in = pending_;
   for (const PendingJoin& p : taken_in) {
     changes.push_back(absl::StrCat("node ", p.request.hostname(), " (",
                                    p.request.data_address(), ") taken in"));
@@ -477,7 +481,7 @@ bool Coordinator::ReformIfDueLocked() {
   }
   begin_waiting_.clear();
   std::vector<PendingJoin> joins;
-  if (!carry) joins.swap(pending_);
+  joins.swap(pending_);
   std::unique_ptr<SchedulePlanner> plan = std::move(planner_);
   InstallGroupLocked(std::move(survivors), std::move(joins));
   if (carry) {

@@ -182,6 +182,7 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
       1, absl::ToInt64Milliseconds(HeartbeatInterval(options))));
   config.set_heartbeat_timeout_ms(
       absl::ToInt64Milliseconds(options.heartbeat_timeout));
+  config.set_rejoin_grace_ms(absl::ToInt64Milliseconds(options.rejoin_grace));
   return config;
 }
 

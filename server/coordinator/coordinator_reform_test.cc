@@ -284,8 +284,10 @@ TEST_F(CoordinatorReformTest, AMemberBackWithinTheGraceKeepsItsRank) {
   EXPECT_EQ(status.group_size(), 2);
 }
 
+// Without replicas (a run that cannot go on with it; with them it is taken
+// into the run: ARestartedNodeIsTakenIntoARunThatGoesOn).
 TEST_F(CoordinatorReformTest, ARestartedNodeIsTakenBackBetweenRuns) {
-  Create(3);
+  Create(3, absl::ZeroDuration(), 1, absl::ZeroDuration(), /*replicas=*/0);
   Form(3);
   DropNode1AndBeginARun();
   if (HasFatalFailure()) return;
@@ -341,11 +343,10 @@ TEST_F(CoordinatorReformTest, AMemberThatJoinsAfreshHasRestarted) {
 }
 
 // A member restarted mid-run (systemd's Restart=on-failure, faster than
-// the heartbeat timeout): its old self is dropped and the run goes on
-// with the others, which hold its shard's replica; the restarted node
-// waits and is taken in once the run ends.
-TEST_F(CoordinatorReformTest,
-       AMemberRestartedMidRunWaitsWhileTheRunGoesOnWithoutIt) {
+// the heartbeat timeout): one re-formation drops its old self and takes
+// the new one in, and the run goes on with it (the others hold its
+// shard's replica and send it its state).
+TEST_F(CoordinatorReformTest, AMemberRestartedMidRunIsTakenBackIntoTheRun) {
   Create(3, absl::Hours(1));
   for (auto& join : FormAndBeginRunOne(coordinator_.get(), 3)) {
     joins_.push_back(join);
@@ -354,19 +355,20 @@ TEST_F(CoordinatorReformTest,
   for (int node = 0; node < 3; ++node) {
     ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(node, 1)).status());
   }
-  absl::StatusOr<proto::JoinResponse> back;
-  std::thread joiner(
-      [&] { back = coordinator_->Join(JoinRequestFor(1), Soon()); });
-  // Epoch 2 of nodes 0 and 2 carries run 1; node 1 waits to be taken in.
-  ASSERT_TRUE(WaitForStatus(coordinator_.get(), [](const proto::JobStatus& s) {
-    return s.group_epoch() == 2 && s.group_size() == 2 && s.nodes_size() == 3 &&
-           s.nodes(2).peer().rank() == -1;
-  }));
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse back,
+                       coordinator_->Join(JoinRequestFor(1), Soon()));
+  EXPECT_EQ(back.group_epoch(), 2u);
+  EXPECT_EQ(back.group_size(), 3);
+  EXPECT_EQ(back.rank(), 1);
+  EXPECT_EQ(back.carried_run_id(), 1u);
+  EXPECT_THAT(back.reformed_because(),
+              AllOf(HasSubstr("restarted (it joined afresh while a member)"),
+                    HasSubstr("node node-1 (10.0.0.1:29500) taken in")));
   proto::JobStatus status = Status();
   EXPECT_EQ(status.current_run().run_id(), 1u);
   EXPECT_EQ(status.current_run().state(), proto::RunStatus::STATE_RUNNING);
   EXPECT_EQ(Reformations("node_lost"), 1);
-  std::vector<proto::JoinResponse> moved;
+  std::vector<proto::JoinResponse> moved = {back};
   for (int node : {0, 2}) {
     ASSERT_OK_AND_ASSIGN(proto::JoinResponse m,
                          coordinator_->Rejoin(RejoinFor(node, joins_[node])));
@@ -374,18 +376,37 @@ TEST_F(CoordinatorReformTest,
     EXPECT_EQ(m.carried_run_id(), 1u);
     moved.push_back(m);
   }
-  // The run ends on both: node 1 is taken in (epoch 3).
   EndRunOneInEpoch2(moved);
-  joiner.join();
-  ASSERT_OK(back.status());
-  EXPECT_EQ(back->group_epoch(), 3u);
-  EXPECT_EQ(back->group_size(), 3);
-  EXPECT_EQ(back->carried_run_id(), 0u);
   status = Status();
   ASSERT_GE(status.recent_runs_size(), 1);
   EXPECT_EQ(status.recent_runs(0).run_id(), 1u);
   EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED);
+  EXPECT_EQ(status.group_epoch(), 2u);
+}
+
+// A node that joins while a run that can go on runs (a lost member
+// restarted after it was dropped): taken in at once, and the run goes on
+// in the new group with its workers counted.
+TEST_F(CoordinatorReformTest, ARestartedNodeIsTakenIntoARunThatGoesOn) {
+  Create(3);
+  Form(3);
+  DropNode1AndBeginARun();
+  if (HasFatalFailure()) return;
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse back,
+                       coordinator_->Join(JoinRequestFor(1), Soon()));
+  EXPECT_EQ(back.group_epoch(), 3u);
+  EXPECT_EQ(back.rank(), 1);
+  EXPECT_EQ(back.group_size(), 3);
+  EXPECT_EQ(back.carried_run_id(), 1u);
   EXPECT_EQ(Reformations("node_joined"), 1);
+  const proto::JobStatus status = Status();
+  EXPECT_EQ(status.current_run().run_id(), 1u);
+  EXPECT_EQ(status.current_run().state(), proto::RunStatus::STATE_RUNNING);
+  EXPECT_EQ(status.current_run().total_workers(), 3);
+  ASSERT_OK_AND_ASSIGN(proto::JoinResponse c,
+                       coordinator_->Rejoin(RejoinFor(2, moved_[1])));
+  EXPECT_EQ(c.group_epoch(), 3u);
+  EXPECT_EQ(c.carried_run_id(), 1u);
 }
 
 // The run goes on in the re-formed group: its data schedule continues from
@@ -499,7 +520,7 @@ TEST_F(CoordinatorReformTest, BelowMinNodesTheGroupWaitsDegraded) {
 }
 
 TEST_F(CoordinatorReformTest, ALateJoinSaysWhatItWaitsFor) {
-  Create(3);
+  Create(3, absl::ZeroDuration(), 1, absl::ZeroDuration(), /*replicas=*/0);
   Form(3);
   DropNode1AndBeginARun();
   if (HasFatalFailure()) return;

@@ -204,6 +204,18 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::StartUncancelled(
       std::shared_ptr<Plane> plane,
       daemon->OpenDataPlane(daemon->group(),
                             std::max(options.join_timeout, absl::Seconds(5))));
+  if (const uint64_t run_id = plane->group.carried_run_id(); run_id != 0) {
+    // Taken into a running run (a restart, or a node added): its state
+    // comes from the daemons that carry it, before any worker attaches.
+    // Its errors are logged and reported there; the daemon serves on.
+    CarriedRun joins;
+    joins.run_id = run_id;
+    joins.local_workers = options.local_workers;
+    STARLING_LOG(INFO) << "run " << run_id << " goes on in group epoch "
+                       << plane->group.group_epoch()
+                       << " with this daemon: receiving its state";
+    plane->runs->ContinueRun(joins, nullptr).IgnoreError();
+  }
   {
     absl::MutexLock lock(&daemon->mu_);
     daemon->NoteServedLocked(plane->group);
@@ -732,12 +744,18 @@ void NodeDaemon::NoteServedLocked(const proto::JoinResponse& group) {
   served_size_ = group.group_size();
 }
 
+absl::Duration NodeDaemon::CarryBound() const {
+  // The coordinator re-forms the group (or fails the run) within about a
+  // heartbeat timeout of the loss, or of the end of its rejoin grace (the
+  // run waits that long for the node); past three, nothing is coming.
+  return std::max(absl::Seconds(5),
+                  3 * absl::Milliseconds(config_.heartbeat_timeout_ms())) +
+         absl::Milliseconds(std::max<int64_t>(0, config_.rejoin_grace_ms()));
+}
+
 bool NodeDaemon::CarryPendingLocked(absl::Time now) {
   if (!carry_.has_value()) return false;
-  // The coordinator re-forms the group (or fails the run) within about a
-  // heartbeat timeout of the loss; past three, nothing is coming.
-  const absl::Duration bound = std::max(
-      absl::Seconds(5), 3 * absl::Milliseconds(config_.heartbeat_timeout_ms()));
+  const absl::Duration bound = CarryBound();
   if (now - carry_->since > bound) {
     STARLING_LOG(WARNING) << "run " << carry_->carried.run_id
                           << " does not go on: no re-formed group carried it "
@@ -783,7 +801,7 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
                                      !d->CarryPendingLocked(absl::Now()));
             },
             this),
-        absl::Now() + kAttachWait);
+        absl::Now() + std::max(kAttachWait, CarryBound()));
     if (stopped_) {
       return absl::UnavailableError(
           absl::StrCat("daemon ", SelfAt(group_.rank()), " is shutting down"));

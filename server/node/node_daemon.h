@@ -225,6 +225,9 @@ class NodeDaemon : public WorkerRequestHandler {
   // A suspended run waits for its group's decision (workers that
   // reconnect wait for it too); drops it past the bound.
   bool CarryPendingLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How long a suspended run waits for its group (the job's heartbeat
+  // timeout and rejoin grace).
+  absl::Duration CarryBound() const;
   void OnStep(int64_t step, const absl::Status& status);
   // A worker's schedule request (its reader thread): the coordinator's
   // schedule for this rank from the asked iteration, from the cache or one

@@ -174,14 +174,18 @@ bool TrainOn(NodeCluster& cluster, const std::vector<int>& daemons,
   return ok;
 }
 
+// The flags of a long-running worker.
+std::vector<std::string> LongRunFlags() {
+  return {absl::StrCat("--steps=", kRunSteps), "--step_delay=5ms",
+          "--timeout=20s"};
+}
+
 // Long-running workers on every daemon; returns once each daemon applied
 // a few steps (nullopt if they did not within the bound).
 std::optional<std::vector<pid_t>> StartLongRun(NodeCluster& cluster) {
   std::vector<pid_t> pids;
   for (int d = 0; d < cluster.options().daemons; ++d) {
-    pids.push_back(cluster.StartWorker(d, 0,
-                                       {absl::StrCat("--steps=", kRunSteps),
-                                        "--step_delay=5ms", "--timeout=20s"}));
+    pids.push_back(cluster.StartWorker(d, 0, LongRunFlags()));
   }
   const bool going =
       PollUntil([&] {
@@ -452,36 +456,106 @@ Sample KillMidRun() {
   return MidRunFault(cluster, {1}, SIGKILL, /*goes_on=*/true);
 }
 
-// Daemon 1 of 3 killed during a run and started again at once with the
-// same flags (systemd's Restart=on-failure; its join may come before its
-// loss is detected): the run goes on without it (its old self is gone
-// with its state), and it is taken back in once the run ended; the next
-// run trains on all three.
+// Daemon 1 of 3 killed -9 during a run, with its worker, and started
+// again at once with the same flags (systemd's Restart=on-failure; its
+// join may come before its loss is detected), then a worker on it: the
+// coordinator drops its old self and takes the new one into the running
+// run (one re-formation, or two where the loss was acted on first), the
+// others send it its shard, its buddy's replica and the parameters, and
+// the run finishes on all three. *detect*: a new epoch without the old
+// self; *resume*: a step committed with the restarted daemon's worker
+// (started once its daemon served); the note says when the restarted
+// daemon served the running run again.
 Sample KillAndRestartMidRun() {
   NodeCluster cluster(Options(3));
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  Sample s = MidRunFault(cluster, {1}, SIGKILL, /*goes_on=*/true, {}, [&] {
-    cluster.Wait(cluster.daemon_pid(1), absl::Seconds(5));
-    cluster.StartDaemon(1, {});
-  });
-  if (!s.ok) return s;
-  const absl::Time ended = absl::Now();
+  Sample s;
+  const auto workers = StartLongRun(cluster);
+  if (!workers) return Failed(true, -1, -1, "setup");
+  std::vector<pid_t> pids = *workers;
+  const uint64_t run = CurrentRun(cluster);
+  RandomPointOfAStep();
+  const absl::Time t0 = absl::Now();
+  cluster.Kill(cluster.daemon_pid(1), SIGKILL);
+  cluster.Kill(pids[1], SIGKILL);
+  cluster.Wait(cluster.daemon_pid(1), absl::Seconds(5));
+  cluster.Wait(pids[1], absl::Seconds(5));
+  const absl::Time restarted = absl::Now();
+  cluster.StartDaemon(1, {});
+  const auto detected =
+      PollUntil([&] { return Job(cluster).group_epoch() >= 2; });
+  if (!detected) return Failed(true, -1, -1, "not re-formed");
+  s.detect_s = absl::ToDoubleSeconds(*detected - t0);
+  // Back: every daemon serves the whole group, the run going on.
+  uint64_t epoch = 0;
   const auto back = PollUntil([&] {
     const proto::JobStatus j = Job(cluster);
-    return j.group_size() == 3 && j.healthy_nodes() == 3 &&
-           Serves(cluster, 0, j.group_epoch(), 3) &&
-           Serves(cluster, 1, j.group_epoch(), 3) &&
-           Serves(cluster, 2, j.group_epoch(), 3);
+    if (j.group_epoch() < 2 || j.group_size() != 3 || j.healthy_nodes() != 3 ||
+        j.current_run().run_id() != run) {
+      return false;
+    }
+    for (int d = 0; d < 3; ++d) {
+      if (!Serves(cluster, d, j.group_epoch(), 3)) return false;
+    }
+    proto::NodeStatusReply status;
+    std::string error;
+    epoch = j.group_epoch();
+    return cluster.NodeStatus(1, &status, &error) &&
+           status.run().run_id() == run &&
+           status.run().state() == proto::RunStatus::STATE_RUNNING;
   });
-  if (!back || !TrainOn(cluster, {0, 1, 2})) {
-    s.ok = false;
-    s.note = "not taken back after the run";
-    return s;
+  if (!back) return Failed(true, s.detect_s, -1, "not taken into the run");
+  pids[1] = cluster.StartWorker(1, 0, LongRunFlags());
+  int64_t held = -1;
+  const auto resumed = PollUntil([&] {
+    proto::NodeStatusReply status;
+    std::string error;
+    if (!cluster.NodeStatus(1, &status, &error) ||
+        status.run().run_id() != run) {
+      return false;
+    }
+    if (held < 0) held = status.run().steps();
+    return status.run().steps() > held;
+  });
+  if (resumed) s.resume_s = absl::ToDoubleSeconds(*resumed - t0);
+  std::string first;
+  int rejoins = 0;
+  int exited_ok = 0;
+  for (int d = 0; d < 3; ++d) {
+    const ProcessResult r = cluster.Wait(pids[d], kBound);
+    s.hung |= r.timed_out;
+    if (d != 1) CountRejoins(r.err, &s, &rejoins);
+    if (r.exit_code != 0) {
+      if (absl::GetFlag(FLAGS_logs)) {
+        std::fprintf(stderr, "worker of daemon %d: %s\n%s\n", d, r.err.c_str(),
+                     cluster.ServerLogs().c_str());
+      }
+      continue;
+    }
+    ++exited_ok;
+    const size_t at = r.out.find("params=");
+    const std::string params =
+        at == std::string::npos ? std::string() : r.out.substr(at);
+    if (first.empty()) first = params;
+    s.identical &= !params.empty() && params == first;
   }
-  s.note =
-      absl::StrFormat("%s; back in the group %.2fs after it, the next run on 3",
-                      s.note, absl::ToDoubleSeconds(*back - ended));
+  int64_t steps_of_run = -1;
+  proto::RunStatus::State state = proto::RunStatus::STATE_UNSPECIFIED;
+  for (const proto::RunStatus& r : Job(cluster).recent_runs()) {
+    if (r.run_id() == run) {
+      steps_of_run = r.steps();
+      state = r.state();
+    }
+  }
+  s.ok = !s.hung && exited_ok == 3 && s.resume_s >= 0 && rejoins >= 2 &&
+         state == proto::RunStatus::STATE_FINISHED && steps_of_run == kRunSteps;
+  s.note = absl::StrFormat(
+      "epoch %d, run %s %d of %d steps on 3; the restarted daemon served the "
+      "run %.2fs after its restart",
+      epoch,
+      state == proto::RunStatus::STATE_FINISHED ? "finished" : "did not finish",
+      steps_of_run, kRunSteps, absl::ToDoubleSeconds(*back - restarted));
   return s;
 }
 
@@ -748,6 +822,11 @@ struct ChurnResult {
 
 constexpr int kChurnSteps = 200;
 
+std::vector<std::string> ChurnFlags() {
+  return {absl::StrCat("--steps=", kChurnSteps), "--step_delay=5ms",
+          "--timeout=30s"};
+}
+
 // The daemons that serve the coordinator's current group (none JOINING,
 // no node waiting to join); empty while the group is changing.
 std::vector<int> ServingDaemons(NodeCluster& cluster) {
@@ -774,6 +853,7 @@ ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
   absl::Time next_fault =
       every > absl::ZeroDuration() ? start + every : absl::InfiniteFuture();
   int down = -1;
+  int restarted = -1;  // a daemon started again, no worker on it yet
   absl::Time restart_at = absl::InfiniteFuture();
   std::vector<pid_t> batch;
   std::vector<int> batch_daemons;
@@ -795,8 +875,22 @@ ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
     }
     if (down >= 0 && now >= restart_at) {
       cluster.StartDaemon(down, {});
+      restarted = down;
       down = -1;
       restart_at = absl::InfiniteFuture();
+    }
+    if (restarted >= 0 && !batch.empty()) {
+      // Taken into the running run: a worker on it too (as the job's
+      // launcher restarts the node's workers).
+      proto::NodeStatusReply status;
+      std::string error;
+      if (cluster.NodeStatus(restarted, &status, &error) &&
+          status.run().state() == proto::RunStatus::STATE_RUNNING) {
+        batch_daemons.push_back(restarted);
+        batch_lost.push_back(false);
+        batch.push_back(cluster.StartWorker(restarted, 0, ChurnFlags()));
+        restarted = -1;
+      }
     }
     if (!batch.empty()) {
       bool running = false;
@@ -841,11 +935,9 @@ ChurnResult Churn(NodeCluster& cluster, absl::Duration length,
     for (int d : serving) {
       batch_daemons.push_back(d);
       batch_lost.push_back(false);
-      batch.push_back(
-          cluster.StartWorker(d, 0,
-                              {absl::StrCat("--steps=", kChurnSteps),
-                               "--step_delay=5ms", "--timeout=30s"}));
+      batch.push_back(cluster.StartWorker(d, 0, ChurnFlags()));
     }
+    restarted = -1;  // in this batch from its start
     batch_started = absl::Now();
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -922,7 +1014,8 @@ int Main(int argc, char** argv) {
       {"daemon killed between runs and restarted with the same flags "
        "(3 daemons)",
        RestartSameFlags},
-      {"daemon killed mid-run and restarted at once, same flags (3 daemons)",
+      {"daemon killed mid-run with its worker, restarted at once with the same "
+       "flags, a worker started on it (3 daemons)",
        KillAndRestartMidRun},
       {"kill -9 of the coordinator mid-run, restarted (--state_file)",
        KillCoordinatorMidRun},

@@ -329,6 +329,156 @@ TEST(Reform, ADaemonKilledMidRunTheRunGoesOnAtNMinus1) {
   TrainOn(cluster, {0, 2});
 }
 
+// A daemon killed -9 mid-run and restarted with the same flags (as
+// systemd's Restart=on-failure does) is taken back into the running run:
+// the coordinator drops its old self and takes the new one in (one
+// re-formation, or two where the loss was acted on first), the daemons
+// that carry the run send it its shard, its buddy's replica and the
+// parameters, and a worker started on it resumes the run where it goes
+// on. Every worker ends with the same parameters; the run finishes on
+// the whole group; no acknowledged step is lost.
+TEST(Reform, ADaemonRestartedMidRunIsTakenBackIntoTheRun) {
+  ClusterOptions options = Options();
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  constexpr int64_t kSteps = 1500;
+  const std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),
+                                          "--step_delay=5ms", "--timeout=20s"};
+  std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
+  const absl::Time killed = absl::Now();
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  cluster.Kill(workers[kVictim], SIGKILL);
+  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
+  cluster.Wait(workers[kVictim], absl::Seconds(10));
+  const absl::Time restarted = absl::Now();
+  cluster.StartDaemon(kVictim, {});
+  // Serving in a group of all three with the others (the data plane
+  // formed, its state received).
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(30),
+      [](const proto::JobStatus& s) {
+        return s.group_epoch() >= 2 && s.group_size() == kDaemons &&
+               s.healthy_nodes() == kDaemons && s.current_run().run_id() == 1;
+      },
+      &status))
+      << "daemon " << kVictim << " was not taken back into run 1\n"
+      << cluster.ServerLogs();
+  const uint64_t epoch = status.group_epoch();
+  const absl::Time whole = AwaitGroup(cluster, {0, 1, 2}, epoch, kDaemons);
+  workers[kVictim] = cluster.StartWorker(kVictim, 0, flags);
+  std::string params;
+  for (int d = 0; d < kDaemons; ++d) {
+    const ProcessResult r = WaitFinished(cluster, workers[d], d, &params);
+    if (d == kVictim) {
+      // It joined the run mid-way, at the step the group went on from
+      // (or later, had the others gone on without it meanwhile).
+      EXPECT_GT(NumberAfter(r.err, "resumed run 1 at step "), 5) << r.err;
+      continue;
+    }
+    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+    EXPECT_THAT(r.err, HasSubstr(" of 3;")) << r.err;
+  }
+  EXPECT_THAT(cluster.Stderr(cluster.daemon_pid(kVictim)),
+              HasSubstr("goes on at step"));
+  ExpectRunFinished(cluster, kDaemons, kSteps);
+  // The next run trains on all three.
+  TrainOn(cluster, {0, 1, 2});
+  std::printf(
+      "fault: kill -9 of a daemon mid-run and restart (3 daemons, 1000 "
+      "parameters, momentum): back in the running run and serving %.2fs "
+      "after the restart (%.2fs after the kill)\n",
+      absl::ToDoubleSeconds(whole - restarted),
+      absl::ToDoubleSeconds(whole - killed));
+}
+
+// With --rejoin_grace the run waits for a lost daemon instead of going on
+// without it: the survivors keep its state and their workers' reconnects
+// wait; the daemon restarted within the grace is taken back into the run
+// (one re-formation, the group whole again), so the survivors' workers
+// rejoin once, at N.
+TEST(Reform, WithARejoinGraceTheRunWaitsForTheRestartedDaemon) {
+  ClusterOptions options = Options();
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  cluster.StartCoordinatorWith("coordinator", {"--rejoin_grace=30s"});
+  cluster.StartDaemons();
+  constexpr int64_t kSteps = 600;
+  const std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),
+                                          "--step_delay=5ms", "--timeout=60s"};
+  std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  cluster.Kill(workers[kVictim], SIGKILL);
+  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
+  cluster.Wait(workers[kVictim], absl::Seconds(10));
+  proto::JobStatus status;
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        return s.nodes_size() == kDaemons &&
+               s.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
+      },
+      &status))
+      << cluster.ServerLogs();
+  // LOST, within its grace: the group waits for it.
+  EXPECT_EQ(status.group_epoch(), 1u);
+  EXPECT_EQ(status.current_run().run_id(), 1u);
+  cluster.StartDaemon(kVictim, {});
+  ASSERT_TRUE(cluster.WaitForJob(
+      absl::Seconds(30),
+      [](const proto::JobStatus& s) {
+        return s.group_epoch() == 2 && s.group_size() == kDaemons &&
+               s.healthy_nodes() == kDaemons && s.current_run().run_id() == 1;
+      },
+      &status))
+      << "daemon " << kVictim << " was not taken back into run 1\n"
+      << cluster.ServerLogs();
+  AwaitGroup(cluster, {0, 1, 2}, 2, kDaemons);
+  workers[kVictim] = cluster.StartWorker(kVictim, 0, flags);
+  std::string params;
+  for (int d = 0; d < kDaemons; ++d) {
+    const ProcessResult r = WaitFinished(cluster, workers[d], d, &params);
+    if (d == kVictim) continue;
+    // Rejoined once, in the whole group.
+    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    EXPECT_EQ(r.err.find("rejoined run 1 at step"),
+              r.err.rfind("rejoined run 1 at step"))
+        << r.err;
+    EXPECT_THAT(r.err, HasSubstr(" of 3;")) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+  }
+  ExpectRunFinished(cluster, kDaemons, kSteps);
+}
+
+// Past the grace, a daemon that did not come back is dropped and the run
+// goes on without it, from the state the survivors kept meanwhile.
+TEST(Reform, PastTheRejoinGraceTheRunGoesOnWithoutTheDaemon) {
+  ClusterOptions options = Options();
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  const pid_t coordinator =
+      cluster.StartCoordinatorWith("coordinator", {"--rejoin_grace=3s"});
+  cluster.StartDaemons();
+  constexpr int64_t kSteps = 300;
+  const std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),
+                                          "--step_delay=5ms", "--timeout=30s"};
+  std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  std::string params;
+  for (int d : {0, 2}) {
+    const ProcessResult r = WaitFinished(cluster, workers[d], d, &params);
+    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(" of 2;")) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+  }
+  ExpectRunFinished(cluster, kDaemons - 1, kSteps);
+  EXPECT_THAT(cluster.Stderr(coordinator),
+              HasSubstr("it keeps its rank for 3s, --rejoin_grace"));
+}
+
 // Asynchronous SGD (bounded staleness) runs the synchronous step's engine
 // with workers computing on parameters up to s versions old: a daemon
 // killed mid-run, the run goes on at N-1 the same way, every survivor's

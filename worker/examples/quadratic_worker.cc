@@ -270,6 +270,16 @@ int Main(int argc, char** argv) {
                        4096;
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   if (!client.ok()) return Fail(client.status());
+  if ((*client)->run_id() != 0) {
+    // In place of a worker that left, or on a daemon taken into the run.
+    std::fprintf(
+        stderr,
+        "quadratic_worker: resumed run %llu at step %lld as worker "
+        "%d of rank %d of %d\n",
+        static_cast<unsigned long long>((*client)->run_id()),  // NOLINT
+        static_cast<long long>((*client)->first_step()),       // NOLINT
+        (*client)->worker_index(), (*client)->rank(), (*client)->group_size());
+  }
   const int declared_dim = absl::GetFlag(FLAGS_declared_dim);
   absl::StatusOr<std::vector<float>> x;
   if (declared_dim >= 0 || absl::GetFlag(FLAGS_declare_float64)) {

@@ -91,6 +91,7 @@ class CoordinatorLinkTest : public ::testing::Test {
     options.partitions_per_epoch = 20;
     options.epochs = 2;
     options.rejoin_grace = rejoin_grace_;
+    options.replicas = replicas_;
     registries_.push_back(std::make_unique<metrics::MetricsRegistry>());
     ASSERT_OK_AND_ASSIGN(coordinator_,
                          coordinator::Coordinator::Create(
@@ -259,6 +260,7 @@ class CoordinatorLinkTest : public ::testing::Test {
   absl::Duration heartbeat_interval_ = absl::Milliseconds(50);
   // The coordinator's: LOST members keep their ranks unless a test says.
   absl::Duration rejoin_grace_ = absl::Hours(1);
+  int replicas_ = 1;
   absl::Duration join_timeout_ = absl::Seconds(20);
   std::vector<std::unique_ptr<metrics::MetricsRegistry>> registries_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
@@ -660,10 +662,12 @@ TEST_F(CoordinatorLinkTest, AVanishedPeerIsNamedByItsRankInTheLinksGroup) {
                         "data plane of rank 0 (node-0, 127.0.0.1:40000)"));
 }
 
-// A node restarted while the group of the others runs is taken in when the
-// run ends, however long after its own join timeout: it asks again.
+// A node restarted while the group of the others runs a run that cannot
+// go on with it (no replicas) is taken in when the run ends, however long
+// after its own join timeout: it asks again.
 TEST_F(CoordinatorLinkTest, ALateJoinWaitsForTheRunPastItsOwnTimeout) {
   rejoin_grace_ = absl::ZeroDuration();
+  replicas_ = 0;
   StartCoordinator(3);
   JoinAll(3);
   StopLink2UntilDropped();

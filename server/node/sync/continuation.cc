@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/common.pb.h"
 #include "server/base/status_macros.h"
 #include "server/collective/data_type.h"
 #include "server/node/run/float_bytes.h"
@@ -19,7 +20,8 @@ using collective::DataType;
 std::vector<int64_t> Pack(const CarryAccount& a) {
   return {a.run_id,     a.old_rank,        a.old_size,         a.master_version,
           a.replica_of, a.replica_version, a.gradient_version, a.local_workers,
-          a.elements,   a.durable_version, a.durable_epoch,    a.durable_ranks};
+          a.elements,   a.durable_version, a.durable_epoch,    a.durable_ranks,
+          a.table_bytes};
 }
 
 CarryAccount Unpack(const int64_t* f) {
@@ -36,7 +38,27 @@ CarryAccount Unpack(const int64_t* f) {
   a.durable_version = f[9];
   a.durable_epoch = f[10];
   a.durable_ranks = f[11];
+  a.table_bytes = f[12];
   return a;
+}
+
+// A daemon that joins the run: it carries no state of it.
+bool Joins(const CarryAccount& a) { return a.old_rank < 0; }
+
+// The first daemon that carries the run (-1: none).
+int FirstCarrier(const std::vector<CarryAccount>& accounts) {
+  for (size_t r = 0; r < accounts.size(); ++r) {
+    if (!Joins(accounts[r])) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+proto::TensorTable TableOf(const SyncRun& run) {
+  proto::TensorTable table;
+  for (const TensorLayout::Entry& entry : run.layout.tensors) {
+    *table.add_tensors() = entry.spec;
+  }
+  return table;
 }
 
 // Whether `a`'s replica can be brought to version v.
@@ -54,13 +76,15 @@ bool MasterAt(const CarryAccount& a, int64_t v) {
 // The plan at version v, or the old ranks with no copy at it.
 bool PlanAt(const std::vector<CarryAccount>& accounts, int64_t v,
             ResumePlan* plan, std::vector<std::string>* missing) {
-  const int old_size = static_cast<int>(accounts[0].old_size);
+  const int old_size =
+      static_cast<int>(accounts[FirstCarrier(accounts)].old_size);
   plan->version = v;
   plan->source.assign(old_size, -1);
   plan->from_replica.assign(old_size, false);
   bool ok = true;
   for (size_t r = 0; r < accounts.size(); ++r) {
     const CarryAccount& a = accounts[r];
+    if (Joins(a)) continue;
     if (!MasterAt(a, v)) {
       ok = false;
       missing->push_back(absl::StrCat("old rank ", a.old_rank, "'s own (at ",
@@ -203,23 +227,44 @@ void NoteDurable(const CheckpointFolder& folder, CarryAccount* a) {
   }
 }
 
+// The daemons that read checkpoint files: those of the old group (a
+// daemon that joins may see none), or every daemon where none carries the
+// run (a whole-cluster restart).
+std::vector<int> CheckpointReaders(const std::vector<CarryAccount>& accounts) {
+  std::vector<int> readers;
+  for (size_t r = 0; r < accounts.size(); ++r) {
+    if (!Joins(accounts[r])) readers.push_back(static_cast<int>(r));
+  }
+  if (readers.empty()) {
+    for (size_t r = 0; r < accounts.size(); ++r) {
+      readers.push_back(static_cast<int>(r));
+    }
+  }
+  return readers;
+}
+
 // The plan that takes every shard from checkpoint `whole`: old rank o's
-// file read by new rank o mod `size`.
-ResumePlan CheckpointPlan(const WholeVersion& whole, int size) {
+// file read by the (o mod |readers|)-th reader.
+ResumePlan CheckpointPlan(const WholeVersion& whole,
+                          const std::vector<int>& readers) {
   ResumePlan plan;
   plan.version = whole.version;
   plan.checkpoint = whole;
-  for (int o = 0; o < whole.ranks; ++o) plan.readers.push_back(o % size);
+  for (int o = 0; o < whole.ranks; ++o) {
+    plan.readers.push_back(readers[o % readers.size()]);
+  }
   return plan;
 }
 
-// The checkpoint every daemon sees whole: the oldest of their newest (one a
-// daemon saw whole stays so: the writers keep two). Nullopt when a daemon
-// sees none or the job writes none.
+// The checkpoint every reader sees whole: the oldest of their newest (one
+// a daemon saw whole stays so: the writers keep two). Nullopt when a
+// reader sees none or the job writes none.
 std::optional<WholeVersion> AgreedCheckpoint(
-    const std::vector<CarryAccount>& accounts) {
+    const std::vector<CarryAccount>& accounts,
+    const std::vector<int>& readers) {
   std::optional<WholeVersion> agreed;
-  for (const CarryAccount& a : accounts) {
+  for (int r : readers) {
+    const CarryAccount& a = accounts[r];
     if (a.durable_version < 0 || a.durable_ranks < 1) return std::nullopt;
     if (!agreed.has_value() || a.durable_version < agreed->version) {
       agreed = WholeVersion{a.durable_version,
@@ -232,13 +277,14 @@ std::optional<WholeVersion> AgreedCheckpoint(
 
 // Why no checkpoint serves, for the error.
 std::string NoCheckpoint(const std::vector<CarryAccount>& accounts) {
-  for (size_t r = 0; r < accounts.size(); ++r) {
+  const std::vector<int> readers = CheckpointReaders(accounts);
+  for (int r : readers) {
     if (accounts[r].durable_version == CarryAccount::kNoCheckpoints) {
       return "; the job writes no durable checkpoints (--checkpoint_dir, "
              "--checkpoint_every_steps) to go on from instead";
     }
   }
-  for (size_t r = 0; r < accounts.size(); ++r) {
+  for (int r : readers) {
     if (accounts[r].durable_version < 0) {
       return absl::StrCat("; and rank ", r,
                           " of the new group sees no version of it "
@@ -246,6 +292,45 @@ std::string NoCheckpoint(const std::vector<CarryAccount>& accounts) {
     }
   }
   return "";
+}
+
+// 2'. The run's tensors, from the first daemon that carries the run to
+// every daemon where one joins (it has none): the table's bytes in 8-byte
+// words, written by that daemon into zeros and summed by one all-reduce.
+absl::StatusOr<std::vector<proto::TensorSpec>> ShareTable(
+    const SyncRun* old, const std::vector<CarryAccount>& accounts,
+    const ResumePlan& plan, uint64_t run_id, collective::Communicator* comm,
+    const collective::CallOptions& call) {
+  const int source = FirstCarrier(accounts);
+  std::vector<proto::TensorSpec> tensors;
+  if (plan.joining == 0) {
+    for (const TensorLayout::Entry& entry : old->layout.tensors) {
+      tensors.push_back(entry.spec);
+    }
+    return tensors;
+  }
+  const int64_t bytes = accounts[source].table_bytes;
+  std::vector<int64_t> words((static_cast<size_t>(bytes) + 7) / 8, 0);
+  if (comm->rank() == source) {
+    const std::string table = TableOf(*old).SerializeAsString();
+    std::memcpy(words.data(), table.data(),
+                std::min<size_t>(table.size(), words.size() * 8));
+  }
+  STARLING_RETURN_IF_ERROR(Annotate(
+      comm->AllReduce(
+          absl::Span<std::byte>(reinterpret_cast<std::byte*>(words.data()),
+                                words.size() * sizeof(int64_t)),
+          DataType::kInt64, collective::ReduceOp::kSum, call),
+      absl::StrCat("sending run ", run_id, "'s tensor table from rank ", source,
+                   " to the daemons that join it")));
+  proto::TensorTable table;
+  if (!table.ParseFromArray(words.data(), static_cast<int>(bytes))) {
+    return absl::DataLossError(absl::StrCat(
+        "run ", run_id, "'s tensor table of ", bytes, " bytes from rank ",
+        source, " of the new group does not parse"));
+  }
+  tensors.assign(table.tensors().begin(), table.tensors().end());
+  return tensors;
 }
 
 // 3. This daemon's shards at the plan's version: its own (rolled back to
@@ -398,12 +483,13 @@ CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
                        int old_size, int local_workers) {
   CarryAccount a;
   a.local_workers = local_workers;
+  if (run == nullptr) return a;  // it joins
   a.old_rank = old_rank;
   a.old_size = old_size;
-  if (run == nullptr) return a;
   a.run_id = static_cast<int64_t>(run_id);
   a.master_version = run->master_version;
   a.elements = static_cast<int64_t>(run->layout.total_elements);
+  a.table_bytes = static_cast<int64_t>(TableOf(*run).ByteSizeLong());
   if (run->replica != nullptr) {
     a.replica_of = run->replica->of_rank;
     a.replica_version = run->replica->version;
@@ -414,54 +500,62 @@ CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
 
 absl::StatusOr<ResumePlan> PlanResume(
     uint64_t run_id, const std::vector<CarryAccount>& accounts) {
-  if (accounts.empty()) {
-    return absl::FailedPreconditionError("no daemon carries the run");
+  const int carrier = FirstCarrier(accounts);
+  if (carrier < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no daemon of the new group (", accounts.size(),
+        ") holds state of run ", run_id,
+        ": every one joins it; only the old group's survivors can carry it "
+        "on"));
   }
   int total_workers = 0;
+  int joining = 0;
   int64_t newest = 0;
-  const CarryAccount& first = accounts[0];
+  const CarryAccount& first = accounts[carrier];
   std::vector<bool> seen(std::max<int64_t>(first.old_size, 0), false);
   for (size_t r = 0; r < accounts.size(); ++r) {
     const CarryAccount& a = accounts[r];
     total_workers += static_cast<int>(a.local_workers);
+    if (Joins(a)) {
+      ++joining;
+      continue;
+    }
     if (a.run_id != static_cast<int64_t>(run_id)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", r, " of the new group holds no state of run ", run_id,
-          a.run_id != 0 ? absl::StrCat(" (it carries run ", a.run_id, ")")
-                        : std::string(),
-          ": only the old group's survivors can carry it on"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", r, " of the new group carries run ", a.run_id,
+                       ", not run ", run_id,
+                       ": the daemons disagree on the run that goes "
+                       "on"));
     }
     if (a.old_size != first.old_size || a.elements != first.elements ||
         a.old_rank < 0 || a.old_rank >= a.old_size || seen[a.old_rank]) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the survivors disagree on run ", run_id, ": rank ", r,
           " was old rank ", a.old_rank, " of ", a.old_size, " with ",
-          a.elements, " parameters; rank 0 old rank ", first.old_rank, " of ",
-          first.old_size, " with ", first.elements));
+          a.elements, " parameters; rank ", carrier, " old rank ",
+          first.old_rank, " of ", first.old_size, " with ", first.elements));
     }
     seen[a.old_rank] = true;
     newest = std::max(newest, a.master_version);
   }
+  const auto done = [&](ResumePlan plan) {
+    plan.total_workers = total_workers;
+    plan.newest = newest;
+    plan.elements = first.elements;
+    plan.joining = joining;
+    return plan;
+  };
   ResumePlan plan;
   std::vector<std::string> missing_newest;
-  if (PlanAt(accounts, newest, &plan, &missing_newest)) {
-    plan.total_workers = total_workers;
-    plan.newest = newest;
-    return plan;
-  }
+  if (PlanAt(accounts, newest, &plan, &missing_newest)) return done(plan);
   std::vector<std::string> missing;
   if (newest > 0 && PlanAt(accounts, newest - 1, &plan, &missing)) {
-    plan.total_workers = total_workers;
-    plan.newest = newest;
-    return plan;
+    return done(plan);
   }
-  if (std::optional<WholeVersion> whole = AgreedCheckpoint(accounts)) {
+  const std::vector<int> readers = CheckpointReaders(accounts);
+  if (std::optional<WholeVersion> whole = AgreedCheckpoint(accounts, readers)) {
     // Some shard has no copy in memory: every shard from the checkpoint.
-    ResumePlan from_disk =
-        CheckpointPlan(*whole, static_cast<int>(accounts.size()));
-    from_disk.total_workers = total_workers;
-    from_disk.newest = newest;
-    return from_disk;
+    return done(CheckpointPlan(*whole, readers));
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "run ", run_id, " cannot go on: no survivor holds ",
@@ -491,9 +585,11 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
   // 2. The plan, alike on every daemon.
   STARLING_ASSIGN_OR_RETURN(ResumePlan plan,
                             PlanResume(options.run_id, accounts));
-  SyncRun& old = *carried;  // the plan holds: every daemon carries it
+  STARLING_ASSIGN_OR_RETURN(
+      std::vector<proto::TensorSpec> tensors,
+      ShareTable(carried.get(), accounts, plan, options.run_id, comm, call));
   const int64_t v = plan.version;
-  const uint64_t elements = old.layout.total_elements;
+  const uint64_t elements = static_cast<uint64_t>(plan.elements);
   STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
   if (plan.checkpoint.has_value()) {
@@ -501,9 +597,9 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     // daemon read its own is agreed before the state moves.
     STARLING_RETURN_IF_ERROR(ReadCheckpoint(*checkpoints, plan, elements, slots,
                                             options, comm, call, &full));
-  } else {
+  } else if (carried != nullptr) {
     STARLING_RETURN_IF_ERROR(
-        HeldShards(old, old_rank, plan, elements, slots, &full));
+        HeldShards(*carried, old_rank, plan, elements, slots, &full));
   }
   // 4. Every shard to every daemon, bit for bit (-0.0 is the identity).
   STARLING_RETURN_IF_ERROR(Annotate(
@@ -512,13 +608,14 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
       absl::StrCat("moving run ", options.run_id, "'s state at version ", v,
                    " to the new group")));
   // 5. The run in the new group.
-  std::vector<proto::TensorSpec> tensors;
-  for (const TensorLayout::Entry& entry : old.layout.tensors) {
-    tensors.push_back(entry.spec);
-  }
   options.total_workers = plan.total_workers;
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<SyncRun> run,
                             CreateSyncRun(tensors, options));
+  if (run->layout.total_elements != elements) {
+    return absl::DataLossError(absl::StrCat(
+        "run ", options.run_id, "'s tensor table holds ",
+        run->layout.total_elements, " parameters; its state ", elements));
+  }
   STARLING_RETURN_IF_ERROR(InstallState(full, v, slots, *run));
   *version = v;
   if (from_checkpoint != nullptr) *from_checkpoint = plan.checkpoint;
@@ -538,12 +635,14 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(
       ExchangeAccounts(account, comm, call,
                        absl::StrCat("agreeing on ", folder.run_folder(),
                                     "'s newest checkpoint")));
-  const std::optional<WholeVersion> agreed = AgreedCheckpoint(accounts);
+  const std::vector<int> readers = CheckpointReaders(accounts);
+  const std::optional<WholeVersion> agreed =
+      AgreedCheckpoint(accounts, readers);
   if (from_checkpoint != nullptr) *from_checkpoint = agreed;
   if (!agreed.has_value()) return 0;  // from the initial parameters
   // 2. Each file read by one daemon and checked; every shard to every
   // daemon by one all-reduce, as a continuation moves them.
-  const ResumePlan plan = CheckpointPlan(*agreed, comm->size());
+  const ResumePlan plan = CheckpointPlan(*agreed, readers);
   const uint64_t elements = run.layout.total_elements;
   STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);

@@ -44,6 +44,16 @@
 // A file that does not check fails the run on every daemon, naming it:
 // never wrong values.
 //
+// Daemons that join (a daemon restarted, or a newcomer, taken into a
+// running run's group): they carry no state (their account says old rank
+// -1) and take part in the exchange with -0.0 everywhere; the first
+// daemon that carries the run sends the run's tensor table to every
+// daemon (its bytes in one all-reduce), and the all-reduce of the state
+// gives the joiners their shard, their buddy's replica and the
+// parameters like everyone else. A restarted daemon's old shard is a
+// lost rank's: from its buddy's replica (or the checkpoint). At least one
+// daemon of the old group must carry the run.
+//
 // Thread-compatible: the step thread (or the regroup thread, before the new
 // plane serves anyone) owns the runs it is handed.
 #ifndef STARLING_SERVER_NODE_SYNC_CONTINUATION_H_
@@ -66,8 +76,8 @@ namespace node {
 
 // One daemon's account of the run it carries into the new group.
 struct CarryAccount {
-  int64_t run_id = 0;  // 0: carries no state of it
-  int64_t old_rank = -1;
+  int64_t run_id = 0;     // 0: carries no state of it (it joins)
+  int64_t old_rank = -1;  // -1: it joins
   int64_t old_size = 0;
   int64_t master_version = 0;
   int64_t replica_of = -1;  // old rank; -1: no replica
@@ -82,11 +92,14 @@ struct CarryAccount {
   int64_t durable_version = kNoCheckpoints;
   int64_t durable_epoch = 0;
   int64_t durable_ranks = 0;
+  // The bytes of the run's tensor table (proto::TensorTable).
+  int64_t table_bytes = 0;
   static constexpr int64_t kNoCheckpoints = -2;
-  static constexpr int kFields = 12;
+  static constexpr int kFields = 13;
 };
 
-// `run` (may be null: no state) as rank `old_rank` of `old_size` held it.
+// `run` as rank `old_rank` of `old_size` held it; null: this daemon joins
+// (old rank -1, no state).
 CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
                        int old_size, int local_workers);
 
@@ -101,6 +114,9 @@ struct ResumePlan {
   int total_workers = 0;
   // The newest master version any survivor held (version or version + 1).
   int64_t newest = 0;
+  // The run's flat vector, and how many daemons join it (no state).
+  int64_t elements = 0;
+  int joining = 0;
   // Set when the run goes on from a durable checkpoint (no survivor holds
   // some shard): the version written whole, and which new rank reads each
   // of its files (index = the checkpoint's rank).
@@ -109,21 +125,22 @@ struct ResumePlan {
 };
 
 // The plan every daemon computes alike from the accounts (index = new
-// rank). FailedPrecondition when a daemon carries no state of `run_id` or
-// another run, the accounts disagree on the old group or the model, or a
-// shard has no copy at either candidate version (naming the old ranks) and
-// no version was checkpointed whole that every daemon sees.
+// rank). FailedPrecondition when no daemon carries the run's state, one
+// carries another run, the accounts disagree on the old group or the
+// model, or a shard has no copy at either candidate version (naming the
+// old ranks) and no version was checkpointed whole that every daemon of
+// the old group sees.
 absl::StatusOr<ResumePlan> PlanResume(
     uint64_t run_id, const std::vector<CarryAccount>& accounts);
 
-// The exchange above. `carried` (may be null) is this daemon's run as rank
-// `old_rank` of `old_size` left it; `checkpoints` the run's checkpoint
-// folder (null: the job writes none); `options` the new run's (run id, rank
-// and size in the new group, optimizer, buddy distance; total_workers is
-// the plan's). Returns the new run at `*version` (its parameters, master,
-// state and replica filled), and in `*from_checkpoint` (may be null) the
-// checkpoint it went on from, if any. The plan's, the checkpoint's and the
-// collectives' errors.
+// The exchange above. `carried` (null: this daemon joins the run) is this
+// daemon's run as rank `old_rank` of `old_size` left it; `checkpoints` the
+// run's checkpoint folder (null: the job writes none); `options` the new run's
+// (run id, rank and size in the new group, optimizer, buddy distance;
+// total_workers is the plan's). Returns the new run at `*version` (its
+// parameters, master, state and replica filled), and in `*from_checkpoint` (may
+// be null) the checkpoint it went on from, if any. The plan's, the checkpoint's
+// and the collectives' errors.
 absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
     int local_workers, const CheckpointFolder* checkpoints,

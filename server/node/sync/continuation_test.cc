@@ -525,17 +525,148 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
-TEST(PlanResume, NamesADaemonWithNoStateOfTheRun) {
+TEST(PlanResume, NamesADaemonThatCarriesAnotherRun) {
   CarryAccount a;
   a.run_id = 7;
   a.old_rank = 0;
   a.old_size = 2;
-  CarryAccount b;  // a newcomer
+  CarryAccount b = a;
+  b.run_id = 8;
+  b.old_rank = 1;
   EXPECT_THAT(PlanResume(7, {a, b}).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("rank 1 of the new group holds no state of "
+                       HasSubstr("rank 1 of the new group carries run 8, not "
                                  "run 7")));
 }
+
+TEST(PlanResume, NoDaemonOfTheOldGroupCannotCarryIt) {
+  const CarryAccount joins = AccountOf(nullptr, 7, 0, 2, 1);
+  EXPECT_THAT(PlanResume(7, {joins, joins}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("no daemon of the new group (2) holds state "
+                                 "of run 7: every one joins it")));
+}
+
+TEST(PlanResume, ADaemonThatJoinsHoldsNoShardAndItsWorkersCount) {
+  CarryAccount a;
+  a.run_id = 7;
+  a.old_rank = 0;
+  a.old_size = 2;
+  a.master_version = 5;
+  a.replica_of = 1;
+  a.replica_version = 5;
+  a.local_workers = 2;
+  a.elements = 100;
+  CarryAccount b = a;
+  b.old_rank = 1;
+  b.replica_of = 0;
+  // The daemon restarted in between (old rank -1 whatever it was told).
+  const CarryAccount joins = AccountOf(nullptr, 7, 1, 2, 3);
+  absl::StatusOr<ResumePlan> plan = PlanResume(7, {joins, a, b});
+  ASSERT_OK(plan);
+  EXPECT_EQ(plan->version, 5);
+  EXPECT_EQ(plan->source, (std::vector<int>{1, 2}));
+  EXPECT_EQ(plan->joining, 1);
+  EXPECT_EQ(plan->total_workers, 7);
+  EXPECT_EQ(plan->elements, 100);
+}
+
+// Daemons that join a running run (a restarted one, a newcomer) take part
+// in the exchange with no state and end with their shards, their buddies'
+// replicas and the parameters of the agreed version, bit for bit a
+// fault-free run's, like the survivors.
+struct Joining {
+  std::string name;
+  std::vector<int> lost;  // old ranks, of 4
+  Reached reached;
+  std::vector<int> updated;
+  int joiners;
+  int64_t expect_version;
+};
+
+void PrintTo(const Joining& j, std::ostream* os) { *os << j.name; }
+
+class JoinTest : public ::testing::TestWithParam<Joining> {};
+
+TEST_P(JoinTest, DaemonsThatJoinGetTheirStateBitForBit) {
+  const Joining& j = GetParam();
+  const Scenario c{
+      j.name, 4,         1,         "adam",          proto::DATA_TYPE_FLOAT32,
+      j.lost, j.reached, j.updated, j.expect_version};
+  std::vector<std::shared_ptr<SyncRun>> old = OldGroup(c);
+  // The new group: the survivors, then the daemons that join.
+  std::vector<int> from;  // old rank, -1: joins
+  for (int r = 0; r < c.ranks; ++r) {
+    if (std::find(j.lost.begin(), j.lost.end(), r) == j.lost.end()) {
+      from.push_back(r);
+    }
+  }
+  for (int k = 0; k < j.joiners; ++k) from.push_back(-1);
+  const int n = static_cast<int>(from.size());
+  std::vector<std::shared_ptr<SyncRun>> resumed(n);
+  std::vector<int64_t> versions(n, -2);
+  std::vector<absl::Status> errors = collective::RunOnLoopback(
+      n, collective::CommunicatorOptions(),
+      [&](int rank, collective::Communicator* comm) -> absl::Status {
+        const int o = from[rank];
+        int64_t version = -1;
+        absl::StatusOr<std::shared_ptr<SyncRun>> run =
+            ContinueRun(o >= 0 ? old[o] : nullptr, o, o >= 0 ? c.ranks : 0, 1,
+                        /*checkpoints=*/nullptr, OptionsFor(c, n, rank, 1),
+                        comm, collective::CallOptions(), &version);
+        if (!run.ok()) return run.status();
+        resumed[rank] = *run;
+        versions[rank] = version;
+        return absl::OkStatus();
+      });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_OK(errors[r]) << "new rank " << r;
+    EXPECT_EQ(versions[r], j.expect_version) << "new rank " << r;
+  }
+  std::vector<float> params;
+  ExpectReference(c, j.expect_version, resumed, &params);
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE(absl::StrCat("new rank ", r, from[r] < 0 ? " (joined)" : ""));
+    const SyncRun& run = *resumed[r];
+    EXPECT_EQ(run.total_workers, n);
+    EXPECT_EQ(run.layout.tensors.size(), old[from[0]]->layout.tensors.size());
+    const absl::Span<const float> p = run.store->parameters();
+    ASSERT_EQ(p.size(), params.size());
+    EXPECT_EQ(std::memcmp(p.data(), params.data(), p.size() * sizeof(float)),
+              0);
+    ASSERT_NE(run.replica, nullptr);
+    const SyncRun& owner = *resumed[run.replica->of_rank];
+    EXPECT_EQ(run.replica->master, owner.master);
+    const absl::Span<const float> a = run.replica->optimizer->state();
+    const absl::Span<const float> b = owner.optimizer->state();
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Joins, JoinTest,
+    ::testing::Values(
+        // kill -9 and restart before the loss was acted on: one
+        // re-formation drops the old self and takes the new one in.
+        Joining{"ARestartedDaemonTakesItsShardFromItsBuddy",
+                {2},
+                Reached::kShifted,
+                {},
+                1,
+                kSteps + 1},
+        // Back to the whole group after a shrink, and one more.
+        Joining{
+            "TwoJoinAWholeGroup", {}, Reached::kCommitted, {}, 2, kSteps + 1},
+        // A step cut short by the re-formation rolls back for everyone.
+        Joining{"AStepCutShortRollsBack",
+                {},
+                Reached::kUpdated,
+                {0, 3},
+                1,
+                kSteps}),
+    [](const ::testing::TestParamInfo<Joining>& info) {
+      return info.param.name;
+    });
 
 }  // namespace
 }  // namespace node
