@@ -542,7 +542,8 @@ Sample KillAndRestartMidRun() {
   }
   int64_t steps_of_run = -1;
   proto::RunStatus::State state = proto::RunStatus::STATE_UNSPECIFIED;
-  for (const proto::RunStatus& r : Job(cluster).recent_runs()) {
+  const proto::JobStatus after = Job(cluster);
+  for (const proto::RunStatus& r : after.recent_runs()) {
     if (r.run_id() == run) {
       steps_of_run = r.steps();
       state = r.state();
