@@ -395,6 +395,31 @@ TEST(Reform, ADaemonRestartedMidRunIsTakenBackIntoTheRun) {
       absl::ToDoubleSeconds(whole - killed));
 }
 
+// The worker of a daemon killed -9 mid-run need not die with it: it
+// rejoins through the restarted daemon (same socket), which is taken back
+// into the running run, and goes on where the group goes on.
+TEST(Reform, AWorkerRejoinsTheRunThroughItsRestartedDaemon) {
+  ClusterOptions options = Options();
+  options.optimizer = "momentum";
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  constexpr int64_t kSteps = 1500;
+  const std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),
+                                          "--step_delay=5ms", "--timeout=30s"};
+  std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
+  cluster.StartDaemon(kVictim, {});
+  std::string params;
+  for (int d = 0; d < kDaemons; ++d) {
+    const ProcessResult r = WaitFinished(cluster, workers[d], d, &params);
+    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+  }
+  ExpectRunFinished(cluster, kDaemons, kSteps);
+}
+
 // With --rejoin_grace the run waits for a lost daemon instead of going on
 // without it: the survivors keep its state and their workers' reconnects
 // wait; the daemon restarted within the grace is taken back into the run
