@@ -84,12 +84,6 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   if (pool == nullptr) {
     STARLING_ASSIGN_OR_RETURN(pool, SharedPool::Create(options.pool_bytes));
   }
-  STARLING_ASSIGN_OR_RETURN(ScopedFd fd,
-                            ConnectUnix(options.socket_path, deadline));
-  const int socket = fd.get();
-  std::unique_ptr<Connection> connection(
-      new Connection(options, std::move(pool), std::move(fd)));
-
   proto::WorkerRequest hello;
   hello.set_id(0);
   hello.mutable_hello()->set_worker_name(options.worker_name);
@@ -98,21 +92,45 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   hello.mutable_hello()->set_version(kStarlingVersion);
   const std::string where =
       absl::StrCat(options.worker_name, " at ", options.socket_path);
-  absl::Status status =
-      WriteFrame(socket, hello.SerializeAsString(), connection->pool_->fd());
-  if (!status.ok()) return Annotate(status, absl::StrCat("hello from ", where));
-  // The reader thread is not running yet: read the answer here.
-  timeval tv = {};
-  const absl::Duration left =
-      std::max(deadline - absl::Now(), absl::Seconds(1));
-  tv.tv_sec = absl::ToInt64Seconds(left);
-  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  absl::StatusOr<Frame> frame = ReadFrame(socket);
-  if (!frame.ok()) {
-    return Annotate(
-        frame.status(),
-        absl::StrCat("waiting for the daemon's hello reply to ", where));
+  std::unique_ptr<Connection> connection;
+  absl::StatusOr<Frame> frame;
+  int socket = -1;
+  absl::Duration backoff = absl::Milliseconds(10);
+  while (true) {
+    STARLING_ASSIGN_OR_RETURN(ScopedFd fd,
+                              ConnectUnix(options.socket_path, deadline));
+    socket = fd.get();
+    connection.reset(new Connection(options, std::move(pool), std::move(fd)));
+    absl::Status status =
+        WriteFrame(socket, hello.SerializeAsString(), connection->pool_->fd());
+    if (status.ok()) {
+      // The reader thread is not running yet: read the answer here.
+      timeval tv = {};
+      const absl::Duration left =
+          std::max(deadline - absl::Now(), absl::Seconds(1));
+      tv.tv_sec = absl::ToInt64Seconds(left);
+      ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      frame = ReadFrame(socket);
+      if (frame.ok()) break;
+      status = Annotate(
+          frame.status(),
+          absl::StrCat("waiting for the daemon's hello reply to ", where));
+    } else {
+      status = Annotate(status, absl::StrCat("hello from ", where));
+    }
+    // Closed or reset without an answer: the daemon's process ended with
+    // this connection still waiting (one killed as this worker connected;
+    // a daemon that refuses a worker says why first). Again, with the
+    // daemon started next, until the deadline.
+    if (!absl::IsUnavailable(status) || absl::Now() + backoff >= deadline) {
+      return status;
+    }
+    pool = connection->TakePool();
+    connection.reset();
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(200));
   }
+  timeval tv = {};
   tv.tv_sec = 0;
   ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   proto::WorkerResponse response;

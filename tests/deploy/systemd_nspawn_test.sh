@@ -5,8 +5,11 @@
 # sd_notify (Type=notify); a worker trains through the node's socket as user
 # starling; `kill -9` of each main process must bring a restart (new MainPID,
 # active again): the coordinator resumes its record, the node is taken back
-# into the group in a new group epoch and a worker trains again; then both
-# stop cleanly and the container is torn down.
+# into the group in a new group epoch and a worker trains again. Then a job
+# of two nodes (node@0, node@1) trains with two workers and node@1 is killed
+# -9 mid-run: systemd restarts it and the new daemon is taken back into the
+# running run (rejoin_grace holds the run for it); both workers rejoin and
+# finish. Then everything stops cleanly and the container is torn down.
 #
 # Needs root, systemd-nspawn (systemd-container), debootstrap and a Debian
 # mirror (the one in /etc/apt/sources.list*) for the first run; deploy/setup.sh
@@ -363,13 +366,113 @@ fi
 show_unit starling-coordinator.service
 show_unit starling-node@0.service
 
+# --- 6b. kill -9 of a node mid-run: systemd restarts it, back into the run --
+# A second job on two nodes (node@0 and node@1, its own ports and socket),
+# with rejoin_grace = 60s: the run waits for a lost node instead of going on
+# without it. Two workers train; node@1's main process is killed -9 mid-run;
+# systemd restarts it (RestartSec=5s of the shipped unit) and the new daemon
+# is taken back into the running run (it receives its shard from node@0);
+# both workers, the one whose daemon died included, rejoin and finish.
+if [[ -d $DATASET ]]; then
+  REJOIN_TRAIN=60000
+  timeout 60 nsenter -t "$INIT" -a systemctl stop starling-node@0.service starling-coordinator.service
+  # A new job: the record of the first one is not its own.
+  in_ct rm -f /var/lib/starling/coordinator.state
+  cat >> "$ROOT/etc/starling/coordinator.conf" <<EOF
+
+# systemd_nspawn_test.sh, the rejoin demo
+job_id = nspawn-rejoin
+expected_nodes = 2
+rejoin_grace = 60s
+epochs = 1
+partitions_per_epoch = $(((REJOIN_TRAIN + BATCH - 1) / BATCH))
+EOF
+  cp "$ROOT/etc/starling/node-0.conf" "$ROOT/etc/starling/node-1.conf"
+  for n in 0 1; do
+    cat >> "$ROOT/etc/starling/node-$n.conf" <<EOF
+
+# systemd_nspawn_test.sh, the rejoin demo
+job_id = nspawn-rejoin
+hostname = container-node-$n
+data_port = $((29500 + n))
+admin_port = $((29600 + n))
+metrics_port = $((29700 + n))
+worker_socket = /run/starling/node-$n/worker.sock
+EOF
+  done
+  start_unit starling-coordinator.service
+  # Each node is READY once the group of two formed: both start together.
+  in_ct systemctl start --no-block starling-node@0.service starling-node@1.service
+  KILL_TIME=$(date +%s.%N)
+  wait_active starling-node@0.service 60
+  wait_active starling-node@1.service 60
+  for n in 0 1; do
+    in_ct systemd-run --unit="starling-rejoin-worker-$n" --uid=starling --gid=starling \
+      -p RuntimeMaxSec=300 /usr/local/bin/starling-worker \
+      --socket="/run/starling/node-$n/worker.sock" --worker_index=0 --model=mlp \
+      --batch_size=$BATCH --train_limit=$REJOIN_TRAIN --test_limit=500 \
+      --progress_interval=5s > /dev/null 2>&1
+  done
+  # A few steps in (of about 470 per worker), node@1 is killed.
+  steps() {
+    in_ct curl -s --max-time 2 "http://127.0.0.1:2970$1/metrics" |
+      awk '/^starling_node_steps_total /{print $2}'
+  }
+  s1=
+  for _ in $(seq 1 600); do
+    s1=$(steps 1)
+    [[ -n $s1 && ${s1%.*} -ge 10 ]] && break
+    [[ $(prop starling-rejoin-worker-1.service ActiveState) == failed ]] && break
+    sleep 0.1
+  done
+  if [[ -z $s1 || ${s1%.*} -lt 10 ]]; then
+    for u in starling-rejoin-worker-0 starling-rejoin-worker-1 starling-node@0 starling-node@1; do
+      echo "--- $u"; in_ct journalctl -u "$u.service" --no-pager -o cat | tail -8
+    done
+    die "the two workers did not train (node@1 at step '${s1:-}')"
+  fi
+  epoch_before=$(group_epoch)
+  log "two nodes training (group epoch $epoch_before), node@1 at step ${s1%.*}: kill -9"
+  kill_main starling-node@1.service
+  wait_active starling-node@1.service 60
+  back=$(journal_line starling-node@1.service 'goes on at step')
+  [[ -n $back ]] || die "the restarted node@1 did not go on with the run: $(in_ct journalctl -u starling-node@1.service --no-pager | tail -5)"
+  log "node@1 journal: ${back#*] }"
+  log "coordinator journal: $(journal_line starling-coordinator.service 'the group re-formed' | sed 's/^.*] //')"
+  # Both workers finish the run.
+  for _ in $(seq 1 1800); do
+    a0=$(prop starling-rejoin-worker-0.service ActiveState)
+    a1=$(prop starling-rejoin-worker-1.service ActiveState)
+    [[ $a0 != active && $a0 != activating && $a1 != active && $a1 != activating ]] && break
+    sleep 0.1
+  done
+  for n in 0 1; do
+    wlog=$(in_ct journalctl -u "starling-rejoin-worker-$n.service" --no-pager -o cat)
+    result=$(prop "starling-rejoin-worker-$n.service" Result)
+    if [[ $result != success ]]; then
+      echo "$wlog" | tail -20
+      for u in starling-node@0 starling-node@1; do
+        echo "--- $u"; in_ct journalctl -u "$u.service" --no-pager -o cat | tail -25
+      done
+      die "the worker of node@$n ended with Result=$result"
+    fi
+    rejoined=$(echo "$wlog" | grep 'rejoined run' | tail -1)
+    [[ -n $rejoined ]] || { echo "$wlog" | tail -20; die "the worker of node@$n did not rejoin the run"; }
+    log "worker of node@$n: ${rejoined#*starling-worker: }; $(echo "$wlog" | grep 'final: test accuracy' | tail -1)"
+  done
+  log "kill -9 of node@1 mid-run: both workers finished the run $(elapsed "$KILL_TIME") s after the kill (group epoch $epoch_before -> $(group_epoch))"
+  show_unit starling-node@1.service
+fi
+
 # --- 7. Stop ----------------------------------------------------------------
 t=$(date +%s.%N)
-timeout 60 nsenter -t "$INIT" -a systemctl stop starling-node@0.service starling-coordinator.service
-for unit in starling-node@0.service starling-coordinator.service; do
+units=(starling-node@0.service starling-coordinator.service)
+[[ -d $DATASET ]] && units+=(starling-node@1.service)
+timeout 60 nsenter -t "$INIT" -a systemctl stop "${units[@]}"
+for unit in "${units[@]}"; do
   state=$(in_ct systemctl is-active "$unit" || true)
   [[ $state == inactive ]] || die "$unit is '$state' after stop"
   log "$unit stopped: $state, Result=$(prop "$unit" Result)"
 done
-log "both stopped in $(elapsed "$t") s"
+log "all stopped in $(elapsed "$t") s"
 in_ct test ! -e /run/starling/node-0 || die "RuntimeDirectory /run/starling/node-0 left behind"

@@ -397,12 +397,21 @@ TEST(Reform, ADaemonRestartedMidRunIsTakenBackIntoTheRun) {
 
 // The worker of a daemon killed -9 mid-run need not die with it: it
 // rejoins through the restarted daemon (same socket), which is taken back
-// into the running run, and goes on where the group goes on.
-TEST(Reform, AWorkerRejoinsTheRunThroughItsRestartedDaemon) {
+// into the running run, and goes on where the group goes on. At once, or
+// (as systemd's RestartSec=) a while later with a --rejoin_grace that
+// holds the run for it.
+class RestartedDaemonTest : public ::testing::TestWithParam<absl::Duration> {};
+
+TEST_P(RestartedDaemonTest, AWorkerRejoinsTheRunThroughItsRestartedDaemon) {
+  const absl::Duration down = GetParam();
   ClusterOptions options = Options();
   options.optimizer = "momentum";
   NodeCluster cluster(options);
-  cluster.StartCoordinator();
+  if (down > absl::ZeroDuration()) {
+    cluster.StartCoordinatorWith("coordinator", {"--rejoin_grace=30s"});
+  } else {
+    cluster.StartCoordinator();
+  }
   cluster.StartDaemons();
   constexpr int64_t kSteps = 1500;
   const std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),
@@ -410,6 +419,8 @@ TEST(Reform, AWorkerRejoinsTheRunThroughItsRestartedDaemon) {
   std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
   cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
   cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
+  // Down for a while, as a restart delay keeps it.
+  absl::SleepFor(down);
   cluster.StartDaemon(kVictim, {});
   std::string params;
   for (int d = 0; d < kDaemons; ++d) {
@@ -419,6 +430,15 @@ TEST(Reform, AWorkerRejoinsTheRunThroughItsRestartedDaemon) {
   }
   ExpectRunFinished(cluster, kDaemons, kSteps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Restarts, RestartedDaemonTest,
+                         ::testing::Values(absl::ZeroDuration(),
+                                           absl::Seconds(3)),
+                         [](const ::testing::TestParamInfo<absl::Duration>& i) {
+                           return i.param == absl::ZeroDuration()
+                                      ? std::string("AtOnce")
+                                      : std::string("AfterThreeSeconds");
+                         });
 
 // With --rejoin_grace the run waits for a lost daemon instead of going on
 // without it: the survivors keep its state and their workers' reconnects
