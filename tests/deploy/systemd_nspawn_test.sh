@@ -450,8 +450,7 @@ EOF
     wlog=$(in_ct journalctl -u "starling-rejoin-worker-$n.service" --no-pager -o cat)
     result=$(prop "starling-rejoin-worker-$n.service" Result)
     if [[ $result != success ]]; then
-      echo "$wlog" | tail -20
-      for u in starling-node@0 starling-node@1; do
+      for u in starling-rejoin-worker-0 starling-rejoin-worker-1 starling-node@0 starling-node@1; do
         echo "--- $u"; in_ct journalctl -u "$u.service" --no-pager -o cat | tail -25
       done
       die "the worker of node@$n ended with Result=$result"
