@@ -402,10 +402,17 @@ EOF
   done
   start_unit starling-coordinator.service
   # Each node is READY once the group of two formed: both start together.
+  t=$(date +%s.%N)
   in_ct systemctl start --no-block starling-node@0.service starling-node@1.service
-  KILL_TIME=$(date +%s.%N)
-  wait_active starling-node@0.service 60
-  wait_active starling-node@1.service 60
+  for n in 0 1; do
+    for _ in $(seq 1 600); do
+      [[ $(prop "starling-node@$n.service" ActiveState) == active ]] && break
+      sleep 0.1
+    done
+    [[ $(prop "starling-node@$n.service" ActiveState) == active ]] ||
+      { in_ct journalctl -u "starling-node@$n.service" --no-pager | tail -20; die "starling-node@$n not active within 60 s"; }
+  done
+  log "starling-node@0 and starling-node@1 active (READY=1: their group formed) $(elapsed "$t") s after systemctl start"
   for n in 0 1; do
     in_ct systemd-run --unit="starling-rejoin-worker-$n" --uid=starling --gid=starling \
       -p RuntimeMaxSec=300 /usr/local/bin/starling-worker \

@@ -238,6 +238,19 @@ bool AllExitZero(NodeCluster& cluster, const std::vector<pid_t>& pids) {
   return ok;
 }
 
+// How run `run` of the job ended (as far as the coordinator's recent runs
+// tell): its steps and state; untouched if it is not among them.
+void RunOutcome(NodeCluster& cluster, uint64_t run, int64_t* steps,
+                proto::RunStatus::State* state) {
+  const proto::JobStatus job = Job(cluster);
+  for (const proto::RunStatus& r : job.recent_runs()) {
+    if (r.run_id() == run) {
+      *steps = r.steps();
+      *state = r.state();
+    }
+  }
+}
+
 uint64_t CurrentRun(NodeCluster& cluster) {
   const proto::JobStatus s = Job(cluster);
   return s.current_run().run_id();
@@ -405,13 +418,7 @@ Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
   });
   int64_t steps_of_run = -1;
   proto::RunStatus::State state = proto::RunStatus::STATE_UNSPECIFIED;
-  const proto::JobStatus after = Job(cluster);
-  for (const proto::RunStatus& r : after.recent_runs()) {
-    if (r.run_id() == run) {
-      steps_of_run = r.steps();
-      state = r.state();
-    }
-  }
+  RunOutcome(cluster, run, &steps_of_run, &state);
   if (goes_on) {
     s.ok = !s.hung && exited_ok == size && s.resume_s >= 0 &&
            state == proto::RunStatus::STATE_FINISHED &&
@@ -542,13 +549,7 @@ Sample KillAndRestartMidRun() {
   }
   int64_t steps_of_run = -1;
   proto::RunStatus::State state = proto::RunStatus::STATE_UNSPECIFIED;
-  const proto::JobStatus after = Job(cluster);
-  for (const proto::RunStatus& r : after.recent_runs()) {
-    if (r.run_id() == run) {
-      steps_of_run = r.steps();
-      state = r.state();
-    }
-  }
+  RunOutcome(cluster, run, &steps_of_run, &state);
   s.ok = !s.hung && exited_ok == 3 && s.resume_s >= 0 && rejoins >= 2 &&
          state == proto::RunStatus::STATE_FINISHED && steps_of_run == kRunSteps;
   s.note = absl::StrFormat(

@@ -91,6 +91,17 @@ absl::Time AwaitGroup(NodeCluster& cluster, const std::vector<int>& daemons,
   return absl::Now();
 }
 
+// Waits (bounded) until the coordinator marks daemon kVictim LOST.
+bool AwaitVictimLost(NodeCluster& cluster, proto::JobStatus* status) {
+  return cluster.WaitForJob(
+      absl::Seconds(20),
+      [](const proto::JobStatus& s) {
+        return s.nodes_size() == kDaemons &&
+               s.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
+      },
+      status);
+}
+
 TEST(Reform, AKilledDaemonLeavesTheGroupAndComesBackAfterARestart) {
   NodeCluster cluster(Options());
   cluster.StartCoordinator();
@@ -175,14 +186,7 @@ TEST(Reform, ADaemonBackWithinTheGraceKeepsItsRankAndTrains) {
   TrainOn(cluster, {0, 1, 2});
   cluster.Kill(cluster.daemon_pid(kVictim), SIGSTOP);
   proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(20),
-      [](const proto::JobStatus& s) {
-        return s.nodes_size() == kDaemons &&
-               s.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
-      },
-      &status))
-      << cluster.ServerLogs();
+  ASSERT_TRUE(AwaitVictimLost(cluster, &status)) << cluster.ServerLogs();
   EXPECT_EQ(status.group_epoch(), 1u);  // within its grace: not dropped
   cluster.Kill(cluster.daemon_pid(kVictim), SIGCONT);
   ASSERT_TRUE(cluster.WaitForJob(
@@ -279,6 +283,16 @@ int64_t NumberAfter(const std::string& text, const std::string& key) {
   return std::strtoll(text.c_str() + at + key.size(), nullptr, 10);
 }
 
+// kill -9 of daemon kVictim and its worker (of `workers`, one per daemon),
+// both waited for.
+void KillVictimAndItsWorker(NodeCluster& cluster,
+                            const std::vector<pid_t>& workers) {
+  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
+  cluster.Kill(workers[kVictim], SIGKILL);
+  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
+  cluster.Wait(workers[kVictim], absl::Seconds(10));
+}
+
 // With buddy replicas (the default), the run goes on: the survivors take
 // the lost daemon's shard and optimizer state from its buddy, agree on
 // the last step every shard can be brought to, and their workers rejoin
@@ -348,10 +362,7 @@ TEST(Reform, ADaemonRestartedMidRunIsTakenBackIntoTheRun) {
                                           "--step_delay=5ms", "--timeout=20s"};
   std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
   const absl::Time killed = absl::Now();
-  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
-  cluster.Kill(workers[kVictim], SIGKILL);
-  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
-  cluster.Wait(workers[kVictim], absl::Seconds(10));
+  KillVictimAndItsWorker(cluster, workers);
   const absl::Time restarted = absl::Now();
   cluster.StartDaemon(kVictim, {});
   // Serving in a group of all three with the others (the data plane
@@ -455,19 +466,9 @@ TEST(Reform, WithARejoinGraceTheRunWaitsForTheRestartedDaemon) {
   const std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),
                                           "--step_delay=5ms", "--timeout=60s"};
   std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
-  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
-  cluster.Kill(workers[kVictim], SIGKILL);
-  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
-  cluster.Wait(workers[kVictim], absl::Seconds(10));
+  KillVictimAndItsWorker(cluster, workers);
   proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(20),
-      [](const proto::JobStatus& s) {
-        return s.nodes_size() == kDaemons &&
-               s.nodes(kVictim).peer().health() == proto::NODE_HEALTH_LOST;
-      },
-      &status))
-      << cluster.ServerLogs();
+  ASSERT_TRUE(AwaitVictimLost(cluster, &status)) << cluster.ServerLogs();
   // LOST, within its grace: the group waits for it.
   EXPECT_EQ(status.group_epoch(), 1u);
   EXPECT_EQ(status.current_run().run_id(), 1u);

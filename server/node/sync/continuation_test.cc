@@ -197,6 +197,36 @@ void ExpectReference(const Scenario& c, int64_t versions,
             0);
 }
 
+// Every daemon of the new group (`from`: its old rank, -1 where it joined;
+// empty: all survivors) went on at `version`: the run counts one worker per
+// daemon, every daemon holds `params`, and each replica is bit for bit its
+// owner's shard and state.
+void ExpectGoneOn(const std::vector<std::shared_ptr<SyncRun>>& resumed,
+                  const std::vector<float>& params, int64_t version,
+                  const std::vector<int>& from) {
+  const int n = static_cast<int>(resumed.size());
+  for (int r = 0; r < n; ++r) {
+    const bool joined = !from.empty() && from[r] < 0;
+    SCOPED_TRACE(absl::StrCat("new rank ", r, joined ? " (joined)" : ""));
+    const SyncRun& run = *resumed[r];
+    EXPECT_EQ(run.total_workers, n);
+    EXPECT_EQ(run.master_version, version);
+    const absl::Span<const float> p = run.store->parameters();
+    ASSERT_EQ(p.size(), params.size());
+    EXPECT_EQ(std::memcmp(p.data(), params.data(), p.size() * sizeof(float)),
+              0);
+    if (n > 1) {
+      ASSERT_NE(run.replica, nullptr);
+      const SyncRun& owner = *resumed[run.replica->of_rank];
+      EXPECT_EQ(run.replica->master, owner.master);
+      const absl::Span<const float> a = run.replica->optimizer->state();
+      const absl::Span<const float> b = owner.optimizer->state();
+      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+      EXPECT_EQ(run.replica->version, version);
+    }
+  }
+}
+
 // The old group: k whole steps, then step k + 1 as far as the scenario says.
 std::vector<std::shared_ptr<SyncRun>> OldGroup(const Scenario& c) {
   return OnEveryRank(c, [&](int rank, SyncRun& run, StepDataPath& path) {
@@ -268,25 +298,7 @@ TEST_P(ContinuationTest, SurvivorsGoOnBitForBitFromTheAgreedVersion) {
   }
   std::vector<float> params;
   ExpectReference(c, c.expect_version, resumed, &params);
-  for (int r = 0; r < n; ++r) {
-    SCOPED_TRACE(absl::StrCat("new rank ", r));
-    const SyncRun& run = *resumed[r];
-    EXPECT_EQ(run.total_workers, n);
-    EXPECT_EQ(run.master_version, c.expect_version);
-    const absl::Span<const float> p = run.store->parameters();
-    ASSERT_EQ(p.size(), params.size());
-    EXPECT_EQ(std::memcmp(p.data(), params.data(), p.size() * sizeof(float)),
-              0);
-    if (n > 1) {
-      ASSERT_NE(run.replica, nullptr);
-      const SyncRun& owner = *resumed[run.replica->of_rank];
-      EXPECT_EQ(run.replica->master, owner.master);
-      const absl::Span<const float> a = run.replica->optimizer->state();
-      const absl::Span<const float> b = owner.optimizer->state();
-      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
-      EXPECT_EQ(run.replica->version, c.expect_version);
-    }
-  }
+  ExpectGoneOn(resumed, params, c.expect_version, {});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -625,21 +637,10 @@ TEST_P(JoinTest, DaemonsThatJoinGetTheirStateBitForBit) {
   }
   std::vector<float> params;
   ExpectReference(c, j.expect_version, resumed, &params);
+  ExpectGoneOn(resumed, params, j.expect_version, from);
   for (int r = 0; r < n; ++r) {
-    SCOPED_TRACE(absl::StrCat("new rank ", r, from[r] < 0 ? " (joined)" : ""));
-    const SyncRun& run = *resumed[r];
-    EXPECT_EQ(run.total_workers, n);
-    EXPECT_EQ(run.layout.tensors.size(), old[from[0]]->layout.tensors.size());
-    const absl::Span<const float> p = run.store->parameters();
-    ASSERT_EQ(p.size(), params.size());
-    EXPECT_EQ(std::memcmp(p.data(), params.data(), p.size() * sizeof(float)),
-              0);
-    ASSERT_NE(run.replica, nullptr);
-    const SyncRun& owner = *resumed[run.replica->of_rank];
-    EXPECT_EQ(run.replica->master, owner.master);
-    const absl::Span<const float> a = run.replica->optimizer->state();
-    const absl::Span<const float> b = owner.optimizer->state();
-    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+    EXPECT_EQ(resumed[r]->layout.tensors.size(),
+              old[from[0]]->layout.tensors.size());
   }
 }
 
