@@ -238,6 +238,16 @@ bool AllExitZero(NodeCluster& cluster, const std::vector<pid_t>& pids) {
   return ok;
 }
 
+// A worker that exited 0 ended with the parameters `*first` holds (the
+// first such worker's, set by it); `s->identical` says whether all did.
+void SameParams(const ProcessResult& r, std::string* first, Sample* s) {
+  const size_t at = r.out.find("params=");
+  const std::string params =
+      at == std::string::npos ? std::string() : r.out.substr(at);
+  if (first->empty()) *first = params;
+  s->identical &= !params.empty() && params == *first;
+}
+
 // How run `run` of the job ended (as far as the coordinator's recent runs
 // tell): its steps and state; untouched if it is not among them.
 void RunOutcome(NodeCluster& cluster, uint64_t run, int64_t* steps,
@@ -402,11 +412,7 @@ Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
     CountRejoins(r.err, &s, &rejoins);
     if (r.exit_code != 0) continue;
     ++exited_ok;
-    const size_t at = r.out.find("params=");
-    const std::string params =
-        at == std::string::npos ? std::string() : r.out.substr(at);
-    if (first.empty()) first = params;
-    s.identical &= !params.empty() && params == first;
+    SameParams(r, &first, &s);
   }
   const proto::JobStatus job = Job(cluster);
   const uint64_t epoch = job.group_epoch();
@@ -541,11 +547,7 @@ Sample KillAndRestartMidRun() {
       continue;
     }
     ++exited_ok;
-    const size_t at = r.out.find("params=");
-    const std::string params =
-        at == std::string::npos ? std::string() : r.out.substr(at);
-    if (first.empty()) first = params;
-    s.identical &= !params.empty() && params == first;
+    SameParams(r, &first, &s);
   }
   int64_t steps_of_run = -1;
   proto::RunStatus::State state = proto::RunStatus::STATE_UNSPECIFIED;
