@@ -192,9 +192,8 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
                        << options_.job_id << "' (group epoch " << group_epoch_
                        << ", " << members_.size()
                        << " members); the group re-forms with it "
-                       << (runs_.current() != nullptr && CanCarryLocked()
-                               ? "now: the run goes on with it"
-                               : "between runs");
+                       << (CanCarryLocked() ? "now: the run goes on with it"
+                                            : "between runs");
     ReformIfDueLocked();
   } else {
     STARLING_LOG(INFO) << "node " << request.hostname() << " ("
@@ -432,18 +431,17 @@ bool Coordinator::ReformIfDueLocked() {
     changes.push_back(why);
     dropped[m.join.data_address()] = why;
   }
-  const std::vector<PendingJoin>& taken_in = pending_;
-  for (const PendingJoin& p : taken_in) {
+  for (const PendingJoin& p : pending_) {
     changes.push_back(absl::StrCat("node ", p.request.hostname(), " (",
                                    p.request.data_address(), ") taken in"));
   }
   for (const std::string& back : came_back_) changes.push_back(back);
-  const int n = static_cast<int>(survivors.size() + taken_in.size());
+  const int n = static_cast<int>(survivors.size() + pending_.size());
   if (n < options_.min_nodes) {
     const std::string blocked =
         absl::StrCat("re-forming would leave ", n, " node", n == 1 ? "" : "s",
                      ", fewer than --min_nodes=", options_.min_nodes);
-    if (drop_due && CanCarryLocked()) {
+    if (drop_due && carry) {
       const uint64_t waiting = runs_.current()->run_id();
       if (runs_.FailCurrent(-1, blocked, clock_->Now())) {
         metrics_.runs_ended->WithLabels({"failed"})->Increment();
@@ -460,7 +458,7 @@ bool Coordinator::ReformIfDueLocked() {
   const uint64_t from = group_epoch_;
   const size_t was = members_.size();
   const char* const cause = drop_due           ? "node_lost"
-                            : taken_in.empty() ? "node_back"
+                            : pending_.empty() ? "node_back"
                                                : "node_joined";
   const std::string changed = absl::StrJoin(changes, "; ");
   const std::string why = absl::StrCat("the group re-formed (epoch ", from,

@@ -283,6 +283,13 @@ int64_t NumberAfter(const std::string& text, const std::string& key) {
   return std::strtoll(text.c_str() + at + key.size(), nullptr, 10);
 }
 
+// The worker `r` rejoined run 1 and was told no acknowledged step is lost.
+void ExpectRejoinedNothingLost(const ProcessResult& r) {
+  EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")))
+      << r.err;
+}
+
 // kill -9 of daemon kVictim and its worker (of `workers`, one per daemon),
 // both waited for.
 void KillVictimAndItsWorker(NodeCluster& cluster,
@@ -318,8 +325,7 @@ TEST(Reform, ADaemonKilledMidRunTheRunGoesOnAtNMinus1) {
     ASSERT_EQ(r.exit_code, 0)
         << "daemon " << d << ": " << r.err << cluster.ServerLogs();
     // Told, and nothing acknowledged lost.
-    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
-    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+    ExpectRejoinedNothingLost(r);
     const int64_t resumed = NumberAfter(r.err, "rejoined run 1 at step ");
     const int64_t acknowledged =
         NumberAfter(r.err, "acknowledged through step ");
@@ -389,8 +395,7 @@ TEST(Reform, ADaemonRestartedMidRunIsTakenBackIntoTheRun) {
       EXPECT_GT(NumberAfter(r.err, "resumed run 1 at step "), 5) << r.err;
       continue;
     }
-    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
-    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+    ExpectRejoinedNothingLost(r);
     EXPECT_THAT(r.err, HasSubstr(" of 3;")) << r.err;
   }
   EXPECT_THAT(cluster.Stderr(cluster.daemon_pid(kVictim)),
@@ -436,8 +441,7 @@ TEST_P(RestartedDaemonTest, AWorkerRejoinsTheRunThroughItsRestartedDaemon) {
   std::string params;
   for (int d = 0; d < kDaemons; ++d) {
     const ProcessResult r = WaitFinished(cluster, workers[d], d, &params);
-    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
-    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+    ExpectRejoinedNothingLost(r);
   }
   ExpectRunFinished(cluster, kDaemons, kSteps);
 }
@@ -489,12 +493,11 @@ TEST(Reform, WithARejoinGraceTheRunWaitsForTheRestartedDaemon) {
     const ProcessResult r = WaitFinished(cluster, workers[d], d, &params);
     if (d == kVictim) continue;
     // Rejoined once, in the whole group.
-    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    ExpectRejoinedNothingLost(r);
     EXPECT_EQ(r.err.find("rejoined run 1 at step"),
               r.err.rfind("rejoined run 1 at step"))
         << r.err;
     EXPECT_THAT(r.err, HasSubstr(" of 3;")) << r.err;
-    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
   }
   ExpectRunFinished(cluster, kDaemons, kSteps);
 }
@@ -516,9 +519,8 @@ TEST(Reform, PastTheRejoinGraceTheRunGoesOnWithoutTheDaemon) {
   std::string params;
   for (int d : {0, 2}) {
     const ProcessResult r = WaitFinished(cluster, workers[d], d, &params);
-    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
+    ExpectRejoinedNothingLost(r);
     EXPECT_THAT(r.err, HasSubstr(" of 2;")) << r.err;
-    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
   }
   ExpectRunFinished(cluster, kDaemons - 1, kSteps);
   EXPECT_THAT(cluster.Stderr(coordinator),
@@ -571,8 +573,7 @@ TEST(Reform, ASecondDaemonLostWhileTheGroupReFormsTheRunStillGoesOn) {
   std::string first;
   for (int d : {0, 2, 4}) {
     const ProcessResult r = WaitFinished(cluster, workers[d], d, &first);
-    EXPECT_THAT(r.err, HasSubstr("rejoined run 1 at step")) << r.err;
-    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("ACKNOWLEDGED UPDATES LOST")));
+    ExpectRejoinedNothingLost(r);
   }
   ASSERT_TRUE(cluster.WaitForJob(
       absl::Seconds(10),

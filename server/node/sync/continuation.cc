@@ -301,36 +301,33 @@ absl::StatusOr<std::vector<proto::TensorSpec>> ShareTable(
     const SyncRun* old, const std::vector<CarryAccount>& accounts,
     const ResumePlan& plan, uint64_t run_id, collective::Communicator* comm,
     const collective::CallOptions& call) {
-  const int source = FirstCarrier(accounts);
-  std::vector<proto::TensorSpec> tensors;
-  if (plan.joining == 0) {
-    for (const TensorLayout::Entry& entry : old->layout.tensors) {
-      tensors.push_back(entry.spec);
-    }
-    return tensors;
-  }
-  const int64_t bytes = accounts[source].table_bytes;
-  std::vector<int64_t> words((static_cast<size_t>(bytes) + 7) / 8, 0);
-  if (comm->rank() == source) {
-    const std::string table = TableOf(*old).SerializeAsString();
-    std::memcpy(words.data(), table.data(),
-                std::min<size_t>(table.size(), words.size() * 8));
-  }
-  STARLING_RETURN_IF_ERROR(Annotate(
-      comm->AllReduce(
-          absl::Span<std::byte>(reinterpret_cast<std::byte*>(words.data()),
-                                words.size() * sizeof(int64_t)),
-          DataType::kInt64, collective::ReduceOp::kSum, call),
-      absl::StrCat("sending run ", run_id, "'s tensor table from rank ", source,
-                   " to the daemons that join it")));
   proto::TensorTable table;
-  if (!table.ParseFromArray(words.data(), static_cast<int>(bytes))) {
-    return absl::DataLossError(absl::StrCat(
-        "run ", run_id, "'s tensor table of ", bytes, " bytes from rank ",
-        source, " of the new group does not parse"));
+  if (plan.joining == 0) {
+    table = TableOf(*old);
+  } else {
+    const int source = FirstCarrier(accounts);
+    const int64_t bytes = accounts[source].table_bytes;
+    std::vector<int64_t> words((static_cast<size_t>(bytes) + 7) / 8, 0);
+    if (comm->rank() == source) {
+      const std::string mine = TableOf(*old).SerializeAsString();
+      std::memcpy(words.data(), mine.data(),
+                  std::min<size_t>(mine.size(), words.size() * 8));
+    }
+    STARLING_RETURN_IF_ERROR(Annotate(
+        comm->AllReduce(
+            absl::Span<std::byte>(reinterpret_cast<std::byte*>(words.data()),
+                                  words.size() * sizeof(int64_t)),
+            DataType::kInt64, collective::ReduceOp::kSum, call),
+        absl::StrCat("sending run ", run_id, "'s tensor table from rank ",
+                     source, " to the daemons that join it")));
+    if (!table.ParseFromArray(words.data(), static_cast<int>(bytes))) {
+      return absl::DataLossError(absl::StrCat(
+          "run ", run_id, "'s tensor table of ", bytes, " bytes from rank ",
+          source, " of the new group does not parse"));
+    }
   }
-  tensors.assign(table.tensors().begin(), table.tensors().end());
-  return tensors;
+  return std::vector<proto::TensorSpec>(table.tensors().begin(),
+                                        table.tensors().end());
 }
 
 // 3. This daemon's shards at the plan's version: its own (rolled back to
