@@ -2,7 +2,11 @@
 
 `system_libraries(name = "system", libraries = {"grpcpp": ["grpc++"], ...})`
 writes one `cc_library` per key into `@system//:BUILD`, carrying the
-`pkg-config --cflags --libs` output of its modules as copts and linkopts.
+`pkg-config --cflags --libs` output of its modules as copts and linkopts,
+except its macro definitions (-D), which become `defines`: they describe
+the library's headers (cpp-httplib's classes, for one, change layout with
+CPPHTTPLIB_OPENSSL_SUPPORT, which Debian's compiled libcpp-httplib has on),
+so every target that includes them must see them, not the library alone.
 Headers live under /usr/include, which the auto-configured toolchain already
 treats as a system directory, so no `hdrs` are declared.
 
@@ -48,9 +52,13 @@ def _system_libraries_impl(ctx):
             ctx.symlink(flag[2:], link)
             includes.append(link)
             hdrs.append('glob(["%s/**/*.h"])' % link)
+        defines = [f[2:] for f in cflags if f.startswith("-D")]
+        copts = [f for f in cflags if not f.startswith("-D")]
         lines.append("cc_library(")
         lines.append('    name = "%s",' % name)
-        lines.append("    copts = %s," % repr(cflags))
+        lines.append("    copts = %s," % repr(copts))
+        if defines:
+            lines.append("    defines = %s," % repr(defines))
         if includes:
             lines.append("    hdrs = %s," % " + ".join(hdrs))
             lines.append("    includes = %s," % repr(includes))
