@@ -108,8 +108,8 @@ struct WorkerResult {
   absl::Duration pull_time;
 };
 
-// One worker of the big-tensor job: pulls, checks, pushes, barrier, per
-// step; then a last pull and check, and Finish.
+// One worker of the big-tensor job, per step: pulls, checks, barrier,
+// pushes, barrier; then a last pull and check, and Finish.
 WorkerResult RunBigWorker(const std::string& socket, int daemon, int index) {
   WorkerResult result;
   client::ClientOptions options;
@@ -166,6 +166,10 @@ WorkerResult RunBigWorker(const std::string& socket, int daemon, int index) {
       break;
     }
     if (step == kBigSteps) break;
+    // Every worker has pulled step `step` before anyone pushes to it: a
+    // push is applied at once, so a pull after it would see it.
+    status = c.Barrier();
+    if (!status.ok()) break;
     for (int64_t i = 0; i < kBigDim; ++i) {
       (*g)[i] = (*x)[i] + static_cast<float>(Offset(me, step, i));
     }
