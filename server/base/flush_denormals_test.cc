@@ -8,10 +8,14 @@
 namespace starling {
 namespace {
 
-// volatile: computed at run time, in the thread's current mode. Results
-// are compared outside the scopes: inside, DAZ makes a comparison treat a
-// subnormal operand as zero too.
-float Times(volatile float a, volatile float b) { return a * b; }
+// Computed at run time, in the thread's current mode: volatile operands,
+// and no inlining or interprocedural analysis, so that an optimising
+// compiler neither folds the product nor moves it across the scope's
+// MXCSR writes. Results are compared outside the scopes: inside, DAZ makes
+// a comparison treat a subnormal operand as zero too.
+__attribute__((noipa)) float Times(volatile float a, volatile float b) {
+  return a * b;
+}
 
 const float kSubnormal = std::numeric_limits<float>::min() / 4;  // 2.9e-39
 
