@@ -27,7 +27,10 @@ for arg in "$@"; do
   esac
 done
 
-BAZEL_FLAGS=(--config=ci)
+# Optimised (-O2, as users build and as deploy/demo.sh builds): one build
+# serves the tests, the deploy suites and the demo, and the tests run the
+# code users run.
+BAZEL_FLAGS=(--config=ci --config=opt)
 trap 'bazel shutdown >/dev/null 2>&1 || true' EXIT
 
 extra_passed=0
