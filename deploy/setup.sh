@@ -36,6 +36,9 @@ PACKAGES=(
   # slurmd, munged) and the systemd units booted in a systemd-nspawn
   # container whose root debootstrap builds from Debian's mirror.
   slurm-wlm munge systemd-container debootstrap
+  # The coordinator's etcd store (--state_etcd): its tests start their own
+  # etcd on loopback (the package's own service is not needed).
+  etcd-server
 )
 BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
 

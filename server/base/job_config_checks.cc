@@ -66,6 +66,12 @@ bool UsesShardOwners(JobConfig::Mode mode) {
          (IsElasticMode(mode) && mode != JobConfig::MODE_SYNC_EASGD);
 }
 
+bool WritesCheckpoints(const JobConfig& config) {
+  return !config.checkpoint_dir().empty() &&
+         (config.checkpoint_every_steps() > 0 ||
+          config.checkpoint_interval_ms() > 0);
+}
+
 const char* DefaultOptimizer(JobConfig::Mode mode) {
   return IsElasticMode(mode) ? "easgd" : "sgd";
 }

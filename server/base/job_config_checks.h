@@ -42,6 +42,9 @@ bool IsElasticMode(JobConfig::Mode mode);
 // (PsEngine): parameter_server and the asynchronous EASGD variants. The
 // others run the synchronous step (SyncEngine).
 bool UsesShardOwners(JobConfig::Mode mode);
+// Whether the job's daemons write durable checkpoints: a checkpoint_dir and
+// checkpoint_every_steps or checkpoint_interval_ms set.
+bool WritesCheckpoints(const JobConfig& config);
 // The optimizer a job runs when none is named: easgd for the EASGD modes,
 // sgd otherwise.
 const char* DefaultOptimizer(JobConfig::Mode mode);

@@ -55,18 +55,26 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
                             CoordinatorMetrics::Register(registry));
   metrics.expected_nodes->Set(options.expected_nodes);
   std::optional<proto::CoordinatorState> state;
-  std::unique_ptr<StateFile> state_file;
+  std::unique_ptr<StateStore> store;
   if (!options.state_file.empty()) {
-    state_file = std::make_unique<StateFile>(options.state_file);
-    STARLING_ASSIGN_OR_RETURN(state, state_file->Read());
+    store = std::make_unique<StateFile>(options.state_file);
+  } else if (!options.state_etcd.empty()) {
+    STARLING_ASSIGN_OR_RETURN(
+        store, EtcdStore::Create(options.state_etcd,
+                                 EtcdStore::KeyFor(options.state_etcd_prefix,
+                                                   options.job_id)));
+  }
+  if (store != nullptr) {
+    STARLING_ASSIGN_OR_RETURN(state, store->Read());
     if (state.has_value() && state->job_id() != options.job_id) {
       return absl::FailedPreconditionError(
-          absl::StrCat("the coordinator state file ", options.state_file,
-                       " records job '", state->job_id(), "', not '",
-                       options.job_id, "' (--state_file: one file per job)"));
+          absl::StrCat(store->where(), " records job '", state->job_id(),
+                       "', not '", options.job_id, "' (one record per job)"));
     }
+    options.state_where = store->where();
   }
-  if (options.checkpoint_every_steps > 0) {
+  if (options.checkpoint_every_steps > 0 ||
+      options.checkpoint_interval > absl::ZeroDuration()) {
     options.checkpoint_incarnation =
         state.has_value() && !state->checkpoint_incarnation().empty()
             ? state->checkpoint_incarnation()
@@ -74,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   }
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(options), clock, metrics));
-  if (state_file != nullptr) {
+  if (store != nullptr) {
     if (state.has_value()) {
       absl::MutexLock lock(&coordinator->mu_);
       coordinator->RestoreLocked(*state);
@@ -82,7 +90,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     Coordinator* c = coordinator.get();
     metrics::CounterFamily* writes = c->metrics_.state_writes;
     coordinator->persister_ = std::make_unique<StatePersister>(
-        std::move(state_file), [c] { return c->Snapshot(); },
+        std::move(store), [c] { return c->Snapshot(); },
         [writes](const absl::Status& written) {
           writes->WithLabels({written.ok() ? "ok" : "failed"})->Increment();
         });
@@ -816,7 +824,7 @@ void Coordinator::RestoreLocked(const proto::CoordinatorState& state) {
   STARLING_LOG(WARNING) << "job '" << options_.job_id
                         << "': resumed group epoch " << group_epoch_ << " of "
                         << n << " nodes and " << runs_.next_run_id() - 1
-                        << " run(s) from the state file " << options_.state_file
+                        << " run(s) from " << options_.state_where
                         << "; waiting for the members to re-register";
 }
 
@@ -1016,7 +1024,7 @@ bool Coordinator::CanCarryLocked() const {
   // Each lost shard from its buddy's replica, or (both lost, or no
   // replicas) every shard from the newest durable checkpoint.
   return (config.replicas() > 0 && config.optimizer() != "none") ||
-         config.checkpoint_every_steps() > 0;
+         proto::WritesCheckpoints(config);
 }
 
 void Coordinator::CheckSuspendedLocked(absl::Time now) {

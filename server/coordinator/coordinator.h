@@ -38,11 +38,11 @@
 // epoch from their next call: NotFound for the old epoch, then Rejoin with
 // the old epoch returns their place in the new group.
 //
-// Restarts. With a state file (options.state_file, state_file.h) the
-// coordinator records the group (epoch, members, group key, shard map) and
-// the runs whenever they change, on a thread of its own (no lock held
-// while it writes), and a coordinator started on that record resumes it:
-// the members show as JOINING until they re-register (Rejoin), checked
+// Restarts. With a record (options.state_file or options.state_etcd:
+// state_store.h) the coordinator records the group (epoch, members, group
+// key, shard map) and the runs whenever they change, on a thread of its own (no
+// lock held while it writes), and a coordinator started on that record resumes
+// it: the members show as JOINING until they re-register (Rejoin), checked
 // against the record, and are marked LOST if they do not within
 // heartbeat_timeout; run ids continue. A restored group that no member
 // re-registers with is given up when a node joins afresh (a restarted
@@ -85,6 +85,7 @@
 #include "server/base/clock.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_options.h"
+#include "server/coordinator/etcd_store.h"
 #include "server/coordinator/run_book.h"
 #include "server/coordinator/schedule_planner.h"
 #include "server/coordinator/state_file.h"

@@ -95,7 +95,8 @@ absl::StatusOr<CoordinatorMetrics> CoordinatorMetrics::Register(
       m.state_writes,
       registry->AddCounter("starling_coordinator_state_writes_total",
                            "Writes of the coordinator's record of its job "
-                           "(--state_file), by result: ok or failed.",
+                           "(--state_file or --state_etcd), by result: ok or "
+                           "failed.",
                            {"result"}));
   STARLING_ASSIGN_OR_RETURN(
       m.reformations,

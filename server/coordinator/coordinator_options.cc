@@ -127,6 +127,19 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
         "--replicas=", options->replicas,
         ": 0 (one copy of each shard) or 1 (a buddy replica besides)"));
   }
+  if (!options->state_file.empty() && !options->state_etcd.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state_file=", options->state_file,
+        " and --state_etcd=", options->state_etcd,
+        ": the coordinator records its job in one place; give one of them"));
+  }
+  if (!options->state_etcd.empty() &&
+      (options->state_etcd_prefix.empty() ||
+       options->state_etcd_prefix.front() != '/')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state_etcd_prefix='", options->state_etcd_prefix,
+        "': must begin with '/' (the record's key is PREFIX/JOB_ID)"));
+  }
   if (options->checkpoint_every_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint_every_steps=", options->checkpoint_every_steps,
@@ -135,6 +148,21 @@ absl::Status ValidateAndComplete(CoordinatorOptions* options) {
   if (options->checkpoint_every_steps > 0 && options->checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint_every_steps=", options->checkpoint_every_steps,
+        " needs --checkpoint_dir (the folder the daemons write them to)"));
+  }
+  if (options->checkpoint_interval < absl::ZeroDuration() ||
+      (options->checkpoint_interval > absl::ZeroDuration() &&
+       options->checkpoint_interval < absl::Milliseconds(1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_interval=",
+                     absl::FormatDuration(options->checkpoint_interval),
+                     ": must be 0 (none) or at least 1ms"));
+  }
+  if (options->checkpoint_interval > absl::ZeroDuration() &&
+      options->checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_interval=",
+        absl::FormatDuration(options->checkpoint_interval),
         " needs --checkpoint_dir (the folder the daemons write them to)"));
   }
   if (!options->checkpoint_dir.empty() &&
@@ -165,13 +193,16 @@ proto::JobConfig JobConfigFor(const CoordinatorOptions& options) {
   config.set_staleness(
       options.mode == proto::JobConfig::MODE_ASYNC_SGD ? options.staleness : 0);
   config.set_replicas(options.replicas);
-  if (options.checkpoint_every_steps > 0) {
+  if (options.checkpoint_every_steps > 0 ||
+      options.checkpoint_interval > absl::ZeroDuration()) {
     config.set_checkpoint_dir(
         absl::StrCat(options.checkpoint_dir, "/", options.job_id,
                      options.checkpoint_incarnation.empty()
                          ? std::string()
                          : absl::StrCat("/", options.checkpoint_incarnation)));
     config.set_checkpoint_every_steps(options.checkpoint_every_steps);
+    config.set_checkpoint_interval_ms(
+        absl::ToInt64Milliseconds(options.checkpoint_interval));
   }
   if (proto::IsElasticMode(options.mode)) {
     config.set_elastic_tau(options.elastic_tau);

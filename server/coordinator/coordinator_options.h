@@ -46,6 +46,15 @@ struct CoordinatorOptions {
   // existing record resumes it. Empty: nowhere (a restarted coordinator
   // then learns the group from its members' re-registrations).
   std::string state_file;
+  // Or under a key of an etcd cluster (etcd_store.h): its members' client
+  // URLs, comma-separated ("http://10.0.0.5:2379,..."), and the key's
+  // prefix (the key is PREFIX/JOB_ID). At most one of state_file and
+  // state_etcd.
+  std::string state_etcd;
+  std::string state_etcd_prefix = "/starling/jobs";
+  // Set by Coordinator::Create: the record's place in messages
+  // (StateStore::where).
+  std::string state_where;
 
   // --- Sent to every node in JoinResponse.config. ---
   proto::JobConfig::Mode mode = proto::JobConfig::MODE_SYNC_SGD;
@@ -78,9 +87,11 @@ struct CoordinatorOptions {
   // JobConfig.replicas: 1 keeps a buddy replica of every shard, 0 none.
   int replicas = 1;
   // JobConfig.checkpoint_*: the folder every daemon writes its durable
-  // checkpoints to, and the committed steps between them (0: none).
+  // checkpoints to, the committed steps between them (0: none), and the
+  // wall-clock time between them (zero: none); either or both.
   std::string checkpoint_dir;
   int checkpoint_every_steps = 0;
+  absl::Duration checkpoint_interval = absl::ZeroDuration();
   // The job's checkpoint history (CoordinatorState.checkpoint_incarnation):
   // set by Coordinator::Create from the state file, or new.
   std::string checkpoint_incarnation;

@@ -3,8 +3,10 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/base/job_config_checks.h"
 #include "server/base/status_matchers.h"
 
 namespace starling {
@@ -77,6 +79,25 @@ TEST(CoordinatorOptions, RefusesWhatTheDaemonsWouldRefuseNamingTheFlag) {
          o.elastic_tau = 0;
        },
        "--elastic_tau=0: the steps between elastic exchanges must be >= 1"},
+      {[](CoordinatorOptions& o) { o.checkpoint_interval = absl::Minutes(10); },
+       "--checkpoint_interval=10m needs --checkpoint_dir"},
+      {[](CoordinatorOptions& o) {
+         o.checkpoint_dir = "/shared/ckpt";
+         o.checkpoint_interval = absl::Seconds(-1);
+       },
+       "--checkpoint_interval=-1s: must be 0 (none) or at least 1ms"},
+      {[](CoordinatorOptions& o) {
+         o.state_file = "/var/lib/starling/coordinator.state";
+         o.state_etcd = "http://10.0.0.5:2379";
+       },
+       "--state_file=/var/lib/starling/coordinator.state and "
+       "--state_etcd=http://10.0.0.5:2379: the coordinator records its job in "
+       "one place"},
+      {[](CoordinatorOptions& o) {
+         o.state_etcd = "http://10.0.0.5:2379";
+         o.state_etcd_prefix = "starling";
+       },
+       "--state_etcd_prefix='starling': must begin with '/'"},
   };
   for (const auto& c : cases) {
     CoordinatorOptions options = Valid();
@@ -169,6 +190,20 @@ TEST(CoordinatorOptions, StalenessIsSentInAsyncSgdOnly) {
   EXPECT_THAT(ValidateAndComplete(&options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "--staleness=-1: the staleness bound must be >= 0"));
+}
+
+TEST(CoordinatorOptions, CheckpointsByStepsOrTimeReachTheDaemons) {
+  CoordinatorOptions options = Valid();
+  options.checkpoint_dir = "/shared/ckpt";
+  options.checkpoint_interval = absl::Minutes(10);
+  ASSERT_OK(ValidateAndComplete(&options));
+  const proto::JobConfig config = JobConfigFor(options);
+  EXPECT_EQ(config.checkpoint_interval_ms(), 600000);
+  EXPECT_EQ(config.checkpoint_every_steps(), 0);
+  EXPECT_EQ(config.checkpoint_dir(), "/shared/ckpt/" + options.job_id);
+  EXPECT_TRUE(proto::WritesCheckpoints(config));
+  options.checkpoint_interval = absl::ZeroDuration();
+  EXPECT_FALSE(proto::WritesCheckpoints(JobConfigFor(options)));
 }
 
 TEST(CoordinatorOptions, ABuddyReplicaIsKeptUnlessTurnedOff) {

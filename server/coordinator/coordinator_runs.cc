@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "server/base/job_config_checks.h"
 #include "server/base/logging.h"
 #include "server/base/optimizer_names.h"
 #include "server/base/status_macros.h"
@@ -125,7 +126,7 @@ absl::StatusOr<proto::BeginRunResponse> Coordinator::BeginRun(
 uint64_t Coordinator::ResumeFromLocked(
     const std::vector<proto::RunStatus>& before,
     const proto::BeginRunResponse& begun) const {
-  if (JobConfigFor(options_).checkpoint_every_steps() <= 0 || before.empty()) {
+  if (!proto::WritesCheckpoints(JobConfigFor(options_)) || before.empty()) {
     return 0;
   }
   const proto::RunStatus& previous = before.front();  // newest first

@@ -1,7 +1,8 @@
-// A coordinator with a state file records its job and a coordinator started
-// on that record resumes it: the group, its key, its epoch and the run
-// numbering; a record no member comes back to is given up, and the next
-// group takes the epoch after it.
+// A coordinator with a record (a state file, or a key in etcd: each test
+// runs on both) records its job and a coordinator started on that record
+// resumes it: the group, its key, its epoch and the run numbering; a
+// record no member comes back to is given up, and the next group takes the
+// epoch after it.
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -9,14 +10,18 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "server/base/clock.h"
 #include "server/base/status_matchers.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_test_util.h"
+#include "server/coordinator/etcd_store.h"
+#include "server/coordinator/etcd_test_server.h"
 #include "server/metrics/metrics_registry.h"
 #include "server/metrics/text_format.h"
 
@@ -28,16 +33,58 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class CoordinatorStateTest : public ::testing::Test {
+// The parameter: "file" (--state_file) or "etcd" (--state_etcd).
+class CoordinatorStateTest : public ::testing::TestWithParam<std::string> {
  protected:
+  static void SetUpTestSuite() {
+    etcd_ = new EtcdTestServer();
+    const absl::Status started = etcd_->Start();
+    ASSERT_TRUE(started.ok()) << started;
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+
+  bool InEtcd() const { return GetParam() == "etcd"; }
+
+  // A record of this test's own.
   CoordinatorOptions Options(int nodes) {
     CoordinatorOptions options = TestOptions(nodes);
-    const char* dir = std::getenv("TEST_TMPDIR");
-    options.state_file = absl::StrCat(
-        dir != nullptr ? dir : "/tmp", "/",
-        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-        ".state");
+    const std::string name =
+        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    if (InEtcd()) {
+      options.state_etcd = etcd_->client_url();
+      options.state_etcd_prefix = absl::StrCat(
+          "/state-test/", name.substr(0, name.find('/')), "/", GetParam());
+    } else {
+      const char* dir = std::getenv("TEST_TMPDIR");
+      options.state_file =
+          absl::StrCat(dir != nullptr ? dir : "/tmp", "/",
+                       name.substr(0, name.find('/')), ".state");
+    }
     return options;
+  }
+
+  // Replaces the record of `options` with `bytes`, as a damaged disk or an
+  // operator's mistake would.
+  static void OverwriteRecord(const CoordinatorOptions& options,
+                              const std::string& bytes) {
+    if (options.state_etcd.empty()) {
+      std::ofstream out(options.state_file, std::ios::trunc);
+      out << bytes;
+      return;
+    }
+    const std::string key =
+        EtcdStore::KeyFor(options.state_etcd_prefix, options.job_id);
+    httplib::Client client(etcd_->client_url());
+    const httplib::Result put = client.Post(
+        "/v3/kv/put",
+        absl::StrCat(R"({"key":")", absl::Base64Escape(key), R"(","value":")",
+                     absl::Base64Escape(bytes), R"("})"),
+        "application/json");
+    ASSERT_TRUE(put);
+    ASSERT_EQ(put->status, 200) << put->body;
   }
 
   // A coordinator on `options`, with a registry of its own (a restarted
@@ -74,9 +121,18 @@ class CoordinatorStateTest : public ::testing::Test {
   FakeClock clock_;
   std::vector<std::unique_ptr<metrics::MetricsRegistry>> registries_;
   std::vector<proto::JoinResponse> joins_;
+  static EtcdTestServer* etcd_;
 };
 
-TEST_F(CoordinatorStateTest, ARestartResumesTheGroupItsKeyAndTheRunNumbers) {
+EtcdTestServer* CoordinatorStateTest::etcd_ = nullptr;
+
+INSTANTIATE_TEST_SUITE_P(Stores, CoordinatorStateTest,
+                         ::testing::Values("file", "etcd"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST_P(CoordinatorStateTest, ARestartResumesTheGroupItsKeyAndTheRunNumbers) {
   const CoordinatorOptions options = Options(3);
   FormRunAndStop(options, 3);
   ASSERT_FALSE(joins_[0].group_key().empty());
@@ -109,7 +165,7 @@ TEST_F(CoordinatorStateTest, ARestartResumesTheGroupItsKeyAndTheRunNumbers) {
 // A group re-formed around a lost member carries run 1 on; a coordinator
 // restarted on the record tells a survivor that re-registers so too, and
 // hands out the data schedule the run continued.
-TEST_F(CoordinatorStateTest, ARestartKeepsTheRunTheGroupCarriesOn) {
+TEST_P(CoordinatorStateTest, ARestartKeepsTheRunTheGroupCarriesOn) {
   CoordinatorOptions options = Options(3);
   options.rejoin_grace = absl::ZeroDuration();
   ASSERT_OK_AND_ASSIGN(auto first, Start(options));
@@ -162,7 +218,7 @@ TEST_F(CoordinatorStateTest, ARestartKeepsTheRunTheGroupCarriesOn) {
   EXPECT_EQ(after.total_iterations(), before.total_iterations());
 }
 
-TEST_F(CoordinatorStateTest, ARejoinThatDiffersFromTheRecordIsRefused) {
+TEST_P(CoordinatorStateTest, ARejoinThatDiffersFromTheRecordIsRefused) {
   const CoordinatorOptions options = Options(2);
   FormRunAndStop(options, 2);
   ASSERT_OK_AND_ASSIGN(auto restarted, Start(options));
@@ -175,7 +231,7 @@ TEST_F(CoordinatorStateTest, ARejoinThatDiffersFromTheRecordIsRefused) {
                      HasSubstr("this coordinator runs group epoch 1"))));
 }
 
-TEST_F(CoordinatorStateTest, AMemberJoiningAfreshGivesTheRecordedGroupUp) {
+TEST_P(CoordinatorStateTest, AMemberJoiningAfreshGivesTheRecordedGroupUp) {
   const CoordinatorOptions options = Options(2);
   FormRunAndStop(options, 2);
   const std::string old_key = joins_[0].group_key();
@@ -217,7 +273,7 @@ TEST_F(CoordinatorStateTest, AMemberJoiningAfreshGivesTheRecordedGroupUp) {
   EXPECT_THAT(text, Not(HasSubstr("result=\"failed\"")));
 }
 
-TEST_F(CoordinatorStateTest, AStrangerWaitsUntilTheRecordedMembersAreLost) {
+TEST_P(CoordinatorStateTest, AStrangerWaitsUntilTheRecordedMembersAreLost) {
   const CoordinatorOptions options = Options(1);
   FormRunAndStop(options, 1);
   ASSERT_OK_AND_ASSIGN(auto restarted, Start(options));
@@ -237,24 +293,28 @@ TEST_F(CoordinatorStateTest, AStrangerWaitsUntilTheRecordedMembersAreLost) {
   EXPECT_EQ(joined.peers(0).hostname(), "node-7");
 }
 
-TEST_F(CoordinatorStateTest, ARecordThatDoesNotCheckStopsTheStart) {
+TEST_P(CoordinatorStateTest, ARecordThatDoesNotCheckStopsTheStart) {
   const CoordinatorOptions options = Options(1);
-  {
-    std::ofstream out(options.state_file, std::ios::trunc);
-    out << "starling-coordinator-state 1\ngarbage";
-  }
-  EXPECT_THAT(Start(options), StatusIs(absl::StatusCode::kDataLoss,
-                                       HasSubstr(options.state_file)));
+  OverwriteRecord(options, "starling-coordinator-state 1\ngarbage");
+  EXPECT_THAT(
+      Start(options),
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr(InEtcd() ? EtcdStore::KeyFor(options.state_etcd_prefix,
+                                                      options.job_id)
+                                  : options.state_file)));
 }
 
-TEST_F(CoordinatorStateTest, AnotherJobsRecordIsRefused) {
+// In etcd each job has a key of its own (PREFIX/JOB); a file may be named
+// for two jobs by mistake.
+TEST_P(CoordinatorStateTest, AnotherJobsRecordIsRefused) {
+  if (InEtcd()) GTEST_SKIP() << "each job's key in etcd is its own";
   CoordinatorOptions options = Options(1);
   FormRunAndStop(options, 1);
   options.job_id = "job-b";
   EXPECT_THAT(Start(options),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("records job 'job-a', not 'job-b'"),
-                             HasSubstr("--state_file"))));
+                             HasSubstr(options.state_file))));
 }
 
 }  // namespace

@@ -66,6 +66,15 @@ ABSL_FLAG(std::string, state_file, "",
           "coordinator started on an existing record resumes its job. One "
           "file per job; empty: no record (a restarted coordinator then "
           "learns the group from the nodes)");
+ABSL_FLAG(std::string, state_etcd, "",
+          "instead of --state_file: record the job in an etcd cluster (3.4 "
+          "or later), at these members' client URLs, comma-separated "
+          "(e.g. http://10.0.0.5:2379,http://10.0.0.6:2379), under the key "
+          "--state_etcd_prefix/JOB. A coordinator started on another host "
+          "with the same key resumes the job; one coordinator writes it at "
+          "a time (a second one's writes are refused)");
+ABSL_FLAG(std::string, state_etcd_prefix, "/starling/jobs",
+          "the prefix of the job's key in etcd (--state_etcd)");
 ABSL_FLAG(int, iterations_per_schedule, 16,
           "K: iterations handed out per GetSchedule call");
 ABSL_FLAG(uint64_t, epochs, 1,
@@ -108,7 +117,8 @@ ABSL_FLAG(int, replicas, 1,
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "durable checkpoints: the folder (on every node: a shared file "
           "system) where each daemon writes its master shard and optimizer "
-          "state every --checkpoint_every_steps committed steps, under "
+          "state every --checkpoint_every_steps committed steps and/or "
+          "--checkpoint_interval, under "
           "<job>/<incarnation>/run-<id>/ (the incarnation kept in "
           "--state_file); a run whose lost shard has no replica left goes "
           "on from the newest version written whole (a rollback, logged and "
@@ -117,6 +127,11 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int, checkpoint_every_steps, 0,
           "with --checkpoint_dir: committed steps between checkpoints (>= 1; "
           "0: none)");
+ABSL_FLAG(absl::Duration, checkpoint_interval, absl::ZeroDuration(),
+          "with --checkpoint_dir: a checkpoint at the first committed step "
+          "this long after the last one (e.g. 10m; 0: none), by whichever "
+          "daemon's clock says so first: every daemon writes the same "
+          "version. Combines with --checkpoint_every_steps");
 ABSL_FLAG(int, elastic_tau, 4,
           "EASGD modes: tau, the local steps between a worker's elastic "
           "exchanges with the centre (>= 1)");
@@ -159,6 +174,8 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->rejoin_grace = absl::GetFlag(FLAGS_rejoin_grace);
   options->min_nodes = absl::GetFlag(FLAGS_min_nodes);
   options->state_file = absl::GetFlag(FLAGS_state_file);
+  options->state_etcd = absl::GetFlag(FLAGS_state_etcd);
+  options->state_etcd_prefix = absl::GetFlag(FLAGS_state_etcd_prefix);
   options->max_join_wait = absl::GetFlag(FLAGS_max_join_wait);
   options->iterations_per_schedule =
       absl::GetFlag(FLAGS_iterations_per_schedule);
@@ -172,6 +189,7 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->replicas = absl::GetFlag(FLAGS_replicas);
   options->checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options->checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  options->checkpoint_interval = absl::GetFlag(FLAGS_checkpoint_interval);
   options->elastic_tau = absl::GetFlag(FLAGS_elastic_tau);
   options->elastic_beta = absl::GetFlag(FLAGS_elastic_beta);
   options->elastic_momentum = absl::GetFlag(FLAGS_elastic_momentum);

@@ -1,17 +1,9 @@
-// StateFile: the coordinator's record of its job on local disk, written so
-// that a coordinator killed at any point finds either the previous record
-// or the new one, whole, when it restarts (DESIGN.md "Failure": the
-// coordinator forgets nothing).
+// StateFile: the coordinator's record of its job (state_store.h) in a local
+// file, written so that a coordinator killed at any point finds either the
+// previous record or the new one, whole, when it restarts.
 //
 // A write goes to PATH.tmp, is fsync'ed, renamed over PATH, and the folder
-// is fsync'ed (the rename itself durable). The file is a header line
-// "starling-coordinator-state 1\n", the payload's length (8 bytes, little
-// endian), its SHA-256 (32 bytes), then the payload: a serialized
-// proto::CoordinatorState. A file that does not check is never taken for a
-// record.
-//
-// Thread-compatible: one writer at a time (the coordinator's persister
-// thread); Read may run while nothing writes.
+// is fsync'ed (the rename itself durable).
 #ifndef STARLING_SERVER_COORDINATOR_STATE_FILE_H_
 #define STARLING_SERVER_COORDINATOR_STATE_FILE_H_
 
@@ -21,29 +13,27 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/coordinator_state.pb.h"
+#include "server/coordinator/state_store.h"
 
 namespace starling {
 namespace coordinator {
 
-class StateFile {
+class StateFile : public StateStore {
  public:
-  explicit StateFile(std::string path) : path_(std::move(path)) {}
+  explicit StateFile(std::string path);
 
   const std::string& path() const { return path_; }
 
-  // The record, or nullopt when PATH does not exist (a first start).
-  // DataLoss naming the file when it is not a whole record (wrong header,
-  // truncated, checksum or payload that does not parse); the errno's code
-  // when it cannot be read.
-  absl::StatusOr<std::optional<proto::CoordinatorState>> Read() const;
-
-  // Replaces the record with `state` (see above). The errno's code, naming
-  // the file and the call, when a step fails; PATH then still holds the
-  // previous record.
-  absl::Status Write(const proto::CoordinatorState& state) const;
+  // StateStore. Read: nullopt when PATH does not exist; the errno's code
+  // when it cannot be read. Write: the errno's code, naming the file and
+  // the call, when a step fails.
+  const std::string& where() const override { return where_; }
+  absl::StatusOr<std::optional<proto::CoordinatorState>> Read() override;
+  absl::Status Write(const proto::CoordinatorState& state) override;
 
  private:
   const std::string path_;
+  const std::string where_;
 };
 
 }  // namespace coordinator

@@ -8,10 +8,10 @@ namespace starling {
 namespace coordinator {
 
 StatePersister::StatePersister(
-    std::unique_ptr<StateFile> file,
+    std::unique_ptr<StateStore> store,
     std::function<proto::CoordinatorState()> snapshot,
     std::function<void(const absl::Status&)> on_written)
-    : file_(std::move(file)),
+    : store_(std::move(store)),
       snapshot_(std::move(snapshot)),
       on_written_(std::move(on_written)) {
   thread_ = std::thread([this] { Loop(); });
@@ -40,7 +40,7 @@ absl::Status StatePersister::Flush(absl::Time deadline) {
   };
   if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
     return absl::DeadlineExceededError(
-        "the coordinator state file was not written in time: " + path());
+        "the coordinator's record was not written in time: " + where());
   }
   return error_;
 }
@@ -59,14 +59,14 @@ void StatePersister::Loop() {
       version = announced_;
     }
     // No lock of ours held: the snapshot takes the coordinator's.
-    const absl::Status written = file_->Write(snapshot_());
+    const absl::Status written = store_->Write(snapshot_());
     if (!written.ok() && written.ToString() != reported.ToString()) {
       STARLING_LOG(ERROR) << "the coordinator could not record its job: "
                           << written
                           << " (a restart would not resume from this record)";
     } else if (written.ok() && !reported.ok()) {
       STARLING_LOG(INFO) << "the coordinator records its job in "
-                         << file_->path() << " again";
+                         << store_->where() << " again";
     }
     reported = written;
     if (on_written_ != nullptr) on_written_(written);

@@ -1,4 +1,4 @@
-// StatePersister: writes the coordinator's record (StateFile) on a thread
+// StatePersister: writes the coordinator's record (a StateStore) on a thread
 // of its own, so that no coordinator call waits on the disk and no lock is
 // held across a write. Changes are announced (Changed) and coalesced: the
 // thread takes a snapshot when it is free and writes it, so the file holds
@@ -23,7 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/coordinator_state.pb.h"
-#include "server/coordinator/state_file.h"
+#include "server/coordinator/state_store.h"
 
 namespace starling {
 namespace coordinator {
@@ -32,7 +32,7 @@ class StatePersister {
  public:
   // `on_written` (may be null) is told each write's result, on the
   // persister's thread.
-  StatePersister(std::unique_ptr<StateFile> file,
+  StatePersister(std::unique_ptr<StateStore> store,
                  std::function<proto::CoordinatorState()> snapshot,
                  std::function<void(const absl::Status&)> on_written = nullptr);
   // Stop().
@@ -49,12 +49,12 @@ class StatePersister {
   // last write's error, or DeadlineExceeded.
   absl::Status Flush(absl::Time deadline);
 
-  const std::string& path() const { return file_->path(); }
+  const std::string& where() const { return store_->where(); }
 
  private:
   void Loop();
 
-  const std::unique_ptr<StateFile> file_;
+  const std::unique_ptr<StateStore> store_;
   const std::function<proto::CoordinatorState()> snapshot_;
   const std::function<void(const absl::Status&)> on_written_;
   std::thread thread_;

@@ -377,11 +377,12 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
                                  ? config.staleness()
                                  : 0;
     sync_options.self = plane->self;
-    if (config.checkpoint_every_steps() > 0 &&
-        !config.checkpoint_dir().empty()) {
+    if (proto::WritesCheckpoints(config)) {
       sync_options.checkpoints = checkpoints_.get();
       sync_options.checkpoint_root = config.checkpoint_dir();
       sync_options.checkpoint_every_steps = config.checkpoint_every_steps();
+      sync_options.checkpoint_interval =
+          absl::Milliseconds(config.checkpoint_interval_ms());
       sync_options.group_epoch = group.group_epoch();
       sync_options.optimizer = config.optimizer();
     }

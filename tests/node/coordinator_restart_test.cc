@@ -6,7 +6,8 @@
 // uninterrupted run on the same daemons. With --state_file the restarted
 // coordinator resumes its own record (the group before any node
 // re-registered, and the run numbering) instead of adopting what the nodes
-// report, and the same holds.
+// report, and the same holds; with --state_etcd likewise, from a key in
+// etcd.
 #include <signal.h>
 
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/etcd_test_server.h"
 #include "server/coordinator/test_binaries.h"
 #include "tests/node/node_cluster.h"
 #include "tests/node/test_params.h"
@@ -147,9 +149,26 @@ TEST(CoordinatorRestart, RestartedCoordinatorResumesItsRecord) {
   RestartMidRun({absl::StrCat("--state_file=", record)}, &restarted);
   EXPECT_THAT(restarted,
               HasSubstr(absl::StrCat("resumed group epoch 1 of ", kDaemons,
-                                     " nodes and 2 run(s) from the state "
-                                     "file ",
+                                     " nodes and 2 run(s) from the "
+                                     "coordinator state file ",
                                      record)));
+  EXPECT_THAT(restarted, Not(HasSubstr("adopted")));
+}
+
+// The same with the record in etcd (--state_etcd): the restarted
+// coordinator could as well run on another host.
+TEST(CoordinatorRestart, RestartedCoordinatorResumesItsRecordInEtcd) {
+  coordinator::EtcdTestServer etcd;
+  const absl::Status started = etcd.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  std::string restarted;
+  RestartMidRun({absl::StrCat("--state_etcd=", etcd.client_url()),
+                 "--state_etcd_prefix=/restart-test"},
+                &restarted);
+  EXPECT_THAT(restarted, HasSubstr(absl::StrCat(
+                             "resumed group epoch 1 of ", kDaemons,
+                             " nodes and 2 run(s) from the coordinator's "
+                             "record in etcd (key /restart-test/")));
   EXPECT_THAT(restarted, Not(HasSubstr("adopted")));
 }
 

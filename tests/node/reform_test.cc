@@ -587,30 +587,34 @@ TEST(Reform, ASecondDaemonLostWhileTheGroupReFormsTheRunStillGoesOn) {
   EXPECT_EQ(status.recent_runs(0).steps(), 400);
 }
 
-// A daemon and its buddy killed together: that shard has no copy left in
-// memory. With durable checkpoints the run still goes on, from the newest
-// version every daemon wrote: an explicit rollback (the workers are told
-// their next step, behind what was acknowledged), never wrong values; the
-// survivors end bit-identical and the run finishes all its steps.
-TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
+// Daemons 1 and 2 (a daemon and its buddy: ranks are numbered by hostname)
+// killed together once every node ran `iterations`, on a 5-daemon momentum
+// job whose coordinator has `coordinator_flags` (its durable
+// checkpoints): that shard has no copy left in memory. The run still goes
+// on, from the newest version every daemon wrote: an explicit rollback
+// (the workers are told their next step, behind what was acknowledged),
+// never wrong values; the survivors end bit-identical and the run
+// finishes all its steps. Returns the version it went on from, the same
+// on every survivor.
+int64_t LoseADaemonAndItsBuddy(
+    const std::vector<std::string>& coordinator_flags, int64_t iterations) {
   ClusterOptions options = Options();
   options.daemons = 5;
   options.optimizer = "momentum";
   NodeCluster cluster(options);
   const std::string dir =
       absl::StrCat(std::getenv("TEST_TMPDIR"), "/checkpoints");
-  constexpr int kEvery = 20;
-  cluster.StartCoordinatorWith(
-      "coordinator", {absl::StrCat("--checkpoint_dir=", dir),
-                      absl::StrCat("--checkpoint_every_steps=", kEvery)});
+  std::vector<std::string> flags = {absl::StrCat("--checkpoint_dir=", dir)};
+  flags.insert(flags.end(), coordinator_flags.begin(), coordinator_flags.end());
+  cluster.StartCoordinatorWith("coordinator", flags);
   cluster.StartDaemons();
   const std::vector<pid_t> workers = StartTraining(
       cluster, {"--steps=300", "--step_delay=5ms", "--timeout=20s"},
-      kEvery + 10);
-  // Ranks are numbered by hostname: rank 1's buddy is rank 2 (one host).
+      iterations);
   cluster.Kill(cluster.daemon_pid(1), SIGKILL);
   cluster.Kill(cluster.daemon_pid(2), SIGKILL);
   std::string first;
+  int64_t version = -1;
   for (int d : {0, 3, 4}) {
     const ProcessResult r = WaitFinished(cluster, workers[d], d, &first);
     // Told: the step it goes on from is a checkpointed one, behind what
@@ -618,8 +622,9 @@ TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
     const int64_t resumed = NumberAfter(r.err, "rejoined run 1 at step ");
     const int64_t acknowledged =
         NumberAfter(r.err, "acknowledged through step ");
-    ASSERT_GT(resumed, 0) << r.err;
-    EXPECT_EQ(resumed % kEvery, 0) << r.err;
+    EXPECT_GT(resumed, 0) << r.err;
+    if (version < 0) version = resumed;
+    EXPECT_EQ(resumed, version) << "daemon " << d << ": " << r.err;
     // Behind what was acknowledged (told as lost), or right after it when
     // the newest checkpoint was of the last committed step.
     EXPECT_LE(resumed, acknowledged + 1) << r.err;
@@ -636,6 +641,23 @@ TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
               1);
   }
   ExpectRunFinished(cluster, /*group_size=*/3, /*steps=*/300);
+  return version;
+}
+
+TEST(Reform, ADaemonAndItsBuddyLostGoOnFromTheDurableCheckpoint) {
+  constexpr int kEvery = 20;
+  const int64_t version = LoseADaemonAndItsBuddy(
+      {absl::StrCat("--checkpoint_every_steps=", kEvery)}, kEvery + 10);
+  EXPECT_EQ(version % kEvery, 0);
+}
+
+// Checkpoints by wall-clock time: each daemon's clock says "due" at its
+// own moment, but the step's vote makes every daemon write the same
+// version, so a version is whole to go on from.
+TEST(Reform, CheckpointsByTimeAreOfOneVersionOnEveryDaemon) {
+  const int64_t version =
+      LoseADaemonAndItsBuddy({"--checkpoint_interval=200ms"}, 150);
+  EXPECT_GT(version, 0);
 }
 
 // The whole cluster killed (-9: the coordinator, every daemon, every

@@ -281,7 +281,8 @@ std::string NoCheckpoint(const std::vector<CarryAccount>& accounts) {
   for (int r : readers) {
     if (accounts[r].durable_version == CarryAccount::kNoCheckpoints) {
       return "; the job writes no durable checkpoints (--checkpoint_dir, "
-             "--checkpoint_every_steps) to go on from instead";
+             "--checkpoint_every_steps or --checkpoint_interval) to go on "
+             "from instead";
     }
   }
   for (int r : readers) {

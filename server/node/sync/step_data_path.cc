@@ -134,8 +134,17 @@ absl::Status StepDataPath::Gather(SyncRun& run,
   return absl::OkStatus();
 }
 
+absl::Status StepDataPath::Vote(float* vote,
+                                const collective::CallOptions& call) {
+  return Annotate(
+      comm_->AllReduce({reinterpret_cast<std::byte*>(vote), sizeof(float)},
+                       DataType::kFloat32, collective::ReduceOp::kMax, call),
+      "the vote on a durable checkpoint");
+}
+
 absl::Status StepDataPath::HandToBuddy(SyncRun& run, int64_t step,
-                                       const collective::CallOptions& call) {
+                                       const collective::CallOptions& call,
+                                       float* vote) {
   ShardReplica& replica = *run.replica;
   const absl::Time start = absl::Now();
   const int size = comm_->size();
@@ -147,9 +156,15 @@ absl::Status StepDataPath::HandToBuddy(SyncRun& run, int64_t step,
                             (comm_->rank() + replica.distance) % size,
                             ", and taking rank ", replica.of_rank, "'s")));
   replica.gradient_version = step + 1;
-  // Once any daemon passes this, every buddy holds its owner's gradient.
+  // Once any daemon passes this, every buddy holds its owner's gradient
+  // (an all-reduce is a barrier too: no rank's result is whole before
+  // every rank gave its part).
   STARLING_RETURN_IF_ERROR(
-      Annotate(comm_->Barrier(call),
+      Annotate(vote != nullptr
+                   ? comm_->AllReduce(
+                         {reinterpret_cast<std::byte*>(vote), sizeof(float)},
+                         DataType::kFloat32, collective::ReduceOp::kMax, call)
+                   : comm_->Barrier(call),
                "waiting for every buddy to hold its owner's gradient"));
   metrics_->replicated_bytes->Increment(
       static_cast<double>(replica.half * sizeof(float)));

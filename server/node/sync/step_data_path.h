@@ -86,8 +86,15 @@ class StepDataPath {
   // both ranks. REQUIRES: run.replica.
   // (`step`: the push round; the owner's half then holds the update of
   // version step + 1: ShardReplica::gradient_version.)
+  // With `vote` (not null) the barrier is a one-float all-reduce (max) of
+  // *vote instead, which leaves the same answer on every rank (Vote).
   absl::Status HandToBuddy(SyncRun& run, int64_t step,
-                           const collective::CallOptions& call);
+                           const collective::CallOptions& call,
+                           float* vote = nullptr);
+
+  // *vote becomes the largest of every rank's (a one-float all-reduce, also
+  // a barrier): a decision alike on every daemon.
+  absl::Status Vote(float* vote, const collective::CallOptions& call);
 
   // After HandToBuddy for version step + 1: the optimizer on the replica with
   // the owner's gradient HandToBuddy took, and the check that the replica

@@ -235,21 +235,38 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
   // A failed hand-over fails the step like any collective; a replica that
   // cannot take the update leaves the run going (the owner's shard is
   // intact), logged once; the replica lags.
+  // The interval's vote: 1 where this daemon's clock says a checkpoint is
+  // due; after the all-reduce (max) every daemon holds the same answer.
+  float due = 0;
+  if (checkpointing() && by_interval()) {
+    if (run.last_checkpoint == absl::InfinitePast()) {
+      run.last_checkpoint = start;
+    }
+    due = absl::Now() - run.last_checkpoint >= options_.checkpoint_interval ? 1
+                                                                            : 0;
+  }
   if (run.replica != nullptr) {
-    const absl::Status handed =
-        data_path_.HandToBuddy(run, step, manager_->Call(run));
+    const absl::Status handed = data_path_.HandToBuddy(
+        run, step, manager_->Call(run), by_interval() ? &due : nullptr);
     if (!handed.ok()) return Annotate(handed, where);
     const absl::Status replicated = data_path_.UpdateReplica(run, step);
     if (!replicated.ok()) {
       STARLING_LOG(WARNING)
           << "run " << run.id << ": " << Annotate(replicated, where).message();
     }
+  } else if (checkpointing() && by_interval()) {
+    const absl::Status voted = data_path_.Vote(&due, manager_->Call(run));
+    if (!voted.ok()) return Annotate(voted, where);
   }
   // Committed (on every daemon once any answers a push): due for a durable
-  // checkpoint every K versions, alike on every daemon.
+  // checkpoint every K versions or by the interval's vote, alike on every
+  // daemon.
   if (checkpointing() &&
-      run.master_version % options_.checkpoint_every_steps == 0) {
+      ((options_.checkpoint_every_steps > 0 &&
+        run.master_version % options_.checkpoint_every_steps == 0) ||
+       due > 0)) {
     SubmitCheckpoint(run);
+    run.last_checkpoint = absl::Now();
   }
   return absl::OkStatus();
 }

@@ -70,7 +70,11 @@ struct SyncEngineOptions {
   // "rank 2 (127.0.0.1:29502)": this daemon in messages.
   std::string self;
   // Durable checkpoints (checkpoint.h): every `checkpoint_every_steps`
-  // committed steps (0: none) this daemon's master shard and optimizer
+  // committed steps (0: none), and at the first committed step at least
+  // `checkpoint_interval` (zero: none) after the last checkpoint by any
+  // daemon's clock (a vote on every step: the replicas' barrier becomes a
+  // one-float all-reduce, or without replicas one is added), this
+  // daemon's master shard and optimizer
   // state go to `checkpoints` (borrowed, outlives the engine; null: none),
   // under `checkpoint_root` (JobConfig.checkpoint_dir), as written by
   // group epoch `group_epoch`; a run that goes on reads them back when a
@@ -78,6 +82,7 @@ struct SyncEngineOptions {
   CheckpointWriter* checkpoints = nullptr;
   std::string checkpoint_root;
   int checkpoint_every_steps = 0;
+  absl::Duration checkpoint_interval = absl::ZeroDuration();
   uint64_t group_epoch = 0;
   std::string optimizer;
 };
@@ -157,7 +162,10 @@ class SyncEngine : public RunEngine {
   void SubmitCheckpoint(const SyncRun& run);
   bool checkpointing() const {
     return options_.checkpoints != nullptr &&
-           options_.checkpoint_every_steps > 0;
+           (options_.checkpoint_every_steps > 0 || by_interval());
+  }
+  bool by_interval() const {
+    return options_.checkpoint_interval > absl::ZeroDuration();
   }
 
   const SyncEngineOptions options_;

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/common.pb.h"
 #include "server/collective/data_type.h"
 #include "server/node/run/run.h"
@@ -125,6 +126,10 @@ struct SyncRun : Run {
   // undo_master and undo_state hold version master_version - 1 once
   // master_version > 0).
   int64_t master_version = 0;
+  // Step thread: when this daemon last handed a durable checkpoint of this
+  // run to the writer (InfinitePast: not yet; the interval then counts
+  // from the run's first step).
+  absl::Time last_checkpoint = absl::InfinitePast();
   std::vector<float> undo_master;
   std::vector<float> undo_state;
 };
