@@ -9,11 +9,13 @@ namespace starling {
 namespace {
 
 // Computed at run time, in the thread's current mode: volatile operands,
-// and no inlining or interprocedural analysis, so that an optimising
-// compiler neither folds the product nor moves it across the scope's
-// MXCSR writes. Results are compared outside the scopes: inside, DAZ makes
-// a comparison treat a subnormal operand as zero too.
-__attribute__((noipa)) float Times(volatile float a, volatile float b) {
+// never inlined, and an empty volatile asm (a side effect) so that an
+// optimising compiler cannot take the function for a pure one and fold the
+// call or move it across the scope's MXCSR writes. Results are compared
+// outside the scopes: inside, DAZ makes a comparison treat a subnormal
+// operand as zero too.
+__attribute__((noinline)) float Times(volatile float a, volatile float b) {
+  asm volatile("" ::: "memory");
   return a * b;
 }
 

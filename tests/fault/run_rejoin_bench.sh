@@ -16,6 +16,7 @@
 #
 #   tests/fault/run_rejoin_bench.sh [RUNS]   (default 3)
 #   DIM=10000000 RATE=1gbit N=4 STEPS=60 tests/fault/run_rejoin_bench.sh 3
+#   KEEP=1 tests/fault/run_rejoin_bench.sh 1   (leave every process's log)
 #
 # Needs root, iproute2 (tc) and ping (deploy/setup.sh --bench installs
 # iputils-ping). Every wait is bounded; everything started
@@ -95,7 +96,11 @@ stop_all() {
 cleanup() {
   stop_all
   netns_down
-  rm -rf "$WORK"
+  if [[ ${KEEP:-0} == 1 ]]; then
+    echo "run_rejoin_bench.sh: logs kept in $WORK" >&2
+  else
+    rm -rf "$WORK"
+  fi
 }
 trap cleanup EXIT
 
