@@ -251,23 +251,35 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
   }
   const ClientOptions options = connection_->options();
   const std::vector<proto::TensorSpec> specs = connection_->Declarations();
-  std::unique_ptr<SharedPool> pool = connection_->TakePool();
-  // Closing first frees this worker's index on the daemon.
-  connection_.reset();
-  pending_ = std::make_unique<Pending>();
-  STARLING_ASSIGN_OR_RETURN(connection_,
-                            Connection::Open(options, std::move(pool)));
-  if (connection_->run_id() != run_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run ", run_id, " did not go on in the re-formed group (",
-        connection_->where(),
-        "); its daemons' logs and `starlingctl status` say why; this worker "
-        "may declare the next run"));
+  const absl::Time deadline = absl::Now() + options.timeout;
+  while (true) {
+    std::unique_ptr<SharedPool> pool = connection_->TakePool();
+    // Closing first frees this worker's index on the daemon.
+    connection_.reset();
+    pending_ = std::make_unique<Pending>();
+    STARLING_ASSIGN_OR_RETURN(connection_,
+                              Connection::Open(options, std::move(pool)));
+    if (connection_->run_id() != run_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "run ", run_id, " did not go on in the re-formed group (",
+          connection_->where(),
+          "); its daemons' logs and `starlingctl status` say why; this "
+          "worker may declare the next run"));
+    }
+    absl::Status declared;
+    for (const proto::TensorSpec& spec : specs) {
+      declared = connection_->Declare(spec);
+      if (!declared.ok()) break;
+    }
+    if (declared.ok()) declared = connection_->EnsureCommitted();
+    if (declared.ok()) break;
+    // The group re-formed again between the hello and the declarations
+    // (the daemon stopped the run it had just resumed): once more, on the
+    // same pool.
+    if (!absl::IsUnavailable(declared) || absl::Now() >= deadline) {
+      return declared;
+    }
   }
-  for (const proto::TensorSpec& spec : specs) {
-    STARLING_RETURN_IF_ERROR(connection_->Declare(spec));
-  }
-  STARLING_RETURN_IF_ERROR(connection_->EnsureCommitted());
   Rejoined rejoined;
   rejoined.run_id = run_id;
   rejoined.next_step = connection_->next_step();

@@ -415,7 +415,10 @@ class Client {
   // again: `rolled_back` says how many (the event is logged by the
   // trainers and counted in rolled_back_steps()). rank(), group_size() and
   // total_workers() are the new group's afterwards; the data schedule
-  // (GetSchedule) is re-planned for it.
+  // (GetSchedule) is re-planned for it. When the group re-forms again
+  // while this worker rejoins (another daemon lost or taken in meanwhile:
+  // the daemon answers Unavailable), it rejoins again, until the options'
+  // timeout.
   // FailedPrecondition when the run did not go on (the coordinator failed
   // it: the message says why; this worker may declare the next run);
   // Connect's errors otherwise, after which the client can only be
