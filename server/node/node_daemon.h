@@ -219,6 +219,9 @@ class NodeDaemon : public WorkerRequestHandler {
   // group came, the daemon stops), if it should.
   std::optional<std::string> ReasonToStopForming(uint64_t epoch)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Group epoch `epoch` replaces `plane`'s while its run's state moves:
+  // fails the move's collectives at once (Cancelled, naming both epochs).
+  void AbortStateMove(Plane& plane, uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // The plane of `group` serves (served_epoch_ and the rest).
   void NoteServedLocked(const proto::JoinResponse& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -279,6 +282,10 @@ class NodeDaemon : public WorkerRequestHandler {
   // re-formations) and the next one to build.
   proto::JoinResponse group_ ABSL_GUARDED_BY(mu_);
   std::optional<proto::JoinResponse> next_group_ ABSL_GUARDED_BY(mu_);
+  // The plane whose run's state is moving (Regroup, ContinueRun), or null:
+  // a later group aborts it at once (OnRegroup) instead of letting a state
+  // move that no one will use finish first.
+  std::shared_ptr<Plane> forming_ ABSL_GUARDED_BY(mu_);
   // The run a stopped plane handed over, until the group decides.
   std::optional<Carry> carry_ ABSL_GUARDED_BY(mu_);
   // The epoch, rank and size of the last data plane that served (group_

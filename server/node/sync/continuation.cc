@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/common.pb.h"
+#include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/collective/data_type.h"
 #include "server/node/run/float_bytes.h"
@@ -570,6 +571,7 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     RunFactoryOptions options, collective::Communicator* comm,
     const collective::CallOptions& call, int64_t* version,
     std::optional<WholeVersion>* from_checkpoint) {
+  const absl::Time began = absl::Now();
   // 1. Every daemon's account.
   CarryAccount account = AccountOf(carried.get(), options.run_id, old_rank,
                                    old_size, local_workers);
@@ -600,11 +602,13 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
         HeldShards(*carried, old_rank, plan, elements, slots, &full));
   }
   // 4. Every shard to every daemon, bit for bit (-0.0 is the identity).
+  const absl::Time moving = absl::Now();
   STARLING_RETURN_IF_ERROR(Annotate(
       comm->AllReduce(AsBytes(absl::MakeSpan(full)), DataType::kFloat32,
                       collective::ReduceOp::kSum, call),
       absl::StrCat("moving run ", options.run_id, "'s state at version ", v,
                    " to the new group")));
+  const absl::Time moved = absl::Now();
   // 5. The run in the new group.
   options.total_workers = plan.total_workers;
   STARLING_ASSIGN_OR_RETURN(std::shared_ptr<SyncRun> run,
@@ -615,6 +619,13 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
         run->layout.total_elements, " parameters; its state ", elements));
   }
   STARLING_RETURN_IF_ERROR(InstallState(full, v, slots, *run));
+  STARLING_LOG(INFO) << "run " << options.run_id << ": state at version " << v
+                     << " moved: accounts, plan and table "
+                     << absl::FormatDuration(moving - began) << ", "
+                     << full.size() * sizeof(float) << " bytes all-reduced in "
+                     << absl::FormatDuration(moved - moving)
+                     << ", the run built in "
+                     << absl::FormatDuration(absl::Now() - moved);
   *version = v;
   if (from_checkpoint != nullptr) *from_checkpoint = plan.checkpoint;
   return run;
