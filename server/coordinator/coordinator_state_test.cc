@@ -10,12 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "server/base/clock.h"
 #include "server/base/status_matchers.h"
 #include "server/coordinator/coordinator.h"
@@ -75,16 +73,8 @@ class CoordinatorStateTest : public ::testing::TestWithParam<std::string> {
       out << bytes;
       return;
     }
-    const std::string key =
-        EtcdStore::KeyFor(options.state_etcd_prefix, options.job_id);
-    httplib::Client client(etcd_->client_url());
-    const httplib::Result put = client.Post(
-        "/v3/kv/put",
-        absl::StrCat(R"({"key":")", absl::Base64Escape(key), R"(","value":")",
-                     absl::Base64Escape(bytes), R"("})"),
-        "application/json");
-    ASSERT_TRUE(put);
-    ASSERT_EQ(put->status, 200) << put->body;
+    ASSERT_OK(etcd_->Put(
+        EtcdStore::KeyFor(options.state_etcd_prefix, options.job_id), bytes));
   }
 
   // A coordinator on `options`, with a registry of its own (a restarted

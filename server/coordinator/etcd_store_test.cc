@@ -8,7 +8,6 @@
 #include <string>
 #include <thread>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -64,18 +63,6 @@ class EtcdStoreTest : public ::testing::Test {
         EtcdStore::Create(endpoints, Key(), absl::Seconds(2));
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
-  }
-
-  // Puts `value` under `key` as any etcd client would.
-  static void PutRaw(const std::string& key, const std::string& value) {
-    httplib::Client client(etcd_->client_url());
-    const std::string body =
-        absl::StrCat(R"({"key":")", absl::Base64Escape(key), R"(","value":")",
-                     absl::Base64Escape(value), R"("})");
-    const httplib::Result put =
-        client.Post("/v3/kv/put", body, "application/json");
-    ASSERT_TRUE(put);
-    ASSERT_EQ(put->status, 200) << put->body;
   }
 
   static EtcdTestServer* etcd_;
@@ -145,7 +132,7 @@ TEST_F(EtcdStoreTest, AValueThatIsNotARecordIsDataLossNamingTheKey) {
   ASSERT_NE(store, nullptr);
   ASSERT_OK(store->Write(Example(1)));
   ASSERT_OK_AND_ASSIGN(auto state, store->Read());
-  PutRaw(Key(), "not a record\n");
+  ASSERT_OK(etcd_->Put(Key(), "not a record\n"));
   EXPECT_THAT(store->Read(),
               StatusIs(absl::StatusCode::kDataLoss,
                        AllOf(HasSubstr(Key()), HasSubstr("first line"),

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -30,6 +31,26 @@ EtcdTestServer::~EtcdTestServer() { Stop(); }
 
 std::string EtcdTestServer::client_url() const {
   return absl::StrCat("http://127.0.0.1:", client_port_);
+}
+
+absl::Status EtcdTestServer::Put(const std::string& key,
+                                 const std::string& value) const {
+  httplib::Client client(client_url());
+  const httplib::Result put = client.Post(
+      "/v3/kv/put",
+      absl::StrCat(R"({"key":")", absl::Base64Escape(key), R"(","value":")",
+                   absl::Base64Escape(value), R"("})"),
+      "application/json");
+  if (!put) {
+    return absl::UnavailableError(absl::StrCat(
+        "etcd at ", client_url(), ": ", httplib::to_string(put.error())));
+  }
+  if (put->status != 200) {
+    return absl::InternalError(absl::StrCat("etcd at ", client_url(),
+                                            " answered HTTP ", put->status,
+                                            ": ", put->body));
+  }
+  return absl::OkStatus();
 }
 
 std::string EtcdTestServer::Log() const {

@@ -31,6 +31,9 @@ class EtcdTestServer {
 
   // "http://127.0.0.1:PORT": its client URL.
   std::string client_url() const;
+  // Puts `value` under `key` as any etcd client would (a damaged record, an
+  // operator's mistake); an error with etcd's answer otherwise.
+  absl::Status Put(const std::string& key, const std::string& value) const;
   // What etcd wrote to stderr so far.
   std::string Log() const;
 
