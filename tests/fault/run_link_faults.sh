@@ -26,62 +26,20 @@ runs=${1:-3}
 [[ $(id -u) == 0 ]] || { echo "run_link_faults.sh: needs root (network namespaces)" >&2; exit 2; }
 command -v nft >/dev/null || { echo "run_link_faults.sh: needs nftables (apt-get install nftables)" >&2; exit 2; }
 
-bazel build --config=ci //server/coordinator:starling-coordinator \
+bazel build --config=ci --config=opt //server/coordinator:starling-coordinator \
   //server/node:starling-node //worker/examples:quadratic_worker >/dev/null
-BIN=$(bazel info --config=ci bazel-bin 2>/dev/null)
+BIN=$(bazel info --config=ci --config=opt bazel-bin 2>/dev/null)
 COORD=$BIN/server/coordinator/starling-coordinator
 NODE=$BIN/server/node/starling-node
 WORKER=$BIN/worker/examples/quadratic_worker
 
 NET=10.78.0
-SW=sfsw
-CTL=sfctl
 N=3
+PREFIX=sf
+# shellcheck source=tests/fault/netns.sh
+source tests/fault/netns.sh
 WORK=$(mktemp -d /tmp/starling-linkfaults.XXXXXX)
-PIDS=()
 SERIAL=0
-
-netns_up() {
-  ip netns add $SW
-  ip netns exec $SW ip link set lo up
-  ip netns exec $SW ip link add sfbr0 type bridge
-  ip netns exec $SW ip link set sfbr0 type bridge stp_state 0 forward_delay 0
-  ip netns exec $SW ip link set sfbr0 up
-  local name ns i
-  for ((i = 0; i <= N; i++)); do
-    if ((i == N)); then ns=$CTL; name=254; else ns=sf$i; name=$((i + 1)); fi
-    ip netns add $ns
-    ip netns exec $ns ip link set lo up
-    ip link add name nic0 netns $ns type veth peer name sfp$i netns $SW
-    ip netns exec $SW ip link set sfp$i master sfbr0 up
-    ip netns exec $ns ip addr add $NET.$name/24 dev nic0
-    ip netns exec $ns ip link set nic0 up
-  done
-  for ((i = 0; i < N; i++)); do
-    local ok=0
-    for _ in $(seq 50); do
-      if ip netns exec $CTL ping -c1 -W1 $NET.$((i + 1)) >/dev/null 2>&1; then ok=1; break; fi
-    done
-    ((ok)) || { echo "sf$i ($NET.$((i + 1))) not reachable" >&2; exit 1; }
-  done
-}
-
-netns_down() {
-  local ns
-  for ns in $(ip netns list | awk '{print $1}'); do
-    if [[ "$ns" =~ ^sf[0-9]+$ || "$ns" == "$SW" || "$ns" == "$CTL" ]]; then
-      ip netns del "$ns" 2>/dev/null || true
-    fi
-  done
-}
-
-stop_all() {
-  local p
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
-SERIAL=0
-}
 
 cleanup() {
   stop_all
@@ -117,17 +75,6 @@ table inet sffault {
 EOF
       ;;
   esac
-}
-
-iteration() {  # the coordinator's highest iteration (-1 if it does not answer)
-  local it
-  it=$(ip netns exec $CTL curl -s -m 1 http://$NET.254:$(($1 + 1))/metrics 2>/dev/null |
-    awk '/^starling_coordinator_iteration /{print int($2)}' || true)
-  echo "${it:--1}"
-}
-
-alive() {  # a child that has not exited (a zombie has)
-  [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]
 }
 
 # One run of one case; appends a line "ok hung detect resume rolled acked
@@ -244,16 +191,6 @@ print(ok, 0, '%.2f' % (detect - t0) if detect else -1, '%.2f' % (resume - t0) if
 EOF
   [[ $hung == 1 ]] && sed -i '$ s/^\([01]\) 0 /\1 1 /' "$WORK/results.$fault"
   tail -1 "$WORK/results.$fault" | sed "s/^/$fault, run $r: /" >&2
-}
-
-stat() {  # column -> "median / worst" over non-negative values
-  /usr/bin/python3 -c '
-import sys
-v = sorted(float(x) for x in sys.argv[1:] if float(x) >= 0)
-if not v: print("-")
-else:
-    m = v[len(v)//2] if len(v) % 2 else (v[len(v)//2-1] + v[len(v)//2]) / 2
-    print("%.2f / %.2f" % (m, v[-1]))' "$@"
 }
 
 netns_down

@@ -38,60 +38,19 @@ NODE=$BIN/server/node/starling-node
 WORKER=$BIN/worker/examples/quadratic_worker
 
 NET=10.79.0
-SW=rbsw
-CTL=rbctl
-LAST=$((N - 1))
-WORK=$(mktemp -d /tmp/starling-rejoinbench.XXXXXX)
-PIDS=()
-
-shape() {  # namespace device
+PREFIX=rb
+# Every host's link shaped to RATE both ways: htb on its nic and on its
+# switch port, as ../shared/peerbench does.
+netns_shape() {  # namespace device
   ip netns exec "$1" tc qdisc add dev "$2" root handle 1: htb default 10 r2q 1000
   ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$RATE" \
     ceil "$RATE" burst 256k cburst 256k quantum 200000
   ip netns exec "$1" tc qdisc add dev "$2" parent 1:10 handle 10: pfifo limit 10000
 }
-
-netns_up() {
-  ip netns add $SW
-  ip netns exec $SW ip link set lo up
-  ip netns exec $SW ip link add rbbr0 type bridge
-  ip netns exec $SW ip link set rbbr0 type bridge stp_state 0 forward_delay 0
-  ip netns exec $SW ip link set rbbr0 up
-  local name ns i
-  for ((i = 0; i <= N; i++)); do
-    if ((i == N)); then ns=$CTL; name=254; else ns=rb$i; name=$((i + 1)); fi
-    ip netns add $ns
-    ip netns exec $ns ip link set lo up
-    ip link add name nic0 netns $ns type veth peer name rbp$i netns $SW
-    ip netns exec $SW ip link set rbp$i master rbbr0 up
-    ip netns exec $ns ip addr add $NET.$name/24 dev nic0
-    ip netns exec $ns ip link set nic0 up
-    if ((i < N)); then shape $ns nic0; shape $SW rbp$i; fi
-  done
-  for ((i = 0; i < N; i++)); do
-    local ok=0
-    for _ in $(seq 50); do
-      if ip netns exec $CTL ping -c1 -W1 $NET.$((i + 1)) >/dev/null 2>&1; then ok=1; break; fi
-    done
-    ((ok)) || { echo "rb$i ($NET.$((i + 1))) not reachable" >&2; exit 1; }
-  done
-}
-
-netns_down() {
-  local ns
-  for ns in $(ip netns list | awk '{print $1}'); do
-    if [[ "$ns" =~ ^rb[0-9]+$ || "$ns" == "$SW" || "$ns" == "$CTL" ]]; then
-      ip netns del "$ns" 2>/dev/null || true
-    fi
-  done
-}
-
-stop_all() {
-  local p
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
-}
+# shellcheck source=tests/fault/netns.sh
+source tests/fault/netns.sh
+LAST=$((N - 1))
+WORK=$(mktemp -d /tmp/starling-rejoinbench.XXXXXX)
 
 cleanup() {
   stop_all
@@ -103,17 +62,6 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-
-iteration() {  # the coordinator's highest iteration (-1 if it does not answer)
-  local it
-  it=$(ip netns exec $CTL curl -s -m 1 http://$NET.254:$(($1 + 1))/metrics 2>/dev/null |
-    awk '/^starling_coordinator_iteration /{print int($2)}' || true)
-  echo "${it:--1}"
-}
-
-alive() {  # a child that has not exited (a zombie has)
-  [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]
-}
 
 # Seconds since $1 (date +%s.%N) until a line of file $2 holds $3, polled
 # every 20 ms for at most $4 seconds; -1 if it never does.
@@ -229,16 +177,6 @@ for w in range(n):
 print(ok, step_s, goes_on, serving, acked, 1 if ok and len(params) == 1 else 0)
 EOF
   tail -1 "$WORK/results" | sed "s/^/run $r: ok step_s goes_on serving acked_lost identical = /" >&2
-}
-
-stat() {  # values -> "median / worst" over non-negative ones
-  /usr/bin/python3 -c '
-import sys
-v = sorted(float(x) for x in sys.argv[1:] if float(x) >= 0)
-if not v: print("-")
-else:
-    m = v[len(v)//2] if len(v) % 2 else (v[len(v)//2-1] + v[len(v)//2]) / 2
-    print("%.2f / %.2f" % (m, v[-1]))' "$@"
 }
 
 netns_down
