@@ -485,21 +485,21 @@ void NodeDaemon::OnRegroup(const proto::JoinResponse& group) {
       return;
     }
     next_group_ = group;
-    if (forming_ != nullptr &&
-        forming_->group.group_epoch() < group.group_epoch()) {
-      superseded = forming_;
-    }
+    superseded = forming_;
   }
-  if (superseded != nullptr) AbortStateMove(*superseded, group.group_epoch());
+  if (superseded == nullptr) return;
+  if (const std::optional<std::string> reason =
+          ReasonToStopForming(superseded->group.group_epoch())) {
+    AbortStateMove(*superseded, *reason);
+  }
 }
 
-void NodeDaemon::AbortStateMove(Plane& plane, uint64_t epoch) {
+void NodeDaemon::AbortStateMove(Plane& plane, const std::string& reason) {
   // Its collectives fail at once on every peer (they see this one go): the
   // run stays suspended and goes on in the later group from the same
   // state, as when a member is lost while the state moves.
   const absl::Status why = absl::CancelledError(
-      absl::StrCat("group epoch ", epoch, " replaced group epoch ",
-                   plane.group.group_epoch(), " while the run's state moved"));
+      absl::StrCat(reason, " while the run's state moved"));
   for (int r = 0; r < plane.group.peers_size(); ++r) {
     if (r != plane.group.rank()) plane.transport->AbortPeer(r, why);
   }
@@ -632,16 +632,15 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
       carried.old_size = served_size;
     }
     carried.local_workers = options_.local_workers;
-    uint64_t later = 0;  // a later group that came already
     {
       absl::MutexLock lock(&mu_);
       forming_ = plane;
-      if (next_group_.has_value() &&
-          next_group_->group_epoch() > group.group_epoch()) {
-        later = next_group_->group_epoch();
-      }
     }
-    if (later != 0) AbortStateMove(*plane, later);
+    // A later group that came already (OnRegroup aborts for those after).
+    if (const std::optional<std::string> reason =
+            ReasonToStopForming(group.group_epoch())) {
+      AbortStateMove(*plane, *reason);
+    }
     // Its errors are logged and reported there: the run fails on every
     // daemon alike (the plan is the same everywhere), or, where a member
     // was lost meanwhile (or a later group came), waits for the group after

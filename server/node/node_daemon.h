@@ -219,9 +219,11 @@ class NodeDaemon : public WorkerRequestHandler {
   // group came, the daemon stops), if it should.
   std::optional<std::string> ReasonToStopForming(uint64_t epoch)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Group epoch `epoch` replaces `plane`'s while its run's state moves:
-  // fails the move's collectives at once (Cancelled, naming both epochs).
-  void AbortStateMove(Plane& plane, uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // A later group (or a stop: `reason`, ReasonToStopForming's) replaces
+  // `plane` while its run's state moves: fails the move's collectives at
+  // once (Cancelled, with the reason).
+  void AbortStateMove(Plane& plane, const std::string& reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The plane of `group` serves (served_epoch_ and the rest).
   void NoteServedLocked(const proto::JoinResponse& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

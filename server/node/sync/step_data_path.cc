@@ -134,12 +134,15 @@ absl::Status StepDataPath::Gather(SyncRun& run,
   return absl::OkStatus();
 }
 
+absl::Status StepDataPath::AllReduceMax(float* vote,
+                                        const collective::CallOptions& call) {
+  return comm_->AllReduce({reinterpret_cast<std::byte*>(vote), sizeof(float)},
+                          DataType::kFloat32, collective::ReduceOp::kMax, call);
+}
+
 absl::Status StepDataPath::Vote(float* vote,
                                 const collective::CallOptions& call) {
-  return Annotate(
-      comm_->AllReduce({reinterpret_cast<std::byte*>(vote), sizeof(float)},
-                       DataType::kFloat32, collective::ReduceOp::kMax, call),
-      "the vote on a durable checkpoint");
+  return Annotate(AllReduceMax(vote, call), "the vote on a durable checkpoint");
 }
 
 absl::Status StepDataPath::HandToBuddy(SyncRun& run, int64_t step,
@@ -159,13 +162,9 @@ absl::Status StepDataPath::HandToBuddy(SyncRun& run, int64_t step,
   // Once any daemon passes this, every buddy holds its owner's gradient
   // (an all-reduce is a barrier too: no rank's result is whole before
   // every rank gave its part).
-  STARLING_RETURN_IF_ERROR(
-      Annotate(vote != nullptr
-                   ? comm_->AllReduce(
-                         {reinterpret_cast<std::byte*>(vote), sizeof(float)},
-                         DataType::kFloat32, collective::ReduceOp::kMax, call)
-                   : comm_->Barrier(call),
-               "waiting for every buddy to hold its owner's gradient"));
+  STARLING_RETURN_IF_ERROR(Annotate(
+      vote != nullptr ? AllReduceMax(vote, call) : comm_->Barrier(call),
+      "waiting for every buddy to hold its owner's gradient"));
   metrics_->replicated_bytes->Increment(
       static_cast<double>(replica.half * sizeof(float)));
   metrics_->replication_seconds->Increment(

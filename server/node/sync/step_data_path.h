@@ -119,6 +119,8 @@ class StepDataPath {
                               const SyncRun& run) const;
 
  private:
+  // *vote becomes the largest of every rank's (Vote, HandToBuddy).
+  absl::Status AllReduceMax(float* vote, const collective::CallOptions& call);
   // Step 1: the bucket's gradients into run.store->gradients().
   absl::Status LocalReduce(const std::vector<Round>& rounds, SyncRun& run,
                            int bucket);

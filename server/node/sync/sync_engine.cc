@@ -232,29 +232,30 @@ absl::Status SyncEngine::Apply(SyncRun& run, int64_t step,
   // replicated, and the pushes are answered (the step acknowledged) once
   // every buddy holds its owner's gradient: a worker that pulls before its
   // push is answered (the trainer does) computes the next step meanwhile.
-  // A failed hand-over fails the step like any collective; a replica that
-  // cannot take the update leaves the run going (the owner's shard is
-  // intact), logged once; the replica lags.
   // The interval's vote: 1 where this daemon's clock says a checkpoint is
   // due; after the all-reduce (max) every daemon holds the same answer.
+  const bool voting = checkpointing() && by_interval();
   float due = 0;
-  if (checkpointing() && by_interval()) {
+  if (voting) {
     if (run.last_checkpoint == absl::InfinitePast()) {
       run.last_checkpoint = start;
     }
     due = absl::Now() - run.last_checkpoint >= options_.checkpoint_interval ? 1
                                                                             : 0;
   }
+  // A failed hand-over fails the step like any collective; a replica that
+  // cannot take the update leaves the run going (the owner's shard is
+  // intact), logged once; the replica lags.
   if (run.replica != nullptr) {
     const absl::Status handed = data_path_.HandToBuddy(
-        run, step, manager_->Call(run), by_interval() ? &due : nullptr);
+        run, step, manager_->Call(run), voting ? &due : nullptr);
     if (!handed.ok()) return Annotate(handed, where);
     const absl::Status replicated = data_path_.UpdateReplica(run, step);
     if (!replicated.ok()) {
       STARLING_LOG(WARNING)
           << "run " << run.id << ": " << Annotate(replicated, where).message();
     }
-  } else if (checkpointing() && by_interval()) {
+  } else if (voting) {
     const absl::Status voted = data_path_.Vote(&due, manager_->Call(run));
     if (!voted.ok()) return Annotate(voted, where);
   }
