@@ -282,8 +282,11 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
   }
   Rejoined rejoined;
   rejoined.run_id = run_id;
-  rejoined.next_step = connection_->next_step();
   rejoined.last_pushed = last_pushed_.load();
+  if (proto::UsesShardOwners(connection_->hello().mode())) {
+    connection_->set_next_step(rejoined.last_pushed + 1);
+  }
+  rejoined.next_step = connection_->next_step();
   rejoined.rolled_back =
       std::max<int64_t>(0, rejoined.last_pushed + 1 - rejoined.next_step);
   rolled_back_.fetch_add(rejoined.rolled_back);

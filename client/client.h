@@ -414,7 +414,12 @@ class Client {
   // pushed that had not returned may be rolled back, and are to be pushed
   // again: `rolled_back` says how many (the event is logged by the
   // trainers and counted in rolled_back_steps()). rank(), group_size() and
-  // total_workers() are the new group's afterwards; the data schedule
+  // total_workers() are the new group's afterwards. The shard owners'
+  // modes (parameter server, asynchronous EASGD) apply each push at once
+  // and keep no step: their runs go on with each shard as its owner (or,
+  // for a lost owner, its buddy's replica) holds it, which includes every
+  // push that returned; a worker goes on from its own next step
+  // (last_pushed + 1) and nothing is rolled back. The data schedule
   // (GetSchedule) is re-planned for it. When the group re-forms again
   // while this worker rejoins (another daemon lost or taken in meanwhile:
   // the daemon answers Unavailable), it rejoins again, until the options'

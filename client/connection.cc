@@ -497,5 +497,10 @@ int64_t Connection::next_step() const {
   return next_step_;
 }
 
+void Connection::set_next_step(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  next_step_ = step;
+}
+
 }  // namespace client
 }  // namespace starling

@@ -97,6 +97,8 @@ class Connection {
   int total_workers() const;
   uint64_t run_id() const;
   int64_t next_step() const;
+  // The shard owners keep no step (Client::Rejoin): the worker's own.
+  void set_next_step(int64_t step);
   // After Finish(): the next declarations start the next run (unmaps the
   // run's parameters).
   void ResetRun();

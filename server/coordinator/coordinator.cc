@@ -1020,7 +1020,12 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
 bool Coordinator::CanCarryLocked() const {
   if (runs_.current() == nullptr) return false;
   const proto::JobConfig config = JobConfigFor(options_);
-  if (proto::UsesShardOwners(config.mode())) return false;
+  if (proto::UsesShardOwners(config.mode())) {
+    // The shard owners: each lost shard from its buddy's replica;
+    // round-robin keeps none (its turns count every owner's updates).
+    return config.replicas() > 0 &&
+           config.mode() != proto::JobConfig::MODE_ROUND_ROBIN_EASGD;
+  }
   // Each lost shard from its buddy's replica, or (both lost, or no
   // replicas) every shard from the newest durable checkpoint.
   return (config.replicas() > 0 && config.optimizer() != "none") ||

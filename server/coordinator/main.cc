@@ -113,7 +113,9 @@ ABSL_FLAG(int, replicas, 1,
           "(another host's, where there is one), updated every step, so "
           "that a committed step survives the loss of one daemon; 0 keeps "
           "one copy (less traffic: 1/N of the model per daemon and step). "
-          "Modes of the synchronous step; the shard owners' keep one copy");
+          "In the shard owners' modes the owner sends each update to its "
+          "buddy before the push returns (one more round trip per push); "
+          "round_robin_easgd keeps one copy");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "durable checkpoints: the folder (on every node: a shared file "
           "system) where each daemon writes its master shard and optimizer "

@@ -339,9 +339,10 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
   run_options.optimizer = config.optimizer();
   run_options.learning_rate = static_cast<float>(config.learning_rate());
   run_options.self = plane->self;
-  // A buddy replica of each shard in the modes of the synchronous step
-  // (the job's setting), on another host where the group has one.
-  if (config.replicas() > 0 && !proto::UsesShardOwners(config.mode())) {
+  // A buddy replica of each shard (the job's setting), on another host
+  // where the group has one; round-robin keeps none (ps_engine.h).
+  if (config.replicas() > 0 &&
+      config.mode() != proto::JobConfig::MODE_ROUND_ROBIN_EASGD) {
     std::vector<std::string> hosts;
     for (const proto::PeerInfo& peer : group.peers()) {
       hosts.push_back(peer.hostname());
@@ -367,8 +368,10 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
     ps_options.hogwild = config.mode() == proto::JobConfig::MODE_HOGWILD_EASGD;
     ps_options.round_robin =
         config.mode() == proto::JobConfig::MODE_ROUND_ROBIN_EASGD;
-    plane->engine = std::make_unique<PsEngine>(
-        ps_options, plane->runs.get(), plane->transport.get(), &metrics_);
+    ps_options.buddy_distance = run_options.buddy_distance;
+    plane->engine = std::make_unique<PsEngine>(ps_options, plane->runs.get(),
+                                               plane->transport.get(),
+                                               plane->comm.get(), &metrics_);
   } else {
     SyncEngineOptions sync_options;
     sync_options.timeout = timeout;

@@ -20,11 +20,13 @@
 
 namespace starling {
 namespace node {
-PsEngine::PsEngine(PsEngineOptions options, const RunManager* runs,
-                   transport::Transport* transport, NodeMetrics* metrics)
+PsEngine::PsEngine(PsEngineOptions options, RunManager* runs,
+                   transport::Transport* transport,
+                   collective::Communicator* comm, NodeMetrics* metrics)
     : options_(std::move(options)),
       runs_(runs),
       transport_(transport),
+      comm_(comm),
       metrics_(metrics) {}
 
 PsEngine::~PsEngine() { Stop(); }
@@ -33,6 +35,12 @@ void PsEngine::Start() {
   for (int peer = 0; peer < transport_->size(); ++peer) {
     if (peer == transport_->rank()) continue;
     servers_.emplace_back([this, peer] { Serve(peer); });
+  }
+  const int size = transport_->size();
+  if (options_.buddy_distance > 0 && size > 1) {
+    const int owner =
+        ((transport_->rank() - options_.buddy_distance) % size + size) % size;
+    servers_.emplace_back([this, owner] { ServeReplica(owner); });
   }
 }
 
@@ -67,8 +75,48 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::CreateRun(
   STARLING_RETURN_IF_ERROR(InitRun(tensors, options, run.get()));
   STARLING_RETURN_IF_ERROR(
       AddOptimizer(options, run->store->shard_elements(), run.get()));
+  const int size = options.ranks;
+  const int d = options_.buddy_distance;
+  if (d > 0 && size > 1) {
+    run->buddy = (options.rank + d) % size;
+    auto replica = std::make_unique<OwnerReplica>();
+    replica->of_rank = ((options.rank - d) % size + size) % size;
+    const collective::ShardLayout shards(run->layout.total_elements, size);
+    replica->begin = shards.Begin(replica->of_rank);
+    replica->elements = shards.Size(replica->of_rank);
+    if (!options_.hogwild) {
+      STARLING_ASSIGN_OR_RETURN(
+          replica->optimizer,
+          CreateRunOptimizer(options, replica->elements, run->total_workers));
+    }
+    {
+      absl::MutexLock lock(&replica->mu);
+      replica->parameters.assign(replica->elements, 0.0f);
+    }
+    run->replica = std::move(replica);
+  }
   metrics_->shard_bytes->Set(static_cast<double>(run->store->ShardBytes()));
+  metrics_->replica_of_rank->Set(run->replica != nullptr ? run->replica->of_rank
+                                                         : -1);
+  if (run->replica != nullptr) {
+    metrics_->replica_bytes->Set(
+        static_cast<double>(run->replica->elements * sizeof(float) +
+                            (run->replica->optimizer != nullptr
+                                 ? run->replica->optimizer->StateBytes()
+                                 : 0)));
+  }
   return run;
+}
+
+void PsEngine::ParametersReady(Run& base) {
+  PsRun& run = static_cast<PsRun&>(base);
+  if (run.replica == nullptr) return;
+  OwnerReplica& replica = *run.replica;
+  const absl::Span<const float> params = run.store->parameters();
+  absl::MutexLock lock(&replica.mu);
+  std::memcpy(replica.parameters.data(), params.data() + replica.begin,
+              replica.elements * sizeof(float));
+  replica.ready = true;
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> PsEngine::OwnedRanges(
@@ -113,18 +161,22 @@ absl::StatusOr<std::shared_ptr<PsRun>> PsEngine::RunOf(
 
 // --- The shard --------------------------------------------------------------
 
-absl::Status PsEngine::ApplyLocal(PsRun& run, absl::Span<const float> grads) {
+// Once stopping, nothing changes the shard: a continuation may take it.
+absl::Status PsEngine::ApplyLocal(PsRun& run, absl::Span<const float> grads,
+                                  int64_t* update) {
   if (options_.hogwild) {
+    if (stopping()) return Stopped();
     STARLING_RETURN_IF_ERROR(
         shard::AddRelaxed(run.store->shard_parameters(), grads));
     absl::MutexLock lock(&run.mu);  // the count only
-    ++run.updates;
+    *update = ++run.updates;
     return absl::OkStatus();
   }
   absl::MutexLock lock(&run.mu);
+  if (stopping()) return Stopped();
   STARLING_RETURN_IF_ERROR(run.optimizer->Apply(run.store->shard_parameters(),
                                                 grads, run.updates + 1));
-  ++run.updates;
+  *update = ++run.updates;
   return absl::OkStatus();
 }
 
@@ -247,7 +299,12 @@ absl::Status PsEngine::Move(
                             flat.data() + b.entry->offset, b.entry->elements);
     }
   }
-  STARLING_RETURN_IF_ERROR(Exchange(worker, run, kind, absl::MakeSpan(flat)));
+  if (absl::Status exchanged =
+          Exchange(worker, run, kind, absl::MakeSpan(flat));
+      !exchanged.ok()) {
+    OnExchangeFailed(run, exchanged);
+    return exchanged;
+  }
   if (kind == kPull) {
     for (const Buffer& b : buffers) {
       collective::FromFloat32(b.entry->type, flat.data() + b.entry->offset,
@@ -324,7 +381,13 @@ absl::Status PsEngine::Exchange(const WorkerHandle& worker, PsRun& run,
   STARLING_RETURN_IF_ERROR(PlanExchange(worker, run, x));
   SendRequests(x);
   if (kind == kPush) {
-    x.Failed(*transport_, x.rank, ApplyLocal(run, x.part(x.rank)));
+    int64_t update = 0;
+    absl::Status applied = ApplyLocal(run, x.part(x.rank), &update);
+    if (applied.ok()) {
+      applied = Replicate(run, update, x.part(x.rank),
+                          WorkerReplicaTag(worker.index));
+    }
+    x.Failed(*transport_, x.rank, applied);
   } else {
     CopyLocal(run, x.part(x.rank));
   }
@@ -449,6 +512,24 @@ absl::Status PsEngine::AwaitPulledPart(const Exchanging& x, int owner) {
         notice->imm, ", not the owner's part"));
   }
   return absl::OkStatus();
+}
+
+void PsEngine::OnExchangeFailed(PsRun& run, const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kFailedPrecondition:  // an owner ended the run
+      break;
+    default:
+      return;  // this request's own fault: the run goes on
+  }
+  if (stopping()) return;  // the plane stops the run itself
+  runs_->FailRun(run.id,
+                 absl::AbortedError(absl::StrCat(
+                     "a shard owner of run ", run.id, " on ", options_.self,
+                     " did not answer: ", status.message())));
 }
 
 void PsEngine::Push(const WorkerHandle& worker,

@@ -34,13 +34,21 @@
 //            turn): worker g's exchange k pulls version k * workers + g,
 //            so exchanges happen one at a time, in worker order.
 //
+// Replicas and continuation (ps_run.h, ps_continuation.h): with a buddy
+// distance, each owner sends every update it applied to its buddy and
+// answers the push only once the buddy applied it too; a run stopped for
+// a peer's loss goes on in the re-formed group from what the survivors
+// hold (their shards, and the replicas of the lost ones). Round-robin
+// keeps no replica (its option's comment says why).
+//
 // Deadlines: a push or pull takes at most `timeout` (then the owners that
 // did not answer are named); an owner waits at most `timeout` for a run its
 // peer began an instant earlier and for the gradient after "ready". Writes
 // not finished by then abort their peer (Transport::AbortPeer), so that no
 // buffer is freed under a write.
 //
-// Thread-safe. Threads: one server thread per peer (Start/Stop); Push and
+// Thread-safe. Threads: one server thread per peer and, with a replica, one
+// replica thread for the owner it replicates (Start/Stop); Push and
 // Pull run on the workers' reader threads. The shard and optimizer are
 // touched under the run's `mu` (compute only, no I/O under it). The
 // engine's own lock, `mu_`, guards only which run is running (taken under
@@ -64,6 +72,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/worker.pb.h"
+#include "server/collective/communicator.h"
+#include "server/node/ps/ps_run.h"
 #include "server/node/ps/ps_wire.h"
 #include "server/node/run/run.h"
 #include "server/node/run/run_engine.h"
@@ -89,22 +99,20 @@ struct PsEngineOptions {
   // MODE_HOGWILD_EASGD and MODE_ROUND_ROBIN_EASGD (the file comment).
   bool hogwild = false;
   bool round_robin = false;
-};
-
-// A run of the shard owners.
-struct PsRun : Run {
-  // Pushes applied to this daemon's shard; held while the optimizer
-  // updates it (but for hogwild) and while a pull copies it.
-  mutable absl::Mutex mu;
-  int64_t updates ABSL_GUARDED_BY(mu) = 0;
+  // Each rank's shard is replicated on rank + buddy_distance (ps_run.h);
+  // 0: no replicas (and a lost daemon ends the run). Round-robin runs keep
+  // none: their turn order counts every owner's updates, which a group
+  // re-formed around a lost owner cannot restore.
+  int buddy_distance = 0;
 };
 
 class PsEngine : public RunEngine {
  public:
   // Pointers borrowed; they must outlive the engine. `runs` tells which
   // run a worker takes part in.
-  PsEngine(PsEngineOptions options, const RunManager* runs,
-           transport::Transport* transport, NodeMetrics* metrics);
+  PsEngine(PsEngineOptions options, RunManager* runs,
+           transport::Transport* transport, collective::Communicator* comm,
+           NodeMetrics* metrics);
   ~PsEngine() override;
   PsEngine(const PsEngine&) = delete;
   PsEngine& operator=(const PsEngine&) = delete;
@@ -125,7 +133,8 @@ class PsEngine : public RunEngine {
       const Run& run) const override;
   std::string DescribeRun(const Run& run) const override;
   void RunBegan(const std::shared_ptr<Run>& run) override;
-  void ParametersReady(Run&) override {}
+  // Each buddy's replica starts from the initial parameters.
+  void ParametersReady(Run& run) override;
   void RunEnded(const Run& run) override;
   // Updates applied to this daemon's shard.
   int64_t Steps(const Run& run) const override;
@@ -137,8 +146,21 @@ class PsEngine : public RunEngine {
   // Pushes are not rounds here: Internal.
   absl::Status PushRound(std::vector<Round>& rounds, Run& run,
                          bool* applied) override;
+  // With replicas, a run stopped for a peer's loss goes on in the
+  // re-formed group: each lost shard from its buddy's replica, the
+  // shards re-cut for the new group, new buddies (ps_continuation.cc).
+  bool MayContinue(const Run& run, const absl::Status& why) const override;
+  absl::StatusOr<std::shared_ptr<Run>> ContinueRun(
+      const CarriedRun& carried, const RunFactoryOptions& options,
+      const collective::CallOptions& call, int64_t* version) override;
+  void RunContinued(const std::shared_ptr<Run>& run, int64_t version) override;
 
  private:
+  // An exchange with the owners failed with `status`: where it is a peer's
+  // loss (an owner or its buddy unreachable or stopped), the run fails
+  // here and on the peers, suspended where it may go on (MayContinue), so
+  // that the workers' rejoins wait for the re-formed group.
+  void OnExchangeFailed(PsRun& run, const absl::Status& status);
   // The run `worker` takes part in, or why none.
   absl::StatusOr<std::shared_ptr<PsRun>> RunOf(const WorkerHandle& worker);
   // Pushes (kind 1) the worker's `slices` or pulls (kind 2) into them.
@@ -175,7 +197,20 @@ class PsEngine : public RunEngine {
   // buffers free) when it returns.
   absl::Status AwaitWrites(int peer, transport::Completion& done,
                            absl::Time deadline);
-  absl::Status ApplyLocal(PsRun& run, absl::Span<const float> grads);
+  // Applies `grads` to this daemon's shard as update `*update` (counted
+  // from 1); FailedPrecondition once stopping (the shard may be handed to
+  // a continuation).
+  absl::Status ApplyLocal(PsRun& run, absl::Span<const float> grads,
+                          int64_t* update);
+  // Owner side of a replica: sends update `update` (its `grads`) to the
+  // shard's buddy and waits for it to be applied there; answers come on
+  // `reply_tag` (one per calling thread). OK at once without a buddy.
+  absl::Status Replicate(PsRun& run, int64_t update,
+                         absl::Span<const float> grads, uint32_t reply_tag);
+  // The reply tag for the replication answers of the thread serving
+  // `peer` and of local worker `worker`.
+  uint32_t ServerReplicaTag(int peer) const;
+  uint32_t WorkerReplicaTag(int worker) const;
   void CopyLocal(PsRun& run, absl::Span<float> out);
   static int64_t LocalUpdates(const PsRun& run);
   // round_robin: returns once every owner applied `updates` pushes of the
@@ -189,6 +224,19 @@ class PsEngine : public RunEngine {
 
   // Owner side: serves `peer`'s requests until Stop().
   void Serve(int peer);
+  // Buddy side: applies `owner`'s updates to the replica until Stop().
+  void ServeReplica(int owner);
+  // One part of a replicated update into `run`'s replica; the updates it
+  // made whole and next in line are applied, their answers added to
+  // `answers` (sent by the caller, holding no lock).
+  struct ReplicaAnswer {
+    uint64_t request_id;
+    uint32_t reply_tag;
+    absl::Status status;
+  };
+  absl::Status TakeReplicated(int owner, const PsRequest& request,
+                              absl::Span<const std::byte> values, PsRun& run,
+                              std::vector<ReplicaAnswer>* answers);
   // The run `run_id` once it runs here (waiting up to `timeout` for it to
   // begin), or FailedPrecondition.
   absl::StatusOr<std::shared_ptr<PsRun>> AwaitRun(uint64_t run_id);
@@ -208,8 +256,9 @@ class PsEngine : public RunEngine {
   absl::Status Stopped() const;  // FailedPrecondition naming this daemon
 
   const PsEngineOptions options_;
-  const RunManager* const runs_;
+  RunManager* const runs_;
   transport::Transport* const transport_;
+  collective::Communicator* const comm_;
   NodeMetrics* const metrics_;
   absl::Mutex mu_;
   // The running run (RunBegan to RunEnded), or null; signalled when it

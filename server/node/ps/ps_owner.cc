@@ -144,9 +144,14 @@ absl::Status PsEngine::ServePush(int peer, const PsRequest& request,
         " bytes inline; the shard of ", options_.self, " holds ", shard_bytes));
   }
   buffer.resize(run.store->shard_elements());
+  const auto apply = [&]() -> absl::Status {
+    int64_t update = 0;
+    STARLING_RETURN_IF_ERROR(ApplyLocal(run, buffer, &update));
+    return Replicate(run, update, buffer, ServerReplicaTag(peer));
+  };
   if (inline_part) {
     std::memcpy(buffer.data(), gradient.data(), shard_bytes);
-    return ApplyLocal(run, buffer);
+    return apply();
   }
   STARLING_RETURN_IF_ERROR(transport_->RegisterRegion(
       request.region, AsBytes(absl::MakeSpan(buffer))));
@@ -179,7 +184,7 @@ absl::Status PsEngine::ServePush(int peer, const PsRequest& request,
         notice->offset_bytes, " with immediate ", notice->imm, "; expected ",
         shard_bytes, " bytes at 0"));
   }
-  return ApplyLocal(run, buffer);
+  return apply();
 }
 
 // The shard is copied out under `ps_mu` (a write's source must not change

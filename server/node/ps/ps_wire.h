@@ -23,11 +23,15 @@ namespace node {
 // (kPsReplyTagBase + its local index).
 inline constexpr uint32_t kPsRequestTag = 2;
 inline constexpr uint32_t kPsReplyTagBase = 1024;
+// Replicated updates, owner -> buddy; their answers come on
+// kPsReplicaReplyTagBase + the owner's thread (ps_wire_format.md).
+inline constexpr uint32_t kPsReplicaTag = 4;
+inline constexpr uint32_t kPsReplicaReplyTagBase = uint32_t{1} << 20;
 
 // A request's header, laid out as on the wire (ps_wire_format.md; 48
 // bytes, no padding).
 struct PsRequest {
-  uint32_t kind = 0;  // 1 push, 2 pull, 3 updates
+  uint32_t kind = 0;  // 1 push, 2 pull, 3 updates, 4 replicate
   uint32_t reply_tag = 0;
   uint64_t request_id = 0;
   uint64_t run_id = 0;
@@ -39,6 +43,7 @@ struct PsRequest {
 constexpr uint32_t kPush = 1;
 constexpr uint32_t kPull = 2;
 constexpr uint32_t kUpdates = 3;
+constexpr uint32_t kReplicate = 4;
 // Reply stages.
 constexpr uint32_t kReady = 1;
 constexpr uint32_t kDone = 2;

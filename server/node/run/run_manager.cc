@@ -289,6 +289,15 @@ void RunManager::AbortRun(uint64_t run_id, const absl::Status& why,
   Flush(deferred);
 }
 
+void RunManager::FailRun(uint64_t run_id, const absl::Status& why) {
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    FailRunLocked(run_id, why, /*broadcast=*/true, &deferred);
+  }
+  Flush(deferred);
+}
+
 bool RunManager::NextRound(std::vector<Round>* rounds,
                            std::shared_ptr<Run>* run, Deferred* deferred) {
   absl::MutexLock lock(&mu_);

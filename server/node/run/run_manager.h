@@ -165,6 +165,11 @@ class RunManager {
   void AbortRun(uint64_t run_id, const absl::Status& why,
                 bool may_continue = true);
 
+  // Fails run `run_id` with `why`, found by this daemon outside the step
+  // thread (a shard owner that did not answer), and tells the peers, as a
+  // failed step does. No-op if that run is not running.
+  void FailRun(uint64_t run_id, const absl::Status& why);
+
   // The running run, or null.
   std::shared_ptr<Run> current_run() const;
   // The run `worker` takes part in, if it is running; otherwise the error

@@ -10,6 +10,7 @@
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/collective/data_type.h"
+#include "server/node/run/carry_exchange.h"
 #include "server/node/run/float_bytes.h"
 
 namespace starling {
@@ -52,14 +53,6 @@ int FirstCarrier(const std::vector<CarryAccount>& accounts) {
     if (!Joins(accounts[r])) return static_cast<int>(r);
   }
   return -1;
-}
-
-proto::TensorTable TableOf(const SyncRun& run) {
-  proto::TensorTable table;
-  for (const TensorLayout::Entry& entry : run.layout.tensors) {
-    *table.add_tensors() = entry.spec;
-  }
-  return table;
 }
 
 // Whether `a`'s replica can be brought to version v.
@@ -188,23 +181,6 @@ void ReplicaLayout(const ShardReplica& replica,
   }
 }
 
-// Every rank's `row` (as many values on every rank), in rank order: each
-// rank fills its own row of a table of zeros, summed by one all-reduce.
-absl::StatusOr<std::vector<int64_t>> ExchangeRows(
-    const std::vector<int64_t>& row, collective::Communicator* comm,
-    const collective::CallOptions& call, const std::string& what) {
-  std::vector<int64_t> table(static_cast<size_t>(comm->size()) * row.size(), 0);
-  std::copy(row.begin(), row.end(),
-            table.begin() + static_cast<size_t>(comm->rank()) * row.size());
-  STARLING_RETURN_IF_ERROR(Annotate(
-      comm->AllReduce(
-          absl::Span<std::byte>(reinterpret_cast<std::byte*>(table.data()),
-                                table.size() * sizeof(int64_t)),
-          DataType::kInt64, collective::ReduceOp::kSum, call),
-      what));
-  return table;
-}
-
 // Every daemon's account, `mine` among them, in rank order.
 absl::StatusOr<std::vector<CarryAccount>> ExchangeAccounts(
     const CarryAccount& mine, collective::Communicator* comm,
@@ -294,42 +270,6 @@ std::string NoCheckpoint(const std::vector<CarryAccount>& accounts) {
     }
   }
   return "";
-}
-
-// 2'. The run's tensors, from the first daemon that carries the run to
-// every daemon where one joins (it has none): the table's bytes in 8-byte
-// words, written by that daemon into zeros and summed by one all-reduce.
-absl::StatusOr<std::vector<proto::TensorSpec>> ShareTable(
-    const SyncRun* old, const std::vector<CarryAccount>& accounts,
-    const ResumePlan& plan, uint64_t run_id, collective::Communicator* comm,
-    const collective::CallOptions& call) {
-  proto::TensorTable table;
-  if (plan.joining == 0) {
-    table = TableOf(*old);
-  } else {
-    const int source = FirstCarrier(accounts);
-    const int64_t bytes = accounts[source].table_bytes;
-    std::vector<int64_t> words((static_cast<size_t>(bytes) + 7) / 8, 0);
-    if (comm->rank() == source) {
-      const std::string mine = TableOf(*old).SerializeAsString();
-      std::memcpy(words.data(), mine.data(),
-                  std::min<size_t>(mine.size(), words.size() * 8));
-    }
-    STARLING_RETURN_IF_ERROR(Annotate(
-        comm->AllReduce(
-            absl::Span<std::byte>(reinterpret_cast<std::byte*>(words.data()),
-                                  words.size() * sizeof(int64_t)),
-            DataType::kInt64, collective::ReduceOp::kSum, call),
-        absl::StrCat("sending run ", run_id, "'s tensor table from rank ",
-                     source, " to the daemons that join it")));
-    if (!table.ParseFromArray(words.data(), static_cast<int>(bytes))) {
-      return absl::DataLossError(absl::StrCat(
-          "run ", run_id, "'s tensor table of ", bytes, " bytes from rank ",
-          source, " of the new group does not parse"));
-    }
-  }
-  return std::vector<proto::TensorSpec>(table.tensors().begin(),
-                                        table.tensors().end());
 }
 
 // 3. This daemon's shards at the plan's version: its own (rolled back to
@@ -587,7 +527,9 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
                             PlanResume(options.run_id, accounts));
   STARLING_ASSIGN_OR_RETURN(
       std::vector<proto::TensorSpec> tensors,
-      ShareTable(carried.get(), accounts, plan, options.run_id, comm, call));
+      ShareTable(carried.get(), plan.joining > 0, FirstCarrier(accounts),
+                 accounts[FirstCarrier(accounts)].table_bytes, options.run_id,
+                 comm, call));
   const int64_t v = plan.version;
   const uint64_t elements = static_cast<uint64_t>(plan.elements);
   STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
