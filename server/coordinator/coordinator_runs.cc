@@ -264,10 +264,19 @@ absl::StatusOr<proto::Schedule> Coordinator::GetSchedule(
                                             "schedule request")
                                .status());
   metrics_.schedule_requests->Increment();
+  uint64_t next = request.next_iteration();
+  if (proto::UsesShardOwners(JobConfigFor(options_).mode()) &&
+      !schedule_rebase_pending_ && planner_->continued() &&
+      next < planner_->first_iteration()) {
+    // The shard owners' workers run at their own pace: one behind where
+    // the re-formed group's plan begins (another worker asked first) goes
+    // on from there; its partitions in between are not read this epoch.
+    next = planner_->first_iteration();
+  }
   STARLING_RETURN_IF_ERROR(
-      Annotate(RebaseScheduleLocked(request.next_iteration()),
+      Annotate(RebaseScheduleLocked(next),
                absl::StrCat("schedule request from rank ", request.rank())));
-  return planner_->Plan(request.rank(), request.next_iteration());
+  return planner_->Plan(request.rank(), next);
 }
 
 absl::Status Coordinator::ReportStep(const proto::StepReport& request) {

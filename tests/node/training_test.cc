@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -433,15 +434,27 @@ void KillAndRestart(const Job& job, int victim_daemon, int kill_after,
       << MaxAbsDiff(runs[0].params, reference[0].params);
 }
 
-// A daemon killed mid-run (3 daemons, sync SGD with the daemons' replicas):
-// the other trainers rejoin the re-formed group and train on, on the
-// coordinator's continued schedule (the epoch's unread partitions over the
-// two workers left, then whole epochs of two); they finish every epoch
-// with the same parameters, bit for bit, and learn as well.
-TEST(Training, ADaemonKilledMidRunTheOtherTrainersGoOn) {
+// A daemon killed mid-run (3 daemons, the daemons' replicas): the other
+// trainers rejoin the re-formed group and train on, on the coordinator's
+// continued schedule (the epoch's unread partitions over the two workers
+// left, then whole epochs of two); they finish every epoch with the same
+// parameters, bit for bit (the EASGD modes: the same centre), and learn as
+// well. In sync SGD the run goes on from the last committed step; in the
+// shard owners' modes (a parameter server, asynchronous EASGD) each worker
+// goes on from its own next step, the lost shard from its buddy.
+class DaemonKilledTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Modes, DaemonKilledTest,
+                         ::testing::Values("sync_sgd", "parameter_server",
+                                           "async_easgd"));
+
+TEST_P(DaemonKilledTest, TheOtherTrainersGoOn) {
   Job job;
   job.daemons = 3;
-  NodeCluster cluster(OptionsFor(job));
+  job.mode = GetParam();
+  ClusterOptions options = OptionsFor(job);
+  if (absl::StrContains(job.mode, "easgd")) options.optimizer = "easgd";
+  NodeCluster cluster(options);
   StartJob(cluster, job);
   std::vector<pid_t> pids;
   for (int d = 0; d < job.daemons; ++d) {
@@ -473,8 +486,9 @@ TEST(Training, ADaemonKilledMidRunTheOtherTrainersGoOn) {
   const std::string& out = runs[0].result.out;
   const size_t rejoined = out.find("starling-worker: rejoined");
   std::printf(
-      "daemon 1 of 3 killed at iteration %llu: %s; final accuracy "
+      "%s: daemon 1 of 3 killed at iteration %llu: %s; final accuracy "
       "%.2f%%\n",
+      job.mode.c_str(),
       static_cast<unsigned long long>(status.iteration()),  // NOLINT
       rejoined == std::string::npos
           ? "-"
@@ -482,9 +496,15 @@ TEST(Training, ADaemonKilledMidRunTheOtherTrainersGoOn) {
       runs[0].accuracy);
   // The reporter (rank 0) printed both epochs and learnt.
   EXPECT_THAT(runs[0].result.out, HasSubstr("after 2 epochs"));
-  EXPECT_GE(runs[0].accuracy, kMinAccuracy) << runs[0].result.out;
+  EXPECT_GE(runs[0].accuracy,
+            job.mode == "sync_sgd" ? kMinAccuracy : kMinAsyncAccuracy)
+      << runs[0].result.out;
   EXPECT_THAT(cluster.ServerLogs(),
               HasSubstr("the data schedule goes on from iteration"));
+  if (job.mode != "sync_sgd") {
+    EXPECT_THAT(cluster.ServerLogs(),
+                HasSubstr("shards moved (old rank(s) 1 from their buddies"));
+  }
 }
 
 TEST(Training, KilledWorkerRestartsAndTheJobFinishesIdentically) {

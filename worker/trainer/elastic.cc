@@ -88,6 +88,11 @@ absl::Status ElasticWorker::Flush() {
   return absl::OkStatus();
 }
 
+void ElasticWorker::Rejoined() {
+  pending_.clear();
+  job_ = client_->job();
+}
+
 absl::Status ElasticWorker::PullCenter(int64_t version) {
   STARLING_RETURN_IF_ERROR(client_->PullParameters(version, Tensors(pull_)));
   for (size_t i = 0; i < tensors_->size(); ++i) {

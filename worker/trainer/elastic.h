@@ -66,6 +66,11 @@ class ElasticWorker {
   absl::Status RefreshCenter();
   // Waits for the last exchange's push to complete.
   absl::Status Flush();
+  // The client rejoined a re-formed group (Client::Rejoin): pushes in
+  // flight went with the old group, and alpha follows the new number of
+  // workers. The worker's own parameters and the centre it holds stay;
+  // the next exchange pulls the centre as the new group holds it.
+  void Rejoined();
 
   const std::vector<float>& center() const { return center_; }
   int tau() const { return job_.elastic_tau; }
@@ -82,7 +87,7 @@ class ElasticWorker {
 
   client::Client* const client_;
   const std::vector<train::TensorInfo>* const tensors_;
-  const client::Client::JobSettings job_;
+  client::Client::JobSettings job_;
   const int worker_number_;
   const absl::Duration timeout_;
   bool sync_ = false, round_robin_ = false, momentum_ = false;

@@ -73,9 +73,10 @@ ABSL_FLAG(int64_t, pool_mb, 64,
           "shared-memory pool size in MiB (parameters + staleness + 1 "
           "gradient sets)");
 ABSL_FLAG(int, rejoins, 3,
-          "sync_sgd: when a daemon of the group is lost and the run goes on "
-          "in the re-formed group, rejoin it up to this many times (0: end "
-          "with the error)");
+          "sync_sgd, parameter_server, async_easgd, async_measgd, "
+          "hogwild_easgd: when a daemon of the group is lost and the run "
+          "goes on in the re-formed group, rejoin it up to this many times "
+          "(0: end with the error)");
 ABSL_FLAG(bool, phase_times, false,
           "print, per epoch, this worker's milliseconds per step waiting for "
           "its earlier pushes, pulling (and setting the model's parameters) "

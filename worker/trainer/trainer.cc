@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -326,8 +327,15 @@ absl::StatusOr<const client::ScheduledIteration*> Trainer::Iteration(
   schedule_done_ = schedule->done;
   // A re-formed group's plan may have another length.
   if (schedule->total_iterations > 0) total_steps_ = schedule->total_iterations;
-  it = schedule_.find(t);
+  it = schedule_.lower_bound(t);
   if (it == schedule_.end()) return nullptr;
+  if (it->first != t) {
+    std::printf(
+        "starling-worker: the re-formed group's data schedule begins at "
+        "iteration %lld: this worker goes on from there (was at %lld)\n",
+        static_cast<long long>(it->first),
+        static_cast<long long>(t));  // NOLINT
+  }
   return &it->second;
 }
 
@@ -359,40 +367,114 @@ absl::Status Trainer::WaitSlot(int slot) {
 
 absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
                              int64_t* resume) {
-  if (mode_ != "sync_sgd" || rejoins_left_ <= 0) return why;
-  --rejoins_left_;
-  std::printf("starling-worker: step %lld: %s\n",
-              static_cast<long long>(t),  // NOLINT(runtime/int)
-              std::string(why.message()).c_str());
-  absl::StatusOr<Client::Rejoined> rejoined = client_->Rejoin();
-  if (!rejoined.ok()) {
-    return Failed(absl::StrCat("rejoining after step ", t, " failed (",
-                               why.message(), ")"),
-                  rejoined.status());
+  // The modes whose runs go on in a re-formed group and whose step this
+  // trainer can resume (sync_easgd's exchanges and async_sgd's staleness
+  // window are not resumed yet; round-robin runs end).
+  static const auto* const kRejoining =
+      new std::set<std::string>{"sync_sgd", "parameter_server", "async_easgd",
+                                "async_measgd", "hogwild_easgd"};
+  if (kRejoining->count(mode_) == 0) return why;
+  absl::Status failed = why;
+  while (true) {
+    if (rejoins_left_ <= 0) return failed;
+    --rejoins_left_;
+    std::printf("starling-worker: step %lld: %s\n",
+                static_cast<long long>(t),  // NOLINT(runtime/int)
+                std::string(failed.message()).c_str());
+    absl::StatusOr<Client::Rejoined> rejoined = client_->Rejoin();
+    if (!rejoined.ok()) {
+      return Failed(absl::StrCat("rejoining after step ", t, " failed (",
+                                 failed.message(), ")"),
+                    rejoined.status());
+    }
+    // The pushes in flight went with the old group; the schedule is the
+    // new group's from the step the run goes on at.
+    for (std::vector<Future>& pushes : pushes_) pushes.clear();
+    schedule_.clear();
+    schedule_done_ = false;
+    absl::StatusOr<absl::Span<float>> sums =
+        client_->Allocate(kSums + client_->total_workers());
+    if (!sums.ok()) {
+      return Failed("allocating the evaluation buffer", sums.status());
+    }
+    sums_buffer_ = *sums;
+    // The group re-formed again meanwhile: once more.
+    if (absl::Status aligned = AlignEvaluations(); !aligned.ok()) {
+      failed = aligned;
+      continue;
+    }
+    if (elastic_ != nullptr) {
+      // Its own parameters went on through local step t; the exchanges go
+      // on after it.
+      elastic_->Rejoined();
+      *resume = t + 1;
+    } else {
+      *resume = rejoined->next_step;
+      STARLING_RETURN_IF_ERROR(
+          Pull(*resume, absl::StrCat("rejoined at step ", *resume)));
+    }
+    std::printf(
+        "starling-worker: rejoined run %llu at step %lld as worker %d of "
+        "rank %d of %d (%d workers); %lld pushed step(s) rolled back\n",
+        static_cast<unsigned long long>(rejoined->run_id),  // NOLINT
+        static_cast<long long>(*resume),                    // NOLINT
+        client_->worker_index(), client_->rank(), client_->group_size(),
+        client_->total_workers(),
+        static_cast<long long>(rejoined->rolled_back));  // NOLINT
+    std::fflush(stdout);
+    return absl::OkStatus();
   }
-  // The pushes in flight went with the old group; the schedule is the new
-  // group's from the step the run goes on at.
-  for (std::vector<Future>& pushes : pushes_) pushes.clear();
-  schedule_.clear();
-  schedule_done_ = false;
-  absl::StatusOr<absl::Span<float>> sums =
-      client_->Allocate(kSums + client_->total_workers());
-  if (!sums.ok()) {
-    return Failed("allocating the evaluation buffer", sums.status());
+}
+
+// Every worker of the re-formed group calls this first after rejoining
+// (its first collective there): each says how many epochs it evaluated,
+// and all take the largest. An evaluation's all-reduce that the loss cut
+// short may have returned on some workers only; they went on and will not
+// do it again, so those that did not must skip it too, or every later
+// collective would pair with the wrong one.
+absl::Status Trainer::AlignEvaluations() {
+  absl::StatusOr<absl::Span<float>> counts =
+      client_->Allocate(static_cast<size_t>(client_->total_workers()));
+  if (!counts.ok()) {
+    return Failed("allocating the evaluation count buffer", counts.status());
   }
-  sums_buffer_ = *sums;
-  *resume = rejoined->next_step;
+  std::fill(counts->begin(), counts->end(), 0.0f);
+  (*counts)[WorkerNumber()] = static_cast<float>(epochs_evaluated_);
   STARLING_RETURN_IF_ERROR(
-      Pull(*resume, absl::StrCat("rejoined at step ", *resume)));
-  std::printf(
-      "starling-worker: rejoined run %llu at step %lld as worker %d of rank "
-      "%d of %d (%d workers); %lld pushed step(s) rolled back\n",
-      static_cast<unsigned long long>(rejoined->run_id),  // NOLINT
-      static_cast<long long>(*resume),                    // NOLINT
-      client_->worker_index(), client_->rank(), client_->group_size(),
-      client_->total_workers(),
-      static_cast<long long>(rejoined->rolled_back));  // NOLINT
-  std::fflush(stdout);
+      Failed("agreeing on the epochs evaluated", client_->AllReduce(*counts)));
+  const int64_t most =
+      static_cast<int64_t>(*std::max_element(counts->begin(), counts->end()));
+  if (most > epochs_evaluated_) {
+    std::printf(
+        "starling-worker: epoch(s) %lld..%lld were evaluated by the group "
+        "before the loss: not again here\n",
+        static_cast<long long>(epochs_evaluated_ + 1),  // NOLINT
+        static_cast<long long>(most));                  // NOLINT
+    epochs_evaluated_ = most;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::EvaluateEpoch(int64_t last_step, int64_t epoch, bool last,
+                                    int64_t* retrain_from) {
+  *retrain_from = -1;
+  while (epoch >= epochs_evaluated_) {
+    const absl::Status ended = EndEpoch(last_step, epoch, last);
+    if (ended.ok()) {
+      epochs_evaluated_ = epoch + 1;
+      break;
+    }
+    int64_t resume = last_step + 1;
+    STARLING_RETURN_IF_ERROR(Rejoin(last_step, ended, &resume));
+    if (resume <= last_step) {
+      *retrain_from = resume;
+      return absl::OkStatus();
+    }
+    if (epoch >= epochs_evaluated_) {
+      std::printf("starling-worker: evaluating epoch %lld again\n",
+                  static_cast<long long>(epoch + 1));  // NOLINT(runtime/int)
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -423,11 +505,38 @@ absl::Status Trainer::Run() {
     resumed_past_the_end = last;
   }
   rejoins_left_ = options_.rejoins;
-  for (int64_t t = first_step_; !resumed_past_the_end; ++t) {
+  // Whether this worker trained a step yet: the epochs before its first
+  // one's were evaluated (by the worker it replaces, if any).
+  bool trained = false;
+  bool finished = false;
+  for (int64_t t = first_step_; !resumed_past_the_end && !finished; ++t) {
     absl::StatusOr<const client::ScheduledIteration*> it = Iteration(t);
     if (!it.ok()) return it.status();
-    if (*it == nullptr) break;
+    // A re-formed group's plan may begin past epoch ends this worker did
+    // not reach (another worker ran ahead, in the shard owners' modes):
+    // their evaluations still take place here, so that every worker takes
+    // part in every epoch's all-reduce.
+    const int64_t next_epoch = *it == nullptr ? epochs_ : (*it)->epoch;
+    int64_t retrain_from = -1;
+    while (trained && epochs_evaluated_ < next_epoch && !finished &&
+           retrain_from < 0) {
+      const int64_t epoch = epochs_evaluated_;
+      const bool last = epoch == epochs_ - 1;
+      STARLING_RETURN_IF_ERROR(
+          EvaluateEpoch(t - 1, epoch, last, &retrain_from));
+      if (retrain_from < 0) finished = last;
+    }
+    if (retrain_from >= 0) {
+      t = retrain_from - 1;  // the loop's ++t trains that step next
+      continue;
+    }
+    if (finished || *it == nullptr) break;
     const client::ScheduledIteration& iteration = **it;
+    t = iteration.iteration;
+    if (!trained) {
+      epochs_evaluated_ = std::max(epochs_evaluated_, iteration.epoch);
+      trained = true;
+    }
     if (absl::Status stepped = Step(iteration); !stepped.ok()) {
       int64_t resume = t;
       STARLING_RETURN_IF_ERROR(Rejoin(t, stepped, &resume));
@@ -436,8 +545,13 @@ absl::Status Trainer::Run() {
     }
     if (iteration.last_in_epoch) {
       const bool last = iteration.epoch == epochs_ - 1;
-      STARLING_RETURN_IF_ERROR(EndEpoch(t, iteration.epoch, last));
-      if (last) break;
+      STARLING_RETURN_IF_ERROR(
+          EvaluateEpoch(t, iteration.epoch, last, &retrain_from));
+      if (retrain_from >= 0) {
+        t = retrain_from - 1;
+        continue;
+      }
+      finished = last;
     } else {
       MaybeProgress(iteration);
     }

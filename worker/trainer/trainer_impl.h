@@ -59,13 +59,21 @@ class Trainer {
   absl::Status AllocateBuffers(size_t p);
   absl::StatusOr<size_t> TakeFirstSchedule();
   void PrintBanner(size_t p, size_t scheduled);
+  // Iteration t of the schedule (fetched as needed), or null past the end.
+  // In the shard owners' modes a re-formed group's plan may begin after t
+  // (another worker ran ahead): then its first iteration.
   absl::StatusOr<const client::ScheduledIteration*> Iteration(int64_t t);
   absl::StatusOr<client::Schedule> FetchSchedule(int64_t next);
   absl::Status Step(const client::ScheduledIteration& it);
-  // After step t failed with `why`: rejoins the run where it goes on
-  // (sync_sgd, --rejoins left); sets *resume to the step to train next.
+  // After step t (or the evaluation after it) failed with `why`: rejoins
+  // the run where it goes on (sync_sgd and the shard owners' modes but
+  // round-robin, --rejoins left); sets *resume to the step to train next.
   // Returns `why` when the worker cannot rejoin.
   absl::Status Rejoin(int64_t t, const absl::Status& why, int64_t* resume);
+  // Rejoin's first collective in the re-formed group: the largest number
+  // of epochs any worker evaluated becomes this worker's
+  // (epochs_evaluated_).
+  absl::Status AlignEvaluations();
   // The samples of iteration `it` for this worker.
   std::vector<int64_t> Samples(const client::ScheduledIteration& it);
   // Forward, loss and backward of step t on `samples` (not empty), calling
@@ -84,6 +92,14 @@ class Trainer {
   absl::Status WaitSlot(int slot);
   absl::Status Pull(int64_t version, const std::string& why);
   absl::Status EndEpoch(int64_t last_step, int64_t epoch, bool last);
+  // EndEpoch, rejoining when the group re-forms under it: the evaluation
+  // is done again in the re-formed group (every survivor's worker does it
+  // again or reaches it), unless the run went on from before the epoch's
+  // end (sync SGD rolled steps back): then `*retrain_from` is the step to
+  // train next (-1 otherwise), and the epoch is evaluated when its last
+  // step is trained again.
+  absl::Status EvaluateEpoch(int64_t last_step, int64_t epoch, bool last,
+                             int64_t* retrain_from);
   absl::Status WriteOut();
   void MaybeProgress(const client::ScheduledIteration& it);
   const std::vector<int64_t>& Order(int64_t epoch);
@@ -117,6 +133,9 @@ class Trainer {
   int64_t total_steps_ = 0;
   int64_t first_step_ = 0;
   int rejoins_left_ = 0;
+  // Epochs whose evaluation this worker did or the group did for it
+  // (AlignEvaluations): epoch e is evaluated at its end iff e >= this.
+  int64_t epochs_evaluated_ = 0;
   std::string mode_;
   int staleness_ = 0;
   std::unique_ptr<ElasticWorker> elastic_;  // EASGD modes
