@@ -251,6 +251,7 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
   }
   const ClientOptions options = connection_->options();
   const std::vector<proto::TensorSpec> specs = connection_->Declarations();
+  const uint64_t epoch = connection_->hello().group_epoch();
   const absl::Time deadline = absl::Now() + options.timeout;
   while (true) {
     std::unique_ptr<SharedPool> pool = connection_->TakePool();
@@ -265,6 +266,13 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
           connection_->where(),
           "); its daemons' logs and `starlingctl status` say why; this "
           "worker may declare the next run"));
+    }
+    if (epoch != 0 && connection_->hello().group_epoch() == epoch) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "run ", run_id, " still runs in group epoch ", epoch, " (",
+          connection_->where(),
+          "): no daemon was lost, so there is nothing to rejoin; the error "
+          "that ended this worker's request was its own"));
     }
     absl::Status declared;
     for (const proto::TensorSpec& spec : specs) {
@@ -283,6 +291,7 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
   Rejoined rejoined;
   rejoined.run_id = run_id;
   rejoined.last_pushed = last_pushed_.load();
+  rejoined.group_version = connection_->next_step();
   if (proto::UsesShardOwners(connection_->hello().mode())) {
     connection_->set_next_step(rejoined.last_pushed + 1);
   }

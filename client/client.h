@@ -425,7 +425,9 @@ class Client {
   // the daemon answers Unavailable), it rejoins again, until the options'
   // timeout.
   // FailedPrecondition when the run did not go on (the coordinator failed
-  // it: the message says why; this worker may declare the next run);
+  // it: the message says why; this worker may declare the next run), or
+  // when it still runs in the same group (no daemon was lost: the error
+  // this worker saw was its own, e.g. a round-robin turn that never came);
   // Connect's errors otherwise, after which the client can only be
   // destroyed.
   struct Rejoined {
@@ -436,6 +438,10 @@ class Client {
     int64_t last_pushed = -1;
     // Pushed steps the group rolled back: last_pushed + 1 - next_step, or 0.
     int64_t rolled_back = 0;
+    // The version the daemons went on at: the step (synchronous modes), or
+    // the shard owners' update count, from which round-robin EASGD's
+    // turns are counted (0 in the other shard owners' modes).
+    int64_t group_version = 0;
   };
   absl::StatusOr<Rejoined> Rejoin();
   // Steps rolled back over every Rejoin of this client.

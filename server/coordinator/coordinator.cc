@@ -1021,10 +1021,8 @@ bool Coordinator::CanCarryLocked() const {
   if (runs_.current() == nullptr) return false;
   const proto::JobConfig config = JobConfigFor(options_);
   if (proto::UsesShardOwners(config.mode())) {
-    // The shard owners: each lost shard from its buddy's replica;
-    // round-robin keeps none (its turns count every owner's updates).
-    return config.replicas() > 0 &&
-           config.mode() != proto::JobConfig::MODE_ROUND_ROBIN_EASGD;
+    // The shard owners: each lost shard from its buddy's replica.
+    return config.replicas() > 0;
   }
   // Each lost shard from its buddy's replica, or (both lost, or no
   // replicas) every shard from the newest durable checkpoint.

@@ -114,8 +114,7 @@ ABSL_FLAG(int, replicas, 1,
           "that a committed step survives the loss of one daemon; 0 keeps "
           "one copy (less traffic: 1/N of the model per daemon and step). "
           "In the shard owners' modes the owner sends each update to its "
-          "buddy before the push returns (one more round trip per push); "
-          "round_robin_easgd keeps one copy");
+          "buddy before the push returns (one more round trip per push)");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "durable checkpoints: the folder (on every node: a shared file "
           "system) where each daemon writes its master shard and optimizer "

@@ -340,9 +340,8 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
   run_options.learning_rate = static_cast<float>(config.learning_rate());
   run_options.self = plane->self;
   // A buddy replica of each shard (the job's setting), on another host
-  // where the group has one; round-robin keeps none (ps_engine.h).
-  if (config.replicas() > 0 &&
-      config.mode() != proto::JobConfig::MODE_ROUND_ROBIN_EASGD) {
+  // where the group has one.
+  if (config.replicas() > 0) {
     std::vector<std::string> hosts;
     for (const proto::PeerInfo& peer : group.peers()) {
       hosts.push_back(peer.hostname());
@@ -858,6 +857,7 @@ absl::StatusOr<proto::HelloReply> NodeDaemon::Attach(
   }
   reply.set_rank(p->group.rank());
   reply.set_group_size(p->group.group_size());
+  reply.set_group_epoch(p->group.group_epoch());
   reply.set_local_workers(options_.local_workers);
   reply.set_daemon_address(
       absl::StrCat(options_.data_host, ":", options_.data_port));

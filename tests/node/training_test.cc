@@ -441,12 +441,13 @@ void KillAndRestart(const Job& job, int victim_daemon, int kill_after,
 // parameters, bit for bit (the EASGD modes: the same centre), and learn as
 // well. In sync SGD the run goes on from the last committed step; in the
 // shard owners' modes (a parameter server, asynchronous EASGD) each worker
-// goes on from its own next step, the lost shard from its buddy.
+// goes on from its own next step, the lost shard from its buddy; round-robin
+// EASGD's turns go on in the new group's worker order.
 class DaemonKilledTest : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Modes, DaemonKilledTest,
                          ::testing::Values("sync_sgd", "parameter_server",
-                                           "async_easgd"));
+                                           "async_easgd", "round_robin_easgd"));
 
 TEST_P(DaemonKilledTest, TheOtherTrainersGoOn) {
   Job job;

@@ -88,9 +88,16 @@ absl::Status ElasticWorker::Flush() {
   return absl::OkStatus();
 }
 
-void ElasticWorker::Rejoined() {
+void ElasticWorker::Rejoined(int64_t group_version, int64_t next_step) {
   pending_.clear();
   job_ = client_->job();
+  worker_number_ =
+      client_->rank() * client_->local_workers() + client_->worker_index();
+  turn_base_ = group_version;
+  // The first exchange after step next_step - 1: the smallest k with
+  // (k + 1) * tau - 1 >= next_step.
+  const int64_t tau = job_.elastic_tau;
+  first_exchange_ = (next_step + 1 + tau - 1) / tau - 1;
 }
 
 absl::Status ElasticWorker::PullCenter(int64_t version) {
@@ -118,7 +125,10 @@ absl::Status ElasticWorker::MaybeExchange(int64_t t, absl::Span<float> x) {
     // round_robin: the daemons hold this pull until every exchange before
     // this worker's turn was applied.
     const int64_t version =
-        round_robin_ ? k * client_->total_workers() + worker_number_ : 0;
+        round_robin_
+            ? turn_base_ + (k - first_exchange_) * client_->total_workers() +
+                  worker_number_
+            : 0;
     absl::Status pulled = PullCenter(version);
     if (!pulled.ok()) {
       return Annotated(pulled, absl::StrCat(what, ": pulling the centre"));

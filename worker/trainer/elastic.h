@@ -66,11 +66,13 @@ class ElasticWorker {
   absl::Status RefreshCenter();
   // Waits for the last exchange's push to complete.
   absl::Status Flush();
-  // The client rejoined a re-formed group (Client::Rejoin): pushes in
-  // flight went with the old group, and alpha follows the new number of
-  // workers. The worker's own parameters and the centre it holds stay;
-  // the next exchange pulls the centre as the new group holds it.
-  void Rejoined();
+  // The client rejoined a re-formed group (Client::Rejoin) at
+  // `group_version` and trains step `next_step` next: pushes in flight went
+  // with the old group, alpha follows the new number of workers, and
+  // round-robin's turns count from group_version in the new worker order.
+  // The worker's own parameters and the centre it holds stay; the next
+  // exchange pulls the centre as the new group holds it.
+  void Rejoined(int64_t group_version, int64_t next_step);
 
   const std::vector<float>& center() const { return center_; }
   int tau() const { return job_.elastic_tau; }
@@ -88,7 +90,7 @@ class ElasticWorker {
   client::Client* const client_;
   const std::vector<train::TensorInfo>* const tensors_;
   client::Client::JobSettings job_;
-  const int worker_number_;
+  int worker_number_;
   const absl::Duration timeout_;
   bool sync_ = false, round_robin_ = false, momentum_ = false;
   std::vector<float> center_;
@@ -97,6 +99,10 @@ class ElasticWorker {
   std::vector<PoolTensor> pull_;  // x~, in the pool
   std::vector<client::Future> pending_;
   int64_t exchanges_ = 0;
+  // round_robin: exchange k (k >= first_exchange_) pulls version
+  // turn_base_ + (k - first_exchange_) * workers + worker number.
+  int64_t turn_base_ = 0;
+  int64_t first_exchange_ = 0;
 };
 
 }  // namespace trainer

@@ -369,10 +369,10 @@ absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
                              int64_t* resume) {
   // The modes whose runs go on in a re-formed group and whose step this
   // trainer can resume (sync_easgd's exchanges and async_sgd's staleness
-  // window are not resumed yet; round-robin runs end).
-  static const auto* const kRejoining =
-      new std::set<std::string>{"sync_sgd", "parameter_server", "async_easgd",
-                                "async_measgd", "hogwild_easgd"};
+  // window are not resumed yet).
+  static const auto* const kRejoining = new std::set<std::string>{
+      "sync_sgd",     "parameter_server", "async_easgd",
+      "async_measgd", "hogwild_easgd",    "round_robin_easgd"};
   if (kRejoining->count(mode_) == 0) return why;
   absl::Status failed = why;
   while (true) {
@@ -398,18 +398,17 @@ absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
       return Failed("allocating the evaluation buffer", sums.status());
     }
     sums_buffer_ = *sums;
+    // EASGD: its own parameters went on through local step t. The others:
+    // the step the run goes on at (sync SGD), or this worker's next one.
+    *resume = elastic_ != nullptr ? t + 1 : rejoined->next_step;
     // The group re-formed again meanwhile: once more.
-    if (absl::Status aligned = AlignEvaluations(); !aligned.ok()) {
+    if (absl::Status aligned = AlignWorkers(resume); !aligned.ok()) {
       failed = aligned;
       continue;
     }
     if (elastic_ != nullptr) {
-      // Its own parameters went on through local step t; the exchanges go
-      // on after it.
-      elastic_->Rejoined();
-      *resume = t + 1;
+      elastic_->Rejoined(rejoined->group_version, *resume);
     } else {
-      *resume = rejoined->next_step;
       STARLING_RETURN_IF_ERROR(
           Pull(*resume, absl::StrCat("rejoined at step ", *resume)));
     }
@@ -427,30 +426,47 @@ absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
 }
 
 // Every worker of the re-formed group calls this first after rejoining
-// (its first collective there): each says how many epochs it evaluated,
-// and all take the largest. An evaluation's all-reduce that the loss cut
-// short may have returned on some workers only; they went on and will not
-// do it again, so those that did not must skip it too, or every later
-// collective would pair with the wrong one.
-absl::Status Trainer::AlignEvaluations() {
+// (its first collective there): each says how many epochs it evaluated and
+// the step it goes on at, and all take the largest of each.
+//   - An evaluation's all-reduce that the loss cut short may have returned
+//     on some workers only; they went on and will not do it again, so
+//     those that did not must skip it too, or every later collective would
+//     pair with the wrong one.
+//   - In the shard owners' modes workers run at their own pace: all go on
+//     from the same step (one behind skips its local steps up to it), so
+//     that they read the re-formed group's data plan from where it begins,
+//     and round-robin's turns (counted by exchange) interleave again.
+absl::Status Trainer::AlignWorkers(int64_t* resume) {
+  const int workers = client_->total_workers();
   absl::StatusOr<absl::Span<float>> counts =
-      client_->Allocate(static_cast<size_t>(client_->total_workers()));
+      client_->Allocate(2 * static_cast<size_t>(workers));
   if (!counts.ok()) {
-    return Failed("allocating the evaluation count buffer", counts.status());
+    return Failed("allocating the rejoin agreement buffer", counts.status());
   }
   std::fill(counts->begin(), counts->end(), 0.0f);
   (*counts)[WorkerNumber()] = static_cast<float>(epochs_evaluated_);
+  (*counts)[workers + WorkerNumber()] = static_cast<float>(*resume);
   STARLING_RETURN_IF_ERROR(
       Failed("agreeing on the epochs evaluated", client_->AllReduce(*counts)));
-  const int64_t most =
-      static_cast<int64_t>(*std::max_element(counts->begin(), counts->end()));
-  if (most > epochs_evaluated_) {
+  const int64_t evaluated = static_cast<int64_t>(
+      *std::max_element(counts->begin(), counts->begin() + workers));
+  const int64_t step = static_cast<int64_t>(
+      *std::max_element(counts->begin() + workers, counts->end()));
+  if (evaluated > epochs_evaluated_) {
     std::printf(
         "starling-worker: epoch(s) %lld..%lld were evaluated by the group "
         "before the loss: not again here\n",
         static_cast<long long>(epochs_evaluated_ + 1),  // NOLINT
-        static_cast<long long>(most));                  // NOLINT
-    epochs_evaluated_ = most;
+        static_cast<long long>(evaluated));             // NOLINT
+    epochs_evaluated_ = evaluated;
+  }
+  if (step > *resume) {
+    std::printf(
+        "starling-worker: the group goes on at step %lld: this worker skips "
+        "from step %lld to it\n",
+        static_cast<long long>(step),      // NOLINT
+        static_cast<long long>(*resume));  // NOLINT
+    *resume = step;
   }
   return absl::OkStatus();
 }
@@ -466,10 +482,8 @@ absl::Status Trainer::EvaluateEpoch(int64_t last_step, int64_t epoch, bool last,
     }
     int64_t resume = last_step + 1;
     STARLING_RETURN_IF_ERROR(Rejoin(last_step, ended, &resume));
-    if (resume <= last_step) {
-      *retrain_from = resume;
-      return absl::OkStatus();
-    }
+    if (resume != last_step + 1) *retrain_from = resume;
+    if (resume <= last_step) return absl::OkStatus();
     if (epoch >= epochs_evaluated_) {
       std::printf("starling-worker: evaluating epoch %lld again\n",
                   static_cast<long long>(epoch + 1));  // NOLINT(runtime/int)
@@ -511,7 +525,14 @@ absl::Status Trainer::Run() {
   bool finished = false;
   for (int64_t t = first_step_; !resumed_past_the_end && !finished; ++t) {
     absl::StatusOr<const client::ScheduledIteration*> it = Iteration(t);
-    if (!it.ok()) return it.status();
+    if (!it.ok()) {
+      // The coordinator refuses a schedule request of a group that just
+      // re-formed: rejoin (or end with the error where it cannot).
+      int64_t resume = t;
+      STARLING_RETURN_IF_ERROR(Rejoin(t - 1, it.status(), &resume));
+      t = resume - 1;
+      continue;
+    }
     // A re-formed group's plan may begin past epoch ends this worker did
     // not reach (another worker ran ahead, in the shard owners' modes):
     // their evaluations still take place here, so that every worker takes

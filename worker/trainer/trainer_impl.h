@@ -72,8 +72,8 @@ class Trainer {
   absl::Status Rejoin(int64_t t, const absl::Status& why, int64_t* resume);
   // Rejoin's first collective in the re-formed group: the largest number
   // of epochs any worker evaluated becomes this worker's
-  // (epochs_evaluated_).
-  absl::Status AlignEvaluations();
+  // (epochs_evaluated_), and the largest step any goes on at its `*resume`.
+  absl::Status AlignWorkers(int64_t* resume);
   // The samples of iteration `it` for this worker.
   std::vector<int64_t> Samples(const client::ScheduledIteration& it);
   // Forward, loss and backward of step t on `samples` (not empty), calling
@@ -94,10 +94,10 @@ class Trainer {
   absl::Status EndEpoch(int64_t last_step, int64_t epoch, bool last);
   // EndEpoch, rejoining when the group re-forms under it: the evaluation
   // is done again in the re-formed group (every survivor's worker does it
-  // again or reaches it), unless the run went on from before the epoch's
-  // end (sync SGD rolled steps back): then `*retrain_from` is the step to
-  // train next (-1 otherwise), and the epoch is evaluated when its last
-  // step is trained again.
+  // again or reaches it) unless the group did it (AlignWorkers). Where the
+  // group goes on at another step than the next, `*retrain_from` is that
+  // step (-1 otherwise): before the epoch's end (sync SGD rolled steps
+  // back), the epoch is evaluated when its last step is trained again.
   absl::Status EvaluateEpoch(int64_t last_step, int64_t epoch, bool last,
                              int64_t* retrain_from);
   absl::Status WriteOut();
@@ -134,7 +134,7 @@ class Trainer {
   int64_t first_step_ = 0;
   int rejoins_left_ = 0;
   // Epochs whose evaluation this worker did or the group did for it
-  // (AlignEvaluations): epoch e is evaluated at its end iff e >= this.
+  // (AlignWorkers): epoch e is evaluated at its end iff e >= this.
   int64_t epochs_evaluated_ = 0;
   std::string mode_;
   int staleness_ = 0;

@@ -327,8 +327,9 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
       << absl::FormatDuration(moved - moving) << ", the run built in "
       << absl::FormatDuration(absl::Now() - moved) << "; every shard at update "
       << plan.updates;
-  // The shard owners keep no step: each worker goes on from its own count.
-  *version = 0;
+  // The shard owners keep no step: each worker goes on from its own count;
+  // round-robin's turns count updates from here.
+  *version = options_.round_robin ? plan.updates : 0;
   return base;
 }
 

@@ -1,5 +1,5 @@
 // Continuation of a shard owners' run (PsEngine: parameter server and the
-// asynchronous EASGD variants but round-robin) in a group re-formed without
+// asynchronous EASGD variants) in a group re-formed without
 // some of its daemons, or with a daemon that joins it (DESIGN.md
 // "Failure").
 //
@@ -28,6 +28,10 @@
 // values bit for bit), from which each daemon takes its new shard, its new
 // buddy's replica and the parameters. Every shard goes on at the largest
 // update count among the old shards (the optimizer's step number).
+//
+// Round-robin EASGD goes on with its turns counted from that update count:
+// the continuation's version, which the workers' exchanges after it number
+// from (Client::Rejoined::group_version), in the new group's worker order.
 //
 // Thread-compatible: the regroup thread owns the runs it is handed.
 #ifndef STARLING_SERVER_NODE_PS_PS_CONTINUATION_H_

@@ -38,8 +38,9 @@
 // distance, each owner sends every update it applied to its buddy and
 // answers the push only once the buddy applied it too; a run stopped for
 // a peer's loss goes on in the re-formed group from what the survivors
-// hold (their shards, and the replicas of the lost ones). Round-robin
-// keeps no replica (its option's comment says why).
+// hold (their shards, and the replicas of the lost ones). Round-robin's
+// turns go on counted from the update count every shard goes on at (the
+// continuation's version; the workers number their exchanges from it).
 //
 // Deadlines: a push or pull takes at most `timeout` (then the owners that
 // did not answer are named); an owner waits at most `timeout` for a run its
@@ -100,9 +101,7 @@ struct PsEngineOptions {
   bool hogwild = false;
   bool round_robin = false;
   // Each rank's shard is replicated on rank + buddy_distance (ps_run.h);
-  // 0: no replicas (and a lost daemon ends the run). Round-robin runs keep
-  // none: their turn order counts every owner's updates, which a group
-  // re-formed around a lost owner cannot restore.
+  // 0: no replicas (and a lost daemon ends the run).
   int buddy_distance = 0;
 };
 
