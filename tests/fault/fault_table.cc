@@ -339,6 +339,22 @@ std::vector<int> Others(NodeCluster& cluster, const std::vector<int>& victims) {
   return others;
 }
 
+// What the survivors `daemons` logged of the shard owners' state move: the
+// replicas checked against their surviving owners, and how many differed.
+std::string ReplicaChecks(NodeCluster& cluster,
+                          const std::vector<int>& daemons) {
+  const std::string log = cluster.Stderr(cluster.daemon_pid(daemons[0]));
+  const size_t at = log.rfind(" replica(s) checked against their owners, ");
+  if (at == std::string::npos) return "no state move logged";
+  size_t begin = at;
+  while (begin > 0 && log[begin - 1] >= '0' && log[begin - 1] <= '9') --begin;
+  const size_t end = log.find(" differing", at);
+  return absl::StrCat(
+      log.substr(begin, end == std::string::npos ? std::string::npos
+                                                 : end - begin + 10),
+      " (CRC of values and optimizer state at equal update counts)");
+}
+
 // Sends `signal` to `victims` at a random point of a step of a run of
 // kRunSteps: times the coordinator's re-formation without them (a group of
 // the others, all healthy) and the first step committed after it: in the
@@ -425,15 +441,20 @@ Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
   int64_t steps_of_run = -1;
   proto::RunStatus::State state = proto::RunStatus::STATE_UNSPECIFIED;
   RunOutcome(cluster, run, &steps_of_run, &state);
+  // The shard owners count updates, not steps: each worker pushes its
+  // kRunSteps, and the run finished once every worker did.
+  const bool shard_owners = cluster.options().mode == "parameter_server";
   if (goes_on) {
     s.ok = !s.hung && exited_ok == size && s.resume_s >= 0 &&
            state == proto::RunStatus::STATE_FINISHED &&
-           steps_of_run == kRunSteps && rejoins >= size;
-    s.note = absl::StrCat("epoch ", epoch, ", run ",
-                          state == proto::RunStatus::STATE_FINISHED
-                              ? "finished"
-                              : "did not finish",
-                          " ", steps_of_run, " of ", kRunSteps, " steps");
+           (shard_owners || steps_of_run == kRunSteps) && rejoins >= size;
+    s.note = absl::StrCat(
+        "epoch ", epoch, ", run ",
+        state == proto::RunStatus::STATE_FINISHED ? "finished"
+                                                  : "did not finish",
+        shard_owners
+            ? absl::StrCat("; ", ReplicaChecks(cluster, others))
+            : absl::StrCat(" ", steps_of_run, " of ", kRunSteps, " steps"));
     if ((!s.ok || s.resume_s > 3) && absl::GetFlag(FLAGS_logs)) {
       std::fprintf(stderr, "did not go on within 3 s:\n%s\n",
                    cluster.ServerLogs().c_str());
@@ -459,6 +480,18 @@ Sample MidRunFault(NodeCluster& cluster, const std::vector<int>& victims,
   s.note = absl::StrCat("epoch ", epoch, ", run failed after ", steps_of_run,
                         " steps; the next run trains");
   return s;
+}
+
+// kill -9 of daemon 1 of 3 during a run of parameter-server pushes: the
+// lost shard from its buddy's replica, which had every push a worker was
+// told was applied.
+Sample KillMidRunParameterServer() {
+  ClusterOptions options = Options(3);
+  options.mode = "parameter_server";
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  return MidRunFault(cluster, {1}, SIGKILL, /*goes_on=*/true);
 }
 
 // kill -9 of daemon 1 of 3 during a run.
@@ -1014,6 +1047,8 @@ int Main(int argc, char** argv) {
       {"kill -9 of a daemon between runs (3 daemons)", KillBetweenRuns},
       {"kill -9 of a daemon at a random point of a step (3 daemons)",
        KillMidRun},
+      {"kill -9 of a daemon mid-run, parameter server (3 daemons)",
+       KillMidRunParameterServer},
       {"SIGSTOP of a daemon mid-run, SIGCONT later (3 daemons)", StopMidRun},
       {"daemon killed between runs and restarted with the same flags "
        "(3 daemons)",
