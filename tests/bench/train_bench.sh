@@ -25,7 +25,8 @@
 # one push after backward; a number: that bucket size, for sweeps)
 # --epochs E (mlp 10, cnn 3; or "mlp:10,cnn:3") --rate 1gbit --hosts 4
 # --batch 64 --lr 0.05 --optimizer momentum --staleness 1 --dtype float32
-# --train-limit N (0: all 60000) --out CSV (default
+# --train-limit N (0: all 60000) --replicas R (the coordinator's
+# --replicas, default 1: each shard also on a buddy) --out CSV (default
 # tests/bench/results/train_<date>.csv) --bin DIR (holding
 # starling-coordinator, starling-node, starling-worker; default: build -c opt)
 # --keep (keep the logs). Every process it starts is stopped by pid on exit;
@@ -36,7 +37,7 @@ PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 MODELS="mlp cnn" MODES="sync_sgd async_sgd parameter_server" OVERLAP="on off"
 EPOCHS="mlp:10,cnn:3" RATE=1gbit HOSTS=4 BATCH=64 LR=0.05 OPTIMIZER=momentum
 STALENESS=1 DTYPE=float32 TRAIN_LIMIT=0 BIN="" KEEP=0 BUILT_BIN=""
-TAUS=4 EASGD_LR="" MEASGD_LR=""
+TAUS=4 EASGD_LR="" MEASGD_LR="" REPLICAS=1
 OUT=$REPO/tests/bench/results/train_$(date +%Y%m%d_%H%M%S).csv
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -55,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     --measgd-lr) MEASGD_LR=$2; shift 2 ;;
     --dtype) DTYPE=$2; shift 2 ;;
     --train-limit) TRAIN_LIMIT=$2; shift 2 ;;
+    --replicas) REPLICAS=$2; shift 2 ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --bin) BIN=$(realpath "$2"); shift 2 ;;
     --keep) KEEP=1; shift ;;
@@ -150,7 +152,7 @@ for model in $MODELS; do
       echo "== $model, $mode, tau $tau, overlap $overlap: $HOSTS daemons x 1 worker, $E epoch(s)"
       ip netns exec pbctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$HOSTS" \
         --listen "$CTL:$port" --metrics_port $((port + 1)) --mode "$mode" \
-        --staleness "$STALENESS" "${mode_flags[@]}" "${tau_flags[@]}" \
+        --staleness "$STALENESS" --replicas "$REPLICAS" "${mode_flags[@]}" "${tau_flags[@]}" \
         --epochs "$E" --partitions_per_epoch "$PARTITIONS" --log_level warning \
         > "$dir/coordinator.log" 2>&1 &
       PIDS+=($!)
