@@ -1,10 +1,12 @@
 """starling.torch carries on when a daemon is lost mid-run: a coordinator,
 3 daemons and one torch_worker.py goes_on worker per daemon on loopback
-(sync_sgd, the daemons own a momentum optimizer and keep buddy replicas);
-daemon 1 is killed (SIGKILL) mid-run. The other two workers' step()
-rejoins the re-formed group and completes there: both finish every step,
-their on_regroup callback saw rank() and size() of the new group, and they
-end with the same parameters, bit for bit.
+(the daemons own a momentum optimizer and keep buddy replicas); daemon 1
+is killed (SIGKILL) mid-run. The other two workers' step() rejoins the
+re-formed group and completes there: both finish every step and their
+on_regroup callback saw rank() and size() of the new group. In sync_sgd
+they end with the same parameters, bit for bit; with a parameter server
+(each worker's pushes applied as they come) each goes on from its own
+step, nothing rolled back.
 
     /usr/bin/python3 torch_regroup_test.py
 
@@ -76,6 +78,12 @@ class RegroupTest(unittest.TestCase):
         return "\n".join(text)
 
     def test_a_lost_daemon_leaves_the_run_going_on(self):
+        self.lose_a_daemon("sync_sgd")
+
+    def test_a_lost_daemon_leaves_a_parameter_server_run_going_on(self):
+        self.lose_a_daemon("parameter_server")
+
+    def lose_a_daemon(self, mode):
         root = _root()
         coordinator = os.path.join(root, "server", "coordinator",
                                    "starling-coordinator")
@@ -84,7 +92,7 @@ class RegroupTest(unittest.TestCase):
         address = "127.0.0.1:%d" % ports[0]
         self.start("coordinator", [
             coordinator, "--job_id=regroup", "--expected_nodes=3",
-            "--listen=" + address, "--metrics_port=0", "--mode=sync_sgd",
+            "--listen=" + address, "--metrics_port=0", "--mode=" + mode,
             "--optimizer=momentum", "--learning_rate=0.05",
             "--heartbeat_timeout=2s", "--collective_timeout=10s",
             "--log_level=warning"])
@@ -135,13 +143,15 @@ class RegroupTest(unittest.TestCase):
             # Told: logged and called back with the new group's size.
             # (run 1 was the optimizer's check that every worker holds
             # the same model; run 2 trains.)
+            rolled = "[01]" if mode == "sync_sgd" else "0"
             self.assertRegex(err, r"rejoined run 2 at step \d+ as worker [01] "
-                             r"of 2 \(2 daemons\); [01] pushed step")
+                             r"of 2 \(2 daemons\); %s pushed step" % rolled)
             self.assertIn("STEPS %d size 2" % STEPS, err)
             self.assertRegex(out, r"REGROUPED Regrouped\(run_id=2, step=\d+, "
-                             r"rank=[01], size=2, rolled_back=[01]\)")
+                             r"rank=[01], size=2, rolled_back=%s\)" % rolled)
             params.append(re.search(r"PARAMS (\w+)", out).group(1))
-        self.assertEqual(params[0], params[1])
+        if mode == "sync_sgd":
+            self.assertEqual(params[0], params[1])
         # (The victim's worker waits for its daemon to come back, up to its
         # timeouts; tearDown stops it.)
 

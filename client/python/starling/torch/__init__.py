@@ -20,11 +20,11 @@ optimizer, each holding 1/N of its state, and step() pulls the updated
 parameters. `--mode async_sgd --staleness s` makes either asynchronous
 with staleness bound s. See DistributedOptimizer.
 
-A daemon lost mid-run (kill -9, a node down) does not end a sync_sgd run
-whose daemons own the optimizer (they keep a buddy replica of their
-state): step() rejoins the re-formed group and completes there, logging
-it; DistributedOptimizer(on_regroup=...) is told the new rank() and
-size().
+A daemon lost mid-run (kill -9, a node down) does not end a sync_sgd or
+parameter_server run whose daemons own the optimizer (they keep a buddy
+replica of their state): step() rejoins the re-formed group and completes
+there, logging it; DistributedOptimizer(on_regroup=...) is told the new
+rank() and size().
 """
 
 try:

@@ -45,6 +45,10 @@ _DAEMON_OPTIMIZERS = tuple(starling._starling.DAEMON_OPTIMIZERS)
 # The codes of an op cut short by a lost daemon's group re-forming ("run R
 # stopped at step S: ...; reconnect to resume"): step() rejoins.
 _REJOIN_CODES = ("ABORTED", "UNAVAILABLE")
+# The modes whose runs go on in a re-formed group with the daemons owning
+# the optimizer: the synchronous step (from the last committed step) and
+# the parameter server (each shard as its owner or its buddy held it).
+_REJOIN_MODES = ("sync_sgd", "parameter_server")
 
 
 def _force_staging():
@@ -474,15 +478,16 @@ class _DistributedBase:
 
     def _daemon_step_going_on(self, t):
         """_daemon_step(t); where a daemon of the group was lost and the
-        run goes on in the re-formed group (sync_sgd with the daemons'
-        replicas), rejoins it and completes step t there."""
+        run goes on in the re-formed group (sync_sgd or parameter_server,
+        with the daemons' replicas), rejoins it and completes step t
+        there."""
         for attempt in range(self._rejoins + 1):
             try:
                 self._daemon_step(t)
                 return
             except starling.StarlingError as error:
                 if (attempt == self._rejoins or
-                        self._job["mode"] != "sync_sgd" or
+                        self._job["mode"] not in _REJOIN_MODES or
                         getattr(error, "code", "") not in _REJOIN_CODES):
                     raise
                 self._rejoin(t, error)
@@ -497,7 +502,9 @@ class _DistributedBase:
         v = going_on["next_step"]
         # Step t - 1's pushes were answered before its step() returned:
         # the run goes on at t (step t rolled back) or t + 1 (it was
-        # committed), never before.
+        # committed), never before. (parameter_server: this worker's own
+        # next step, t or t + 1 as its push of t was sent or not; nothing
+        # is rolled back.)
         if v not in (t, t + 1):
             raise starling._error(
                 "INTERNAL",
