@@ -122,6 +122,11 @@ struct ClientOptions {
   std::string worker_name;
   // Bound on Connect() and on every synchronous op.
   absl::Duration timeout = absl::Seconds(60);
+  // Bound on the daemon's answer to this worker's hello (Connect, Rejoin):
+  // a process that accepts connections on the socket but does not answer
+  // is named within it (DeadlineExceeded), and one that answers in
+  // another protocol at once (FailedPrecondition). Zero: `timeout`.
+  absl::Duration connect_timeout = absl::ZeroDuration();
   // Size of the shared-memory pool buffers are allocated from.
   size_t pool_bytes = size_t{64} << 20;
   // Gradient buckets (see PushGradientsPartAsync): the declared tensors,

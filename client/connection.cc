@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/base/framed_socket.h"
@@ -70,6 +71,18 @@ Connection::Connection(ClientOptions options, std::unique_ptr<SharedPool> pool,
       pool_(std::move(pool)),
       fd_(std::move(fd)) {}
 
+namespace {
+
+// The process at `path` answered in another protocol (`what`).
+absl::Status NotStarling(const std::string& path, absl::string_view what) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the process at ", path, " is not a Starling node daemon: ", what,
+      "; check the socket path (STARLING_SOCKET, --socket): it names "
+      "another program's socket"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
     const ClientOptions& options_in, std::unique_ptr<SharedPool> pool) {
   ClientOptions options = options_in;
@@ -105,13 +118,29 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
         WriteFrame(socket, hello.SerializeAsString(), connection->pool_->fd());
     if (status.ok()) {
       // The reader thread is not running yet: read the answer here.
+      absl::Duration left = std::max(deadline - absl::Now(), absl::Seconds(1));
+      if (options.connect_timeout > absl::ZeroDuration()) {
+        left = std::min(left, options.connect_timeout);
+      }
+      const absl::Duration usec = absl::Trunc(left, absl::Microseconds(1));
       timeval tv = {};
-      const absl::Duration left =
-          std::max(deadline - absl::Now(), absl::Seconds(1));
-      tv.tv_sec = absl::ToInt64Seconds(left);
+      tv.tv_sec = absl::ToInt64Seconds(usec);
+      tv.tv_usec = absl::ToInt64Microseconds(usec - absl::Seconds(tv.tv_sec));
       ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
       frame = ReadFrame(socket);
       if (frame.ok()) break;
+      if (absl::IsDeadlineExceeded(frame.status())) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no hello reply within ", absl::FormatDuration(left),
+            " from the process accepting connections at ", options.socket_path,
+            " (", where,
+            "): it is not a Starling node daemon, or one that is stopped or "
+            "overloaded; check the socket path (STARLING_SOCKET, "
+            "--socket) and the daemon's log"));
+      }
+      if (absl::IsDataLoss(frame.status())) {
+        return NotStarling(options.socket_path, frame.status().message());
+      }
       status = Annotate(
           frame.status(),
           absl::StrCat("waiting for the daemon's hello reply to ", where));
@@ -134,9 +163,15 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
   tv.tv_sec = 0;
   ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   proto::WorkerResponse response;
-  if (!response.ParseFromString(frame->payload)) {
-    return absl::DataLossError(absl::StrCat(
-        "unparsable hello reply from the daemon at ", options.socket_path));
+  if (!response.ParseFromString(frame->payload) ||
+      (response.code() == 0 && !response.has_hello())) {
+    return NotStarling(
+        options.socket_path,
+        absl::StrCat(
+            "a ", frame->payload.size(),
+            "-byte reply that is not a hello reply, beginning \"",
+            absl::CHexEscape(absl::string_view(frame->payload).substr(0, 16)),
+            "\""));
   }
   STARLING_RETURN_IF_ERROR(ToStatus(response));
   connection->hello_ = response.hello();

@@ -5,7 +5,7 @@
 // Client:
 //
 //   c = _starling.Client(socket_path, worker_index, timeout_s, pool_bytes,
-//                        bucket_bytes, worker_name)
+//                        bucket_bytes, worker_name, connect_timeout_s)
 //   c.declare_tensor("fc1.weight", [256, 784], "float32")
 //   buf = c.allocate(nbytes)           # writable buffer in the shared pool
 //   c.push_gradients_part_async(step, [("fc1.weight", ptr, nbytes, 4)])
@@ -138,7 +138,7 @@ class PyClient {
  public:
   PyClient(const std::string& socket_path, int worker_index, double timeout_s,
            size_t pool_bytes, size_t bucket_bytes,
-           const std::string& worker_name) {
+           const std::string& worker_name, double connect_timeout_s) {
     ClientOptions options;
     options.socket_path = socket_path;
     options.worker_index = worker_index;
@@ -147,6 +147,8 @@ class PyClient {
     options.pool_bytes = pool_bytes;
     options.bucket_bytes = bucket_bytes;
     options.worker_name = worker_name;
+    if (connect_timeout_s > 0)
+      options.connect_timeout = Seconds(connect_timeout_s);
     absl::StatusOr<std::unique_ptr<Client>> client;
     {
       py::gil_scoped_release release;
@@ -282,10 +284,10 @@ void DefineModule(py::module_& m) {
 
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string&, int, double, size_t, size_t,
-                    const std::string&>(),
+                    const std::string&, double>(),
            py::arg("socket_path"), py::arg("worker_index"),
            py::arg("timeout_s"), py::arg("pool_bytes"), py::arg("bucket_bytes"),
-           py::arg("worker_name") = "")
+           py::arg("worker_name") = "", py::arg("connect_timeout_s") = 0.0)
       .def("close", &PyClient::Close)
       .def_property_readonly("rank",
                              [](PyClient& c) { return c.client().rank(); })

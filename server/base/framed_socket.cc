@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace starling {
@@ -78,6 +79,12 @@ absl::Status RecvAll(int fd, char* data, size_t length, ScopedFd* got_fd,
     const ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // The socket's receive timeout (SO_RCVTIMEO) passed.
+        return absl::DeadlineExceededError(absl::StrCat(
+            "nothing to read within the socket's receive timeout (", done,
+            " of ", length, " bytes read)"));
+      }
       return Errno("reading a frame");
     }
     for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr;
@@ -129,9 +136,13 @@ absl::StatusOr<Frame> ReadFrame(int fd) {
   const uint32_t length = uint32_t{header[0]} | uint32_t{header[1]} << 8 |
                           uint32_t{header[2]} << 16 | uint32_t{header[3]} << 24;
   if (length > kMaxFrameBytes) {
-    return absl::DataLossError(absl::StrCat("frame length ", length,
-                                            " bytes exceeds the limit of ",
-                                            kMaxFrameBytes, " bytes"));
+    // Another protocol's first bytes are telling ("HTTP", "SSH-").
+    return absl::DataLossError(
+        absl::StrCat("frame length ", length, " bytes exceeds the limit of ",
+                     kMaxFrameBytes, " bytes (its 4 header bytes: \"",
+                     absl::CHexEscape(absl::string_view(
+                         reinterpret_cast<char*>(header), sizeof(header))),
+                     "\")"));
   }
   frame.payload.resize(length);
   status = RecvAll(fd, frame.payload.data(), length, &frame.received_fd,

@@ -176,8 +176,11 @@ def init(socket=None, worker_index=None, *, timeout=None, pool_bytes=None,
         $STARLING_POOL_BYTES or 1 GiB; pages are only used when touched).
     bucket_bytes: gradient bucket size (default $STARLING_BUCKET_BYTES or
         256 KiB); every worker of the job must use the same.
-    connect_timeout: how long to wait for the socket to appear (default
-        $STARLING_CONNECT_TIMEOUT or 10 s).
+    connect_timeout: how long to wait for the socket to appear and for the
+        daemon's answer to this worker's hello (default
+        $STARLING_CONNECT_TIMEOUT or 10 s): a process that accepts on the
+        socket but does not answer, or answers in another protocol, is
+        named within it.
     """
     global _session
     if _session is not None:
@@ -197,7 +200,7 @@ def init(socket=None, worker_index=None, *, timeout=None, pool_bytes=None,
     _wait_for_daemon(socket, connect_timeout)
     name = "worker %d (pid %d)" % (worker_index, os.getpid())
     client = _starling.Client(socket, worker_index, timeout, pool_bytes,
-                              bucket_bytes, name)
+                              bucket_bytes, name, connect_timeout)
     _session = Session(client, socket, timeout, pool_bytes)
     _install_exit_hooks()
 

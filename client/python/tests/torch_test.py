@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import tempfile
+import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -164,19 +165,66 @@ class SyncTest(Base):
             stale = os.path.join(tmp, "stale.sock")
             with socket.socket(socket.AF_UNIX) as s:
                 s.bind(stale)
-            code = ("import starling.torch as st\n"
-                    "for path in ('/nonexistent/node.sock', %r):\n"
+            # One that accepts and never answers (a stopped or foreign
+            # process), and another program's that answers in its own
+            # protocol at once.
+            silent = os.path.join(tmp, "silent.sock")
+            silent_socket = socket.socket(socket.AF_UNIX)
+            silent_socket.bind(silent)
+            silent_socket.listen(4)
+            http = os.path.join(tmp, "http.sock")
+            http_socket = socket.socket(socket.AF_UNIX)
+            http_socket.bind(http)
+            http_socket.listen(4)
+
+            def answer_http():
+                # starling.init's probe connects first, then the client:
+                # a few connections, each answered at once.
+                for _ in range(8):
+                    try:
+                        conn, _ = http_socket.accept()
+                    except OSError:
+                        return  # closed: the test is over
+                    with conn:
+                        try:
+                            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                            conn.recv(1 << 16)
+                        except OSError:
+                            pass
+
+            server = threading.Thread(target=answer_http, daemon=True)
+            server.start()
+            code = ("import time\n"
+                    "import starling.torch as st\n"
+                    "for path in ('/nonexistent/node.sock', %r, %r, %r):\n"
+                    "    start = time.monotonic()\n"
                     "    try:\n"
-                    "        st.init(socket=path, connect_timeout=0.2)\n"
+                    "        st.init(socket=path, connect_timeout=0.5)\n"
                     "    except st.StarlingError as e:\n"
-                    "        print(e.code, e)\n" % stale)
-            out = subprocess.run(["/usr/bin/python3", "-c", code], env=env,
-                                 stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True,
-                                 timeout=60).stdout
+                    "        print(e.code, e)\n"
+                    "    print('TOOK %%.1f' %% (time.monotonic() - start))\n"
+                    % (stale, silent, http))
+            env["STARLING_TIMEOUT"] = "60"
+            try:
+                out = subprocess.run(["/usr/bin/python3", "-c", code],
+                                     env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     timeout=60).stdout
+            finally:
+                silent_socket.close()
+                http_socket.close()
+        # Named within the connect timeout, not the 60 s of every op.
+        self.assertIn("DEADLINE_EXCEEDED no hello reply within 500ms from the "
+                      "process accepting connections at %s" % silent, out)
+        took = [float(t) for t in re.findall(r"TOOK ([\d.]+)", out)]
+        self.assertEqual(len(took), 4, out)
+        self.assertLess(took[2], 10.0, out)
+        self.assertIn("FAILED_PRECONDITION the process at %s is not a "
+                      "Starling node daemon" % http, out)
+        self.assertIn("HTTP", out)
         self.assertIn("UNAVAILABLE starling.init: no Starling node daemon is "
                       "running at /nonexistent/node.sock (the socket does not "
-                      "exist; waited 0.2 s)", out)
+                      "exist; waited 0.5 s)", out)
         self.assertIn("running at %s (the socket exists but nothing accepts "
                       "on it (Connection refused)" % stale, out)
         self.assertIn("starling-run", out)
