@@ -140,7 +140,8 @@ absl::StatusOr<Challenge> DecodeChallengeBody(absl::Span<const uint8_t> body) {
         absl::StrCat("CHALLENGE has nonzero reserved word ", reserved));
   }
   if (mode != static_cast<uint32_t>(AuthMode::kNone) &&
-      mode != static_cast<uint32_t>(AuthMode::kHmacSha256)) {
+      mode != static_cast<uint32_t>(AuthMode::kHmacSha256) &&
+      mode != static_cast<uint32_t>(AuthMode::kGroupKey)) {
     return absl::DataLossError(
         absl::StrCat("CHALLENGE has unknown authentication mode ", mode));
   }

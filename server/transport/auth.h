@@ -37,8 +37,9 @@ using Proof = std::array<uint8_t, kProofBodyBytes>;
 
 // What a side offers in its CHALLENGE.
 enum class AuthMode : uint32_t {
-  kNone = 0,        // no cluster secret: loopback peers only (or insecure)
-  kHmacSha256 = 1,  // proves knowledge of the cluster secret
+  kNone = 0,        // no key: loopback peers only (or insecure)
+  kHmacSha256 = 1,  // proves knowledge of the cluster secret (and group key)
+  kGroupKey = 2,    // proves the group key alone: no cluster secret
 };
 
 struct Challenge {

@@ -173,9 +173,9 @@ TEST(Challenge, MalformedBodiesAreDataLoss) {
   uint8_t* body = frame + kFrameHeaderBytes;
   EXPECT_THAT(DecodeChallengeBody(absl::MakeConstSpan(body, 39)),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("39 bytes")));
-  body[0] = 2;
+  body[0] = 3;
   EXPECT_THAT(DecodeChallengeBody(absl::MakeConstSpan(body, 40)),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("mode 2")));
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("mode 3")));
   body[0] = 0;
   body[5] = 1;
   EXPECT_THAT(DecodeChallengeBody(absl::MakeConstSpan(body, 40)),

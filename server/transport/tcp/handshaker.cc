@@ -86,7 +86,9 @@ absl::Status Handshaker::Start(std::vector<uint8_t>* out) {
 
 void Handshaker::AppendChallenge(std::vector<uint8_t>* out) const {
   Challenge challenge;
-  challenge.mode = has_secret() ? AuthMode::kHmacSha256 : AuthMode::kNone;
+  challenge.mode = !has_secret()            ? AuthMode::kNone
+                   : config_.group_key_only ? AuthMode::kGroupKey
+                                            : AuthMode::kHmacSha256;
   challenge.nonce = config_.nonce;
   uint8_t frame[kChallengeFrameBytes];
   EncodeChallengeFrame(challenge, frame);
@@ -245,7 +247,24 @@ absl::Status Handshaker::OnChallenge(std::vector<uint8_t>* out) {
   }
   const std::string them = config_.name(static_cast<int>(remote_.sender_rank));
   const std::string me = config_.name(static_cast<int>(local_.sender_rank));
-  const bool peer_has_secret = challenge->mode == AuthMode::kHmacSha256;
+  const bool peer_has_secret = challenge->mode != AuthMode::kNone;
+  // Both prove a key, but only one has the cluster secret (the other the
+  // coordinator's group key alone): named as such, not as a failed proof.
+  if (has_secret() && peer_has_secret &&
+      (challenge->mode == AuthMode::kGroupKey) != config_.group_key_only) {
+    return Fail(
+        absl::UnauthenticatedError(
+            config_.group_key_only
+                ? absl::StrCat(them, " uses a cluster secret but ", me,
+                               " has none (a --cluster_secret_file missing "
+                               "on ",
+                               me, "'s node): ", kSecretHint)
+                : absl::StrCat(them, " has no cluster secret but ", me,
+                               " requires one (a --cluster_secret_file "
+                               "missing on ",
+                               them, "'s node): ", kSecretHint)),
+        out);
+  }
   if (has_secret() && !peer_has_secret) {
     return Fail(absl::UnauthenticatedError(
                     absl::StrCat(them, " has no cluster secret but ", me,

@@ -177,6 +177,36 @@ TEST(Handshaker, SecretOnOneSideOnlyIsRefusedNamingTheFix) {
                                         HasSubstr("has none")));
 }
 
+// Every node proves the coordinator's group key; one also has the cluster
+// secret file and the other not: named as a missing secret file on one
+// side, on both sides, not as a failed proof or a forged HELLO.
+TEST(Handshaker, ASecretFileMissingOnOneNodeIsNamedAsThat) {
+  HandshakeConfig key_only = ConnectConfig("group-key");
+  key_only.group_key_only = true;
+  Outcome outcome = Handshake(key_only, AcceptConfig("s3cretgroup-key"));
+  EXPECT_THAT(outcome.accept,
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       AllOf(HasSubstr(Name(2) + " has no cluster secret but " +
+                                       Name(0) + " requires one"),
+                             HasSubstr("--cluster_secret_file missing on " +
+                                       Name(2) + "'s node"))));
+  // The connecting side hears the refusal, with the same text.
+  EXPECT_THAT(outcome.connect,
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       HasSubstr("--cluster_secret_file missing on " + Name(2) +
+                                 "'s node")));
+  EXPECT_THAT(outcome.accept.message(),
+              Not(HasSubstr("failed the cluster-secret challenge")));
+  HandshakeConfig key_only_accept = AcceptConfig("group-key");
+  key_only_accept.group_key_only = true;
+  outcome = Handshake(ConnectConfig("s3cretgroup-key"), key_only_accept);
+  EXPECT_THAT(outcome.accept,
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       AllOf(HasSubstr(Name(2) + " uses a cluster secret but " +
+                                       Name(0) + " has none"),
+                             HasSubstr("missing on " + Name(0) + "'s node"))));
+}
+
 TEST(Handshaker, NonLoopbackPeerWithoutSecretIsRefusedUnlessInsecure) {
   HandshakeConfig accept = AcceptConfig("");
   accept.peer_is_loopback = false;
