@@ -11,6 +11,14 @@
 
 namespace starling {
 namespace metrics {
+namespace {
+
+// The pool that serves connections, and how long a connection may take to
+// send its request.
+constexpr size_t kThreads = 64;
+constexpr absl::Duration kRequestWait = absl::Milliseconds(250);
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const MetricsHttpServerOptions& options, const MetricsRegistry* registry,
@@ -20,6 +28,16 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         absl::StrCat("metrics port ", options.port, " is outside 0..65535"));
   }
   auto server = std::make_unique<httplib::Server>();
+  // Slow, idle or half-sent connections must not take the probes down:
+  // each holds one of the pool's threads only until its request is late
+  // (a scraper sends it at once), its reader stalls, or its keep-alive
+  // idles; with enough threads for a few hundred such at a time, a probe
+  // behind them is answered well within a second (metrics_http_server_test).
+  server->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  server->set_read_timeout(0, absl::ToInt64Microseconds(kRequestWait));
+  server->set_write_timeout(1, 0);
+  server->set_keep_alive_timeout(1);
+  server->set_keep_alive_max_count(16);
   // cpp-httplib's default socket options add SO_REUSEPORT, which lets a
   // second process bind the same port silently and share its scrapes. Keep
   // only SO_REUSEADDR (restart while old connections sit in TIME_WAIT).

@@ -14,8 +14,12 @@
 //   ...
 //   server->Stop();   // or let it go out of scope
 //
-// Threads: one listener thread plus cpp-httplib's worker pool, which
-// encode the registry per request. Thread-safe.
+// Threads: one listener thread plus a pool of 64 (cpp-httplib's), which
+// encode the registry per request. A connection holds a pool thread only
+// while it is prompt: its request must arrive within 250 ms, a reply be
+// taken within 1 s, and a kept-alive connection idles at most 1 s, so slow
+// or idle clients (hundreds at once) cannot starve the probes.
+// Thread-safe.
 #ifndef STARLING_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 #define STARLING_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 

@@ -1,6 +1,14 @@
 #include "server/metrics/metrics_http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <memory>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -145,6 +153,56 @@ TEST_F(MetricsHttpServerTest, StopRightAfterStartDoesNotHang) {
         MetricsHttpServer::Start({.host = "127.0.0.1", .port = 0}, &registry_));
     server->Stop();
   }
+}
+
+// A client that connects and then sends only part of a request, or
+// nothing: the file descriptor of its connection (-1 if it could not
+// connect).
+int SlowClient(int port, bool half_sent) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    ::close(fd);
+    return -1;
+  }
+  if (half_sent) {
+    const char partial[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    if (::send(fd, partial, sizeof(partial) - 1, MSG_NOSIGNAL) < 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+// 200 clients that connect and stall (half of them mid-request, half
+// before a byte) while probes come in: every probe is answered, each by a
+// client that gives up after a second, as a liveness probe would.
+TEST_F(MetricsHttpServerTest, ProbesAreAnsweredWhile200ClientsStall) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<MetricsHttpServer> server,
+      MetricsHttpServer::Start({.host = "127.0.0.1", .port = 0}, &registry_));
+  std::vector<int> stalled;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = SlowClient(server->port(), i % 2 == 0);
+    ASSERT_GE(fd, 0) << "client " << i << ": " << std::strerror(errno);
+    stalled.push_back(fd);
+  }
+  httplib::Client probe("127.0.0.1", server->port());
+  probe.set_connection_timeout(1, 0);
+  probe.set_read_timeout(1, 0);
+  probe.set_write_timeout(1, 0);
+  for (const char* path : {"/healthz", "/readyz", "/metrics", "/healthz"}) {
+    httplib::Result result = probe.Get(path);
+    ASSERT_TRUE(result) << path << ": " << httplib::to_string(result.error());
+    EXPECT_EQ(result->status, 200) << path;
+  }
+  for (int fd : stalled) ::close(fd);
 }
 
 }  // namespace
