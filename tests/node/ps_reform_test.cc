@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/node/node_cluster.h"
+#include "tests/node/reform_util.h"
 #include "tests/node/test_params.h"
 #include "worker/examples/quadratic.h"
 
@@ -48,38 +49,6 @@ ClusterOptions Options() {
 std::vector<std::string> WorkerFlags(int64_t steps) {
   return {absl::StrCat("--steps=", steps), "--homogeneous", "--step_delay=2ms",
           "--timeout=20s"};
-}
-
-// Starts a worker on each daemon and waits (bounded) until every node
-// reached iteration 5.
-std::vector<pid_t> StartTraining(NodeCluster& cluster,
-                                 const std::vector<std::string>& flags) {
-  std::vector<pid_t> workers;
-  for (int d = 0; d < kDaemons; ++d) {
-    workers.push_back(cluster.StartWorker(d, 0, flags));
-  }
-  proto::JobStatus status;
-  EXPECT_TRUE(cluster.WaitForJob(
-      absl::Seconds(30),
-      [](const proto::JobStatus& s) {
-        if (!s.formed()) return false;
-        for (const proto::NodeStatus& node : s.nodes()) {
-          if (node.last_iteration() < 5) return false;
-        }
-        return true;
-      },
-      &status))
-      << "the job did not get to iteration 5\n"
-      << cluster.ServerLogs();
-  return workers;
-}
-
-void KillVictimAndItsWorker(NodeCluster& cluster,
-                            const std::vector<pid_t>& workers) {
-  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
-  cluster.Kill(workers[kVictim], SIGKILL);
-  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
-  cluster.Wait(workers[kVictim], absl::Seconds(10));
 }
 
 // Worker `pid` of daemon `d` exits 0 (not hung) at the optimum, with the
@@ -147,8 +116,9 @@ TEST(PsReform, ADaemonKilledMidRunTheRunGoesOnAtNMinus1) {
   NodeCluster cluster(Options());
   cluster.StartCoordinator();
   cluster.StartDaemons();
-  const std::vector<pid_t> workers = StartTraining(cluster, WorkerFlags(600));
-  KillVictimAndItsWorker(cluster, workers);
+  const std::vector<pid_t> workers =
+      StartTraining(cluster, WorkerFlags(600), 5);
+  KillDaemonAndItsWorker(cluster, workers, kVictim);
   std::string params;
   for (int d : {0, 2}) {
     const ProcessResult r = WaitConverged(cluster, workers[d], d, &params);
@@ -163,19 +133,11 @@ TEST(PsReform, ADaemonRestartedMidRunIsTakenBackIntoTheRun) {
   cluster.StartCoordinator();
   cluster.StartDaemons();
   const std::vector<std::string> flags = WorkerFlags(1200);
-  std::vector<pid_t> workers = StartTraining(cluster, flags);
-  KillVictimAndItsWorker(cluster, workers);
+  std::vector<pid_t> workers = StartTraining(cluster, flags, 5);
+  KillDaemonAndItsWorker(cluster, workers, kVictim);
   cluster.StartDaemon(kVictim, {});
   proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(30),
-      [](const proto::JobStatus& s) {
-        return s.group_epoch() >= 2 && s.group_size() == kDaemons &&
-               s.healthy_nodes() == kDaemons && s.current_run().run_id() == 1;
-      },
-      &status))
-      << "daemon " << kVictim << " was not taken back into run 1\n"
-      << cluster.ServerLogs();
+  ASSERT_TRUE(TakenBackIntoRun1(cluster, kVictim, &status));
   workers[kVictim] = cluster.StartWorker(kVictim, 0, flags);
   std::string params;
   for (int d = 0; d < kDaemons; ++d) {

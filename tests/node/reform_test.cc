@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/node/node_cluster.h"
+#include "tests/node/reform_util.h"
 
 namespace starling {
 namespace testing_node {
@@ -205,31 +206,6 @@ TEST(Reform, ADaemonBackWithinTheGraceKeepsItsRankAndTrains) {
   TrainOn(cluster, {0, 1, 2});
 }
 
-// Starts a worker on each daemon training with `flags`, and waits
-// (bounded) until every node reached iteration `iterations`.
-std::vector<pid_t> StartTraining(NodeCluster& cluster,
-                                 const std::vector<std::string>& flags,
-                                 int64_t iterations) {
-  std::vector<pid_t> workers;
-  for (int d = 0; d < cluster.options().daemons; ++d) {
-    workers.push_back(cluster.StartWorker(d, 0, flags));
-  }
-  proto::JobStatus status;
-  EXPECT_TRUE(cluster.WaitForJob(
-      absl::Seconds(30),
-      [iterations](const proto::JobStatus& s) {
-        if (!s.formed()) return false;
-        for (const proto::NodeStatus& node : s.nodes()) {
-          if (node.last_iteration() < iterations) return false;
-        }
-        return true;
-      },
-      &status))
-      << "the job did not get to iteration " << iterations << "\n"
-      << cluster.ServerLogs();
-  return workers;
-}
-
 // StartTraining, then kills daemon `victim` once every node ran a few
 // steps.
 std::vector<pid_t> TrainAndKill(NodeCluster& cluster,
@@ -294,10 +270,7 @@ void ExpectRejoinedNothingLost(const ProcessResult& r) {
 // both waited for.
 void KillVictimAndItsWorker(NodeCluster& cluster,
                             const std::vector<pid_t>& workers) {
-  cluster.Kill(cluster.daemon_pid(kVictim), SIGKILL);
-  cluster.Kill(workers[kVictim], SIGKILL);
-  cluster.Wait(cluster.daemon_pid(kVictim), absl::Seconds(10));
-  cluster.Wait(workers[kVictim], absl::Seconds(10));
+  KillDaemonAndItsWorker(cluster, workers, kVictim);
 }
 
 // With buddy replicas (the default), the run goes on: the survivors take
@@ -374,15 +347,7 @@ TEST(Reform, ADaemonRestartedMidRunIsTakenBackIntoTheRun) {
   // Serving in a group of all three with the others (the data plane
   // formed, its state received).
   proto::JobStatus status;
-  ASSERT_TRUE(cluster.WaitForJob(
-      absl::Seconds(30),
-      [](const proto::JobStatus& s) {
-        return s.group_epoch() >= 2 && s.group_size() == kDaemons &&
-               s.healthy_nodes() == kDaemons && s.current_run().run_id() == 1;
-      },
-      &status))
-      << "daemon " << kVictim << " was not taken back into run 1\n"
-      << cluster.ServerLogs();
+  ASSERT_TRUE(TakenBackIntoRun1(cluster, kVictim, &status));
   const uint64_t epoch = status.group_epoch();
   const absl::Time whole = AwaitGroup(cluster, {0, 1, 2}, epoch, kDaemons);
   workers[kVictim] = cluster.StartWorker(kVictim, 0, flags);

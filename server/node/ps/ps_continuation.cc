@@ -195,15 +195,7 @@ absl::StatusOr<PsResumePlan> PlanPsResume(
 
 bool PsEngine::MayContinue(const Run& run, const absl::Status& why) const {
   if (static_cast<const PsRun&>(run).replica == nullptr) return false;
-  switch (why.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
-      return true;
-    default:
-      return false;
-  }
+  return IsPeerLoss(why);
 }
 
 absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(

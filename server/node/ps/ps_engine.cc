@@ -515,16 +515,9 @@ absl::Status PsEngine::AwaitPulledPart(const Exchanging& x, int owner) {
 }
 
 void PsEngine::OnExchangeFailed(PsRun& run, const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kFailedPrecondition:  // an owner ended the run
-      break;
-    default:
-      return;  // this request's own fault: the run goes on
-  }
+  // FailedPrecondition: an owner ended the run. Anything else is this
+  // request's own fault: the run goes on.
+  if (!IsPeerLoss(status) && !absl::IsFailedPrecondition(status)) return;
   if (stopping()) return;  // the plane stops the run itself
   runs_->FailRun(run.id,
                  absl::AbortedError(absl::StrCat(

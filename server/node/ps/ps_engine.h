@@ -61,6 +61,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -221,6 +222,21 @@ class PsEngine : public RunEngine {
   absl::StatusOr<int64_t> RemoteUpdates(const WorkerHandle& worker, PsRun& run,
                                         int owner, absl::Time deadline);
 
+  // A request received from a peer: its bytes, header (DecodeRequest's
+  // status) and the values after the header.
+  struct Received {
+    std::vector<std::byte> bytes;
+    PsRequest request;
+    absl::Status status;
+    absl::Span<const std::byte> body() const {
+      return absl::MakeConstSpan(bytes).subspan(
+          std::min(bytes.size(), kRequestBytes));
+    }
+  };
+  // The next request from `peer` on `tag`, waiting in slices; nullopt once
+  // stopping or the peer's connection ended (logged, naming `thread`).
+  std::optional<Received> NextRequest(int peer, uint32_t tag,
+                                      const char* thread);
   // Owner side: serves `peer`'s requests until Stop().
   void Serve(int peer);
   // Buddy side: applies `owner`'s updates to the replica until Stop().

@@ -47,23 +47,34 @@ absl::Status PsEngine::SendReply(int peer, uint32_t reply_tag,
 
 // Owner side.
 
+std::optional<PsEngine::Received> PsEngine::NextRequest(int peer, uint32_t tag,
+                                                        const char* thread) {
+  while (!stopping()) {
+    absl::StatusOr<std::vector<std::byte>> got =
+        transport_->RecvControl(peer, tag, absl::Now() + kWaitSlice);
+    if (absl::IsDeadlineExceeded(got.status())) continue;
+    if (!got.ok()) {
+      STARLING_LOG(DEBUG) << thread << " thread for "
+                          << transport_->PeerName(peer)
+                          << " ends: " << got.status();
+      return std::nullopt;
+    }
+    Received received;
+    received.bytes = *std::move(got);
+    received.status = DecodeRequest(received.bytes, &received.request);
+    return received;
+  }
+  return std::nullopt;
+}
+
 void PsEngine::Serve(int peer) {
   // This peer's pushes land here, one at a time; its pulls are staged here.
   std::vector<float> buffer;
-  while (!stopping()) {
-    absl::StatusOr<std::vector<std::byte>> got =
-        transport_->RecvControl(peer, kPsRequestTag, absl::Now() + kWaitSlice);
-    if (absl::IsDeadlineExceeded(got.status())) continue;
-    if (!got.ok()) {
-      STARLING_LOG(DEBUG) << "parameter-server thread for "
-                          << transport_->PeerName(peer)
-                          << " ends: " << got.status();
-      return;
-    }
-    PsRequest request;
-    absl::Status status = DecodeRequest(*got, &request);
-    const absl::Span<const std::byte> body =
-        absl::MakeConstSpan(*got).subspan(std::min(got->size(), kRequestBytes));
+  while (std::optional<Received> got =
+             NextRequest(peer, kPsRequestTag, "parameter-server")) {
+    const PsRequest& request = got->request;
+    absl::Status status = got->status;
+    const absl::Span<const std::byte> body = got->body();
     const bool push_region = request.kind == kPush && request.region != 0;
     const bool own_push_region =
         push_region && PushRegionWriter(request.region) == peer;

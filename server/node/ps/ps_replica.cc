@@ -84,20 +84,11 @@ absl::Status PsEngine::Replicate(PsRun& run, int64_t update,
 // Buddy side.
 
 void PsEngine::ServeReplica(int owner) {
-  while (!stopping()) {
-    absl::StatusOr<std::vector<std::byte>> got =
-        transport_->RecvControl(owner, kPsReplicaTag, absl::Now() + kWaitSlice);
-    if (absl::IsDeadlineExceeded(got.status())) continue;
-    if (!got.ok()) {
-      STARLING_LOG(DEBUG) << "replica thread for "
-                          << transport_->PeerName(owner)
-                          << " ends: " << got.status();
-      return;
-    }
-    PsRequest request;
-    absl::Status status = DecodeRequest(*got, &request);
-    const absl::Span<const std::byte> body =
-        absl::MakeConstSpan(*got).subspan(std::min(got->size(), kRequestBytes));
+  while (std::optional<Received> got =
+             NextRequest(owner, kPsReplicaTag, "replica")) {
+    const PsRequest& request = got->request;
+    absl::Status status = got->status;
+    const absl::Span<const std::byte> body = got->body();
     std::vector<ReplicaAnswer> answers;
     if (status.ok()) {
       absl::StatusOr<std::shared_ptr<PsRun>> run = AwaitRun(request.run_id);

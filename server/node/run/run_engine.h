@@ -55,6 +55,21 @@ struct CarriedRun {
   int local_workers = 0;
 };
 
+// Whether a run failed with `why` for a peer's loss (gone, silent, or a
+// run its peers stopped), not for a bad request or a missing worker: the
+// codes a lost daemon's data plane and the abort notices give.
+inline bool IsPeerLoss(const absl::Status& why) {
+  switch (why.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
 class RunEngine {
  public:
   virtual ~RunEngine() = default;

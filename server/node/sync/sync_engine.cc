@@ -285,15 +285,7 @@ void SyncEngine::SubmitCheckpoint(const SyncRun& run) {
 
 bool SyncEngine::MayContinue(const Run& run, const absl::Status& why) const {
   if (AsSync(run).replica == nullptr && !checkpointing()) return false;
-  switch (why.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
-      return true;
-    default:
-      return false;
-  }
+  return IsPeerLoss(why);
 }
 
 absl::StatusOr<std::shared_ptr<Run>> SyncEngine::ContinueRun(
