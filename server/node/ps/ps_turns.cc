@@ -66,9 +66,14 @@ absl::Status PsEngine::AwaitTurn(const WorkerHandle& worker, PsRun& run,
         absl::StatusOr<int64_t> remote =
             RemoteUpdates(worker, run, owner, absl::Now() + options_.timeout);
         if (!remote.ok()) {
-          return Annotate(remote.status(),
-                          absl::StrCat("round-robin turn: asking shard owner ",
-                                       transport_->PeerName(owner)));
+          // An owner that does not answer is a peer's loss, as in a push
+          // (a turn that never comes, below, is a worker's).
+          const absl::Status failed =
+              Annotate(remote.status(),
+                       absl::StrCat("round-robin turn: asking shard owner ",
+                                    transport_->PeerName(owner)));
+          OnExchangeFailed(run, failed);
+          return failed;
         }
         count = *remote;
       }
