@@ -243,6 +243,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   return std::unique_ptr<Client>(new Client(std::move(connection)));
 }
 
+namespace {
+
+// How long Rejoin asks again while its daemon still serves the group the
+// worker's error came from (the daemon hears of a re-formation by its next
+// heartbeat, every 250 ms by default).
+constexpr absl::Duration kSameGroupWait = absl::Seconds(5);
+
+}  // namespace
+
 absl::StatusOr<Client::Rejoined> Client::Rejoin() {
   const uint64_t run_id = connection_->run_id();
   if (run_id == 0) {
@@ -252,6 +261,8 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
   const ClientOptions options = connection_->options();
   const std::vector<proto::TensorSpec> specs = connection_->Declarations();
   const uint64_t epoch = connection_->hello().group_epoch();
+  const absl::Time same_group_deadline =
+      absl::Now() + std::min(kSameGroupWait, options.timeout);
   const absl::Time deadline = absl::Now() + options.timeout;
   while (true) {
     std::unique_ptr<SharedPool> pool = connection_->TakePool();
@@ -268,9 +279,17 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
           "worker may declare the next run"));
     }
     if (epoch != 0 && connection_->hello().group_epoch() == epoch) {
+      // The coordinator may have re-formed the group a moment before this
+      // daemon heard of it: asked again for a while, then taken as no
+      // re-formation at all.
+      if (absl::Now() < same_group_deadline) {
+        absl::SleepFor(absl::Milliseconds(250));
+        continue;
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           "run ", run_id, " still runs in group epoch ", epoch, " (",
-          connection_->where(),
+          connection_->where(), ", asked for ",
+          absl::FormatDuration(kSameGroupWait),
           "): no daemon was lost, so there is nothing to rejoin; the error "
           "that ended this worker's request was its own"));
     }

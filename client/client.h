@@ -431,8 +431,9 @@ class Client {
   // timeout.
   // FailedPrecondition when the run did not go on (the coordinator failed
   // it: the message says why; this worker may declare the next run), or
-  // when it still runs in the same group (no daemon was lost: the error
-  // this worker saw was its own, e.g. a round-robin turn that never came);
+  // when it still runs in the same group after 5 s of asking (no daemon
+  // was lost: the error this worker saw was its own, e.g. a round-robin
+  // turn that never came);
   // Connect's errors otherwise, after which the client can only be
   // destroyed.
   struct Rejoined {
