@@ -15,8 +15,8 @@ namespace {
 
 // The pool that serves connections, and how long a connection may take to
 // send its request.
-constexpr size_t kThreads = 64;
-constexpr absl::Duration kRequestWait = absl::Milliseconds(250);
+constexpr size_t kThreads = 128;
+constexpr absl::Duration kRequestWait = absl::Milliseconds(200);
 
 }  // namespace
 

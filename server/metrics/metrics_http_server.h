@@ -14,9 +14,9 @@
 //   ...
 //   server->Stop();   // or let it go out of scope
 //
-// Threads: one listener thread plus a pool of 64 (cpp-httplib's), which
+// Threads: one listener thread plus a pool of 128 (cpp-httplib's), which
 // encode the registry per request. A connection holds a pool thread only
-// while it is prompt: its request must arrive within 250 ms, a reply be
+// while it is prompt: its request must arrive within 200 ms, a reply be
 // taken within 1 s, and a kept-alive connection idles at most 1 s, so slow
 // or idle clients (hundreds at once) cannot starve the probes.
 // Thread-safe.
