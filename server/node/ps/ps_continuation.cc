@@ -31,30 +31,9 @@ int64_t Crc(absl::Span<const float> values, absl::Span<const float> state) {
   return crc;
 }
 
-// Writes one shard (`values`, its optimizer `state` slot by slot) at
-// [begin, begin + values.size()) of the full buffer: the parameters, then
-// each state slot's whole vector.
-void WriteShard(size_t begin, absl::Span<const float> values,
-                absl::Span<const float> state, int slots, size_t elements,
-                std::vector<float>& full) {
-  const size_t n = values.size();
-  std::memcpy(full.data() + begin, values.data(), n * sizeof(float));
-  for (int s = 0; s < slots; ++s) {
-    std::memcpy(full.data() + (1 + s) * elements + begin, state.data() + s * n,
-                n * sizeof(float));
-  }
-}
-
-// The state of [begin, begin + n) out of the full buffer, slot by slot.
-std::vector<float> StateAt(const std::vector<float>& full, size_t begin,
-                           size_t n, int slots, size_t elements) {
-  std::vector<float> state(static_cast<size_t>(slots) * n);
-  for (int s = 0; s < slots; ++s) {
-    std::memcpy(state.data() + s * n, full.data() + (1 + s) * elements + begin,
-                n * sizeof(float));
-  }
-  return state;
-}
+// One flat shard of `n` elements at `begin`: where it lies in the moved
+// state (carry_exchange.h; its one part at offset {0}).
+ShardRanges Range(size_t begin, size_t n) { return {{begin, begin + n}}; }
 
 }  // namespace
 
@@ -239,26 +218,25 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
   // 3. What this daemon provides, into the full buffer.
   options.total_workers = plan.total_workers;
   const size_t elements = static_cast<size_t>(plan.elements);
-  STARLING_ASSIGN_OR_RETURN(
-      std::unique_ptr<shard::Optimizer> one,
-      CreateRunOptimizer(options, 1, std::max(plan.total_workers, 1)));
-  const int slots = static_cast<int>(one->state().size());
+  STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
   if (old != nullptr) {
     const collective::ShardLayout shards(elements, carried.old_size);
     for (int o = 0; o < carried.old_size; ++o) {
       if (plan.source[o] != comm_->rank()) continue;
+      const ShardRanges range = Range(shards.Begin(o), shards.Size(o));
       if (!plan.from_replica[o]) {
         absl::MutexLock lock(&old->mu);
-        WriteShard(shards.Begin(o), old->store->shard_parameters(),
-                   old->optimizer->state(), slots, elements, full);
+        WriteShardState(range, {0}, old->store->shard_parameters(),
+                        old->optimizer->state(), slots, elements, full);
       } else {
         const OwnerReplica& replica = *old->replica;
         absl::MutexLock lock(&replica.mu);
-        WriteShard(shards.Begin(o), replica.parameters,
-                   replica.optimizer != nullptr ? replica.optimizer->state()
-                                                : absl::Span<const float>(),
-                   slots, elements, full);
+        WriteShardState(range, {0}, replica.parameters,
+                        replica.optimizer != nullptr
+                            ? replica.optimizer->state()
+                            : absl::Span<const float>(),
+                        slots, elements, full);
       }
     }
   }
@@ -282,21 +260,23 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
   }
   const absl::Span<float> params = run.store->parameters();
   std::memcpy(params.data(), full.data(), elements * sizeof(float));
+  std::vector<float> state;
   {
     absl::MutexLock lock(&run.mu);
-    STARLING_RETURN_IF_ERROR(run.optimizer->RestoreState(
-        StateAt(full, run.store->shard_begin(), run.store->shard_elements(),
-                slots, elements)));
+    // (The shard's values are in the parameters copied above.)
+    ReadShardState(Range(run.store->shard_begin(), run.store->shard_elements()),
+                   {0}, full, slots, elements, run.store->shard_parameters(),
+                   &state);
+    STARLING_RETURN_IF_ERROR(run.optimizer->RestoreState(state));
     run.updates = plan.updates;
   }
   if (run.replica != nullptr) {
     OwnerReplica& replica = *run.replica;
     absl::MutexLock lock(&replica.mu);
-    std::memcpy(replica.parameters.data(), full.data() + replica.begin,
-                replica.elements * sizeof(float));
+    ReadShardState(Range(replica.begin, replica.elements), {0}, full, slots,
+                   elements, absl::MakeSpan(replica.parameters), &state);
     if (replica.optimizer != nullptr) {
-      STARLING_RETURN_IF_ERROR(replica.optimizer->RestoreState(
-          StateAt(full, replica.begin, replica.elements, slots, elements)));
+      STARLING_RETURN_IF_ERROR(replica.optimizer->RestoreState(state));
     }
     replica.updates = plan.updates;
     replica.ready = true;

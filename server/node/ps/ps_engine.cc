@@ -36,10 +36,8 @@ void PsEngine::Start() {
     if (peer == transport_->rank()) continue;
     servers_.emplace_back([this, peer] { Serve(peer); });
   }
-  const int size = transport_->size();
-  if (options_.buddy_distance > 0 && size > 1) {
-    const int owner =
-        ((transport_->rank() - options_.buddy_distance) % size + size) % size;
+  if (options_.buddy_distance > 0 && transport_->size() > 1) {
+    const int owner = ReplicatedRank(transport_->rank(), transport_->size());
     servers_.emplace_back([this, owner] { ServeReplica(owner); });
   }
 }
@@ -48,6 +46,10 @@ void PsEngine::Stop() {
   stop_.store(true, std::memory_order_relaxed);
   for (std::thread& t : servers_) t.join();
   servers_.clear();
+}
+
+int PsEngine::ReplicatedRank(int rank, int size) const {
+  return ((rank - options_.buddy_distance) % size + size) % size;
 }
 
 bool PsEngine::stopping() const {
@@ -80,7 +82,7 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::CreateRun(
   if (d > 0 && size > 1) {
     run->buddy = (options.rank + d) % size;
     auto replica = std::make_unique<OwnerReplica>();
-    replica->of_rank = ((options.rank - d) % size + size) % size;
+    replica->of_rank = ReplicatedRank(options.rank, size);
     const collective::ShardLayout shards(run->layout.total_elements, size);
     replica->begin = shards.Begin(replica->of_rank);
     replica->elements = shards.Size(replica->of_rank);

@@ -252,6 +252,12 @@ class PsEngine : public RunEngine {
   absl::Status TakeReplicated(int owner, const PsRequest& request,
                               absl::Span<const std::byte> values, PsRun& run,
                               std::vector<ReplicaAnswer>* answers);
+  // Applies update replica.updates + 1 (`grads`) to `replica` as the owner
+  // did, and adds the answer for `request_id` on `reply_tag`.
+  static void ApplyNext(OwnerReplica& replica, absl::Span<const float> grads,
+                        uint64_t request_id, uint32_t reply_tag,
+                        std::vector<ReplicaAnswer>* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(replica.mu);
   // The run `run_id` once it runs here (waiting up to `timeout` for it to
   // begin), or FailedPrecondition.
   absl::StatusOr<std::shared_ptr<PsRun>> AwaitRun(uint64_t run_id);
@@ -267,6 +273,8 @@ class PsEngine : public RunEngine {
   absl::Status SendReply(int peer, uint32_t reply_tag, uint64_t request_id,
                          uint32_t stage, const absl::Status& status,
                          absl::Span<const float> values = {});
+  // The rank whose shard rank `rank` of `size` replicates.
+  int ReplicatedRank(int rank, int size) const;
   bool stopping() const;
   absl::Status Stopped() const;  // FailedPrecondition naming this daemon
 

@@ -2,6 +2,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,18 +56,22 @@ absl::Status PsEngine::Replicate(PsRun& run, int64_t update,
                       sizeof(float) * sizeof(float);
   const size_t total = grads.size() * sizeof(float);
   const auto* bytes = reinterpret_cast<const std::byte*>(grads.data());
+  // One message buffer for every piece (the last may be shorter).
+  std::vector<std::byte> message(kRequestBytes + std::min(room, total));
   size_t offset = 0;
   do {
     const size_t part = std::min(room, total - offset);
     request.offset_bytes = offset;
     request.part_bytes = part;
-    std::vector<std::byte> message(kRequestBytes + part);
     std::memcpy(message.data(), &request, kRequestBytes);
     if (part > 0) {
       std::memcpy(message.data() + kRequestBytes, bytes + offset, part);
     }
-    STARLING_RETURN_IF_ERROR(
-        Annotate(transport_->SendControl(buddy, kPsReplicaTag, message), what));
+    STARLING_RETURN_IF_ERROR(Annotate(
+        transport_->SendControl(
+            buddy, kPsReplicaTag,
+            absl::MakeConstSpan(message).subspan(0, kRequestBytes + part)),
+        what));
     offset += part;
   } while (offset < total);
   bool answered = false;
@@ -82,6 +87,20 @@ absl::Status PsEngine::Replicate(PsRun& run, int64_t update,
 }
 
 // Buddy side.
+
+void PsEngine::ApplyNext(OwnerReplica& replica, absl::Span<const float> grads,
+                         uint64_t request_id, uint32_t reply_tag,
+                         std::vector<ReplicaAnswer>* answers) {
+  const absl::Span<float> params = absl::MakeSpan(replica.parameters);
+  absl::Status applied =
+      replica.optimizer == nullptr
+          ? shard::AddRelaxed(params, grads)
+          : replica.optimizer->Apply(params, grads, replica.updates + 1);
+  // Counted even if it failed (the owner applied it): the next ones keep
+  // their order; the error goes to the owner.
+  ++replica.updates;
+  answers->push_back({request_id, reply_tag, std::move(applied)});
+}
 
 void PsEngine::ServeReplica(int owner) {
   while (std::optional<Received> got =
@@ -148,7 +167,16 @@ absl::Status PsEngine::TakeReplicated(int owner, const PsRequest& request,
         " again: ", options_.self, "'s replica holds ", replica.updates));
   }
   auto it = replica.pending.find(update);
-  if (it == replica.pending.end()) {
+  if (it == replica.pending.end() && update == replica.updates + 1 &&
+      request.offset_bytes == 0 && request.part_bytes == total &&
+      values.size() == total) {
+    // The usual case: a whole update, next in line. Applied from a buffer
+    // kept for it, with no update held back.
+    replica.next.resize(replica.elements);
+    if (total > 0) std::memcpy(replica.next.data(), values.data(), total);
+    ApplyNext(replica, replica.next, request.request_id, request.reply_tag,
+              answers);
+  } else if (it == replica.pending.end()) {
     if (replica.pending.size() >= kMaxPendingUpdates) {
       return absl::ResourceExhaustedError(
           absl::StrCat(options_.self, " holds ", replica.pending.size(),
@@ -160,24 +188,26 @@ absl::Status PsEngine::TakeReplicated(int owner, const PsRequest& request,
     it->second.request_id = request.request_id;
     it->second.reply_tag = request.reply_tag;
   }
-  OwnerReplica::Pending& pending = it->second;
-  if (pending.request_id != request.request_id ||
-      request.offset_bytes != pending.received_bytes ||
-      request.part_bytes != values.size() ||
-      request.offset_bytes + request.part_bytes > total) {
-    replica.pending.erase(it);
-    return absl::DataLossError(absl::StrCat(
-        "replicated update ", update, " from ", transport_->PeerName(owner),
-        ": ", values.size(), " bytes at offset ", request.offset_bytes,
-        " of request ", request.request_id, "; the shard holds ", total,
-        " bytes"));
+  if (it != replica.pending.end()) {
+    OwnerReplica::Pending& pending = it->second;
+    if (pending.request_id != request.request_id ||
+        request.offset_bytes != pending.received_bytes ||
+        request.part_bytes != values.size() ||
+        request.offset_bytes + request.part_bytes > total) {
+      replica.pending.erase(it);
+      return absl::DataLossError(absl::StrCat(
+          "replicated update ", update, " from ", transport_->PeerName(owner),
+          ": ", values.size(), " bytes at offset ", request.offset_bytes,
+          " of request ", request.request_id, "; the shard holds ", total,
+          " bytes"));
+    }
+    if (!values.empty()) {
+      std::memcpy(reinterpret_cast<std::byte*>(pending.values.data()) +
+                      request.offset_bytes,
+                  values.data(), values.size());
+    }
+    pending.received_bytes += values.size();
   }
-  if (!values.empty()) {
-    std::memcpy(reinterpret_cast<std::byte*>(pending.values.data()) +
-                    request.offset_bytes,
-                values.data(), values.size());
-  }
-  pending.received_bytes += values.size();
   // Every whole update next in line, in the owner's order.
   while (!replica.pending.empty()) {
     auto next = replica.pending.begin();
@@ -185,17 +215,8 @@ absl::Status PsEngine::TakeReplicated(int owner, const PsRequest& request,
         next->second.received_bytes != total) {
       break;
     }
-    const absl::Span<float> params = absl::MakeSpan(replica.parameters);
-    const absl::Span<const float> grads = next->second.values;
-    absl::Status applied =
-        replica.optimizer == nullptr
-            ? shard::AddRelaxed(params, grads)
-            : replica.optimizer->Apply(params, grads, next->first);
-    // Counted even if it failed (the owner applied it): the next ones
-    // keep their order; the error goes to the owner.
-    ++replica.updates;
-    answers->push_back(
-        {next->second.request_id, next->second.reply_tag, applied});
+    ApplyNext(replica, next->second.values, next->second.request_id,
+              next->second.reply_tag, answers);
     replica.pending.erase(next);
   }
   return absl::OkStatus();

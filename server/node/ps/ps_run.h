@@ -62,6 +62,8 @@ struct OwnerReplica {
   // The owner's updates applied here.
   int64_t updates ABSL_GUARDED_BY(mu) = 0;
   std::map<int64_t, Pending> pending ABSL_GUARDED_BY(mu);
+  // The values of a whole update that arrived next in line (reused).
+  std::vector<float> next ABSL_GUARDED_BY(mu);
 };
 
 struct PsRun : Run {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
@@ -65,6 +66,50 @@ absl::StatusOr<std::vector<proto::TensorSpec>> ShareTable(
   }
   return std::vector<proto::TensorSpec>(table.tensors().begin(),
                                         table.tensors().end());
+}
+
+absl::StatusOr<int> StateSlots(const RunFactoryOptions& options) {
+  STARLING_ASSIGN_OR_RETURN(std::unique_ptr<shard::Optimizer> one,
+                            CreateRunOptimizer(options, 1, 1));
+  return static_cast<int>(one->state().size());
+}
+
+void WriteShardState(const ShardRanges& ranges,
+                     const std::vector<uint64_t>& offsets,
+                     absl::Span<const float> values,
+                     absl::Span<const float> state, int slots,
+                     uint64_t elements, std::vector<float>& full) {
+  const size_t n = values.size();
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const auto [begin, end] = ranges[k];
+    const size_t count = end - begin;
+    std::memcpy(full.data() + begin, values.data() + offsets[k],
+                count * sizeof(float));
+    for (int s = 0; s < slots; ++s) {
+      std::memcpy(full.data() + (1 + s) * elements + begin,
+                  state.data() + s * n + offsets[k], count * sizeof(float));
+    }
+  }
+}
+
+void ReadShardState(const ShardRanges& ranges,
+                    const std::vector<uint64_t>& offsets,
+                    const std::vector<float>& full, int slots,
+                    uint64_t elements, absl::Span<float> values,
+                    std::vector<float>* state) {
+  const size_t n = values.size();
+  state->assign(static_cast<size_t>(slots) * n, 0.0f);
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const auto [begin, end] = ranges[k];
+    const size_t count = end - begin;
+    std::memcpy(values.data() + offsets[k], full.data() + begin,
+                count * sizeof(float));
+    for (int s = 0; s < slots; ++s) {
+      std::memcpy(state->data() + s * n + offsets[k],
+                  full.data() + (1 + s) * elements + begin,
+                  count * sizeof(float));
+    }
+  }
 }
 
 }  // namespace node

@@ -116,55 +116,7 @@ bool PlanAt(const std::vector<CarryAccount>& accounts, int64_t v,
   return ok;
 }
 
-// Slots of optimizer state per element of the run's optimizer, alike on
-// every daemon (asked of an optimizer of one element: a shard may be empty).
-absl::StatusOr<int> StateSlots(const RunFactoryOptions& options) {
-  STARLING_ASSIGN_OR_RETURN(std::unique_ptr<shard::Optimizer> one,
-                            CreateRunOptimizer(options, 1, 1));
-  return static_cast<int>(one->state().size());
-}
-
-// Writes `values` (a shard laid out in bucket order: part k at `offsets`)
-// and its state into the full buffer.
-void WriteShard(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
-                const std::vector<uint64_t>& offsets,
-                const std::vector<float>& values, absl::Span<const float> state,
-                int slots, uint64_t elements, std::vector<float>& full) {
-  const size_t n = values.size();
-  for (size_t k = 0; k < ranges.size(); ++k) {
-    const auto [begin, end] = ranges[k];
-    const size_t count = end - begin;
-    std::memcpy(full.data() + begin, values.data() + offsets[k],
-                count * sizeof(float));
-    for (int s = 0; s < slots; ++s) {
-      std::memcpy(full.data() + (1 + s) * elements + begin,
-                  state.data() + s * n + offsets[k], count * sizeof(float));
-    }
-  }
-}
-
-// Reads a shard and its state out of the full buffer.
-void ReadShard(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
-               const std::vector<uint64_t>& offsets,
-               const std::vector<float>& full, int slots, uint64_t elements,
-               std::vector<float>& values, std::vector<float>& state) {
-  const size_t n = values.size();
-  state.assign(static_cast<size_t>(slots) * n, 0.0f);
-  for (size_t k = 0; k < ranges.size(); ++k) {
-    const auto [begin, end] = ranges[k];
-    const size_t count = end - begin;
-    std::memcpy(values.data() + offsets[k], full.data() + begin,
-                count * sizeof(float));
-    for (int s = 0; s < slots; ++s) {
-      std::memcpy(state.data() + s * n + offsets[k],
-                  full.data() + (1 + s) * elements + begin,
-                  count * sizeof(float));
-    }
-  }
-}
-
-void OwnLayout(const SyncRun& run,
-               std::vector<std::pair<uint64_t, uint64_t>>* ranges,
+void OwnLayout(const SyncRun& run, ShardRanges* ranges,
                std::vector<uint64_t>* offsets) {
   for (const Bucket& b : run.buckets) {
     ranges->emplace_back(b.owned_begin, b.owned_end);
@@ -172,8 +124,7 @@ void OwnLayout(const SyncRun& run,
   }
 }
 
-void ReplicaLayout(const ShardReplica& replica,
-                   std::vector<std::pair<uint64_t, uint64_t>>* ranges,
+void ReplicaLayout(const ShardReplica& replica, ShardRanges* ranges,
                    std::vector<uint64_t>* offsets) {
   for (const ShardReplica::Part& p : replica.parts) {
     ranges->emplace_back(p.begin, p.end);
@@ -294,11 +245,11 @@ absl::Status HeldShards(SyncRun& old, int old_rank, const ResumePlan& plan,
     old.undo_master.clear();
     old.undo_state.clear();
   }
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  ShardRanges ranges;
   std::vector<uint64_t> offsets;
   OwnLayout(old, &ranges, &offsets);
-  WriteShard(ranges, offsets, old.master, old.optimizer->state(), slots,
-             elements, *full);
+  WriteShardState(ranges, offsets, old.master, old.optimizer->state(), slots,
+                  elements, *full);
   if (old.replica != nullptr && plan.from_replica[old.replica->of_rank]) {
     ShardReplica& replica = *old.replica;
     if (replica.version == v - 1) {
@@ -317,8 +268,8 @@ absl::Status HeldShards(SyncRun& old, int old_rank, const ResumePlan& plan,
     ranges.clear();
     offsets.clear();
     ReplicaLayout(replica, &ranges, &offsets);
-    WriteShard(ranges, offsets, replica.master, replica.optimizer->state(),
-               slots, elements, *full);
+    WriteShardState(ranges, offsets, replica.master, replica.optimizer->state(),
+                    slots, elements, *full);
   }
   return absl::OkStatus();
 }
@@ -359,8 +310,8 @@ absl::Status ReadCheckpoint(const CheckpointFolder& folder,
       offsets.push_back(offset);
       offset += end - begin;
     }
-    WriteShard(shard->ranges, offsets, shard->master, shard->state, slots,
-               elements, *full);
+    WriteShardState(shard->ranges, offsets, shard->master, shard->state, slots,
+                    elements, *full);
   }
   STARLING_ASSIGN_OR_RETURN(
       const std::vector<int64_t> failed,
@@ -390,11 +341,12 @@ absl::Status ReadCheckpoint(const CheckpointFolder& folder,
 absl::Status InstallState(const std::vector<float>& full, int64_t v, int slots,
                           SyncRun& run) {
   const uint64_t elements = run.layout.total_elements;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  ShardRanges ranges;
   std::vector<uint64_t> offsets;
   std::vector<float> state;
   OwnLayout(run, &ranges, &offsets);
-  ReadShard(ranges, offsets, full, slots, elements, run.master, state);
+  ReadShardState(ranges, offsets, full, slots, elements,
+                 absl::MakeSpan(run.master), &state);
   STARLING_RETURN_IF_ERROR(run.optimizer->RestoreState(state));
   run.master_version = v;
   if (run.replica != nullptr) {
@@ -402,7 +354,8 @@ absl::Status InstallState(const std::vector<float>& full, int64_t v, int slots,
     ranges.clear();
     offsets.clear();
     ReplicaLayout(replica, &ranges, &offsets);
-    ReadShard(ranges, offsets, full, slots, elements, replica.master, state);
+    ReadShardState(ranges, offsets, full, slots, elements,
+                   absl::MakeSpan(replica.master), &state);
     STARLING_RETURN_IF_ERROR(replica.optimizer->RestoreState(state));
     replica.version = v;
   }
