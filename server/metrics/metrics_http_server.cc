@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,8 +16,13 @@ namespace {
 
 // The pool that serves connections, and how long a connection may take to
 // send its request.
-constexpr size_t kThreads = 128;
+constexpr size_t kThreads = 256;
 constexpr absl::Duration kRequestWait = absl::Milliseconds(200);
+// Connections the kernel holds for the listener to accept. cpp-httplib
+// listens with a backlog of 5: a burst of connections (scrapers and probes
+// at once, or many clients) overflowed it, the kernel dropped SYNs, and
+// each dropped client waited a SYN retransmission (1 s, then 3 s, ...).
+constexpr int kBacklog = 1024;
 
 }  // namespace
 
@@ -30,9 +36,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   auto server = std::make_unique<httplib::Server>();
   // Slow, idle or half-sent connections must not take the probes down:
   // each holds one of the pool's threads only until its request is late
-  // (a scraper sends it at once), its reader stalls, or its keep-alive
-  // idles; with enough threads for a few hundred such at a time, a probe
-  // behind them is answered well within a second (metrics_http_server_test).
+  // (a scraper sends it at once), its reader stalls, or it stays silent or
+  // idles kept alive for a second (cpp-httplib's keep-alive wait, whole
+  // seconds, covers a connection's first request too); with a thread for
+  // each of a couple of hundred such at a time, a probe is answered at once
+  // (metrics_http_server_test).
   server->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
   server->set_read_timeout(0, absl::ToInt64Microseconds(kRequestWait));
   server->set_write_timeout(1, 0);
@@ -41,9 +49,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   // cpp-httplib's default socket options add SO_REUSEPORT, which lets a
   // second process bind the same port silently and share its scrapes. Keep
   // only SO_REUSEADDR (restart while old connections sit in TIME_WAIT).
-  server->set_socket_options([](socket_t sock) {
+  // The socket it is given is the one that listens once bound (kBacklog).
+  auto listening = std::make_shared<socket_t>(INVALID_SOCKET);
+  server->set_socket_options([listening](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listening = sock;
   });
   server->Get("/metrics",
               [registry](const httplib::Request&, httplib::Response& response) {
@@ -78,6 +89,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   } else {
     bound = server->bind_to_port(options.host, port);
   }
+  // Listening again sets the backlog (cpp-httplib's is fixed at 5).
+  if (bound && *listening != INVALID_SOCKET) ::listen(*listening, kBacklog);
   if (!bound) {
     return absl::UnavailableError(absl::StrCat(
         "cannot serve /metrics on ", options.host, ":", options.port,

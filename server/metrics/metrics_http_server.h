@@ -14,11 +14,13 @@
 //   ...
 //   server->Stop();   // or let it go out of scope
 //
-// Threads: one listener thread plus a pool of 128 (cpp-httplib's), which
-// encode the registry per request. A connection holds a pool thread only
-// while it is prompt: its request must arrive within 200 ms, a reply be
-// taken within 1 s, and a kept-alive connection idles at most 1 s, so slow
-// or idle clients (hundreds at once) cannot starve the probes.
+// Threads: one listener thread (backlog 1024) plus a pool of 256
+// (cpp-httplib's), which encode the registry per request. A connection
+// holds a pool thread only while it is prompt: a request must arrive
+// within 200 ms once the connection has spoken, a connection that says
+// nothing (or idles kept alive) goes after 1 s, and a reply must be taken
+// within 1 s; so a couple of hundred slow or idle clients at once each
+// hold a thread of their own while the probes get theirs.
 // Thread-safe.
 #ifndef STARLING_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 #define STARLING_SERVER_METRICS_METRICS_HTTP_SERVER_H_
