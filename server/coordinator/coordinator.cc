@@ -1024,9 +1024,11 @@ bool Coordinator::CanCarryLocked() const {
     // The shard owners: each lost shard from its buddy's replica.
     return config.replicas() > 0;
   }
-  // Each lost shard from its buddy's replica, or (both lost, or no
-  // replicas) every shard from the newest durable checkpoint.
-  return (config.replicas() > 0 && config.optimizer() != "none") ||
+  // Plain all-reduce runs (optimizer "none") hold no state a loss can
+  // take; the others take each lost shard from its buddy's replica, or
+  // (both lost, or no replicas) every shard from the newest durable
+  // checkpoint.
+  return config.optimizer() == "none" || config.replicas() > 0 ||
          proto::WritesCheckpoints(config);
 }
 

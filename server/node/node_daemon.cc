@@ -379,6 +379,7 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
                                  ? config.staleness()
                                  : 0;
     sync_options.self = plane->self;
+    sync_options.optimizer = config.optimizer();
     if (proto::WritesCheckpoints(config)) {
       sync_options.checkpoints = checkpoints_.get();
       sync_options.checkpoint_root = config.checkpoint_dir();
@@ -386,7 +387,6 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
       sync_options.checkpoint_interval =
           absl::Milliseconds(config.checkpoint_interval_ms());
       sync_options.group_epoch = group.group_epoch();
-      sync_options.optimizer = config.optimizer();
     }
     plane->engine = std::make_unique<SyncEngine>(
         sync_options, plane->runs.get(), plane->comm.get(), &metrics_);

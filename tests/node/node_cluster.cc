@@ -355,6 +355,13 @@ std::string NodeCluster::Stderr(pid_t pid) const {
   return "";
 }
 
+std::string NodeCluster::Stdout(pid_t pid) const {
+  for (const Child& c : children_) {
+    if (c.pid == pid) return ReadFile(c.out_path);
+  }
+  return "";
+}
+
 bool NodeCluster::Alive(pid_t pid) const {
   for (const Child& c : children_) {
     if (c.pid != pid) continue;

@@ -105,8 +105,9 @@ class NodeCluster {
   // Starts daemon `daemon` alone with DaemonFlags(daemon, extra);
   // daemon_pid(daemon) names it from then on.
   pid_t StartDaemon(int daemon, const std::vector<std::string>& extra);
-  // What child `pid` wrote to stderr so far.
+  // What child `pid` wrote to stderr (stdout) so far.
   std::string Stderr(pid_t pid) const;
+  std::string Stdout(pid_t pid) const;
   // Whether child `pid` runs (has not exited; not reaped by Wait()).
   bool Alive(pid_t pid) const;
 

@@ -439,14 +439,16 @@ void KillAndRestart(const Job& job, int victim_daemon, int kill_after,
 // continued schedule (the epoch's unread partitions over the two workers
 // left, then whole epochs of two); they finish every epoch with the same
 // parameters, bit for bit (the EASGD modes: the same centre), and learn as
-// well. In sync SGD the run goes on from the last committed step; in the
-// shard owners' modes (a parameter server, asynchronous EASGD) each worker
-// goes on from its own next step, the lost shard from its buddy; round-robin
-// EASGD's turns go on in the new group's worker order.
+// well. In sync SGD (and asynchronous SGD, and sync EASGD's exchanges) the
+// run goes on from the last committed step; in the shard owners' modes (a
+// parameter server, asynchronous EASGD) each worker goes on from its own next
+// step, the lost shard from its buddy; round-robin EASGD's turns go on in the
+// new group's worker order.
 class DaemonKilledTest : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Modes, DaemonKilledTest,
-                         ::testing::Values("sync_sgd", "parameter_server",
+                         ::testing::Values("sync_sgd", "async_sgd",
+                                           "parameter_server", "sync_easgd",
                                            "async_easgd", "round_robin_easgd"));
 
 TEST_P(DaemonKilledTest, TheOtherTrainersGoOn) {
@@ -464,10 +466,13 @@ TEST_P(DaemonKilledTest, TheOtherTrainersGoOn) {
                       BinaryPath("worker/trainer/starling-worker"),
                       WorkerFlags(cluster, job, d, OutPath("goes_on", d))));
   }
+  // Sync EASGD's steps are its exchanges, one per tau (4) local steps.
+  const uint64_t going = job.mode == "sync_easgd" ? 5 : 20;
   proto::JobStatus status;
   ASSERT_TRUE(cluster.WaitForJob(
       absl::Seconds(60),
-      [](const proto::JobStatus& s) { return s.iteration() >= 20; }, &status))
+      [going](const proto::JobStatus& s) { return s.iteration() >= going; },
+      &status))
       << "the job did not get going\n"
       << cluster.ServerLogs();
   cluster.Kill(cluster.daemon_pid(1), SIGKILL);
@@ -502,7 +507,8 @@ TEST_P(DaemonKilledTest, TheOtherTrainersGoOn) {
       << runs[0].result.out;
   EXPECT_THAT(cluster.ServerLogs(),
               HasSubstr("the data schedule goes on from iteration"));
-  if (job.mode != "sync_sgd") {
+  if (job.mode != "sync_sgd" && job.mode != "async_sgd" &&
+      job.mode != "sync_easgd") {
     EXPECT_THAT(cluster.ServerLogs(),
                 HasSubstr("shards moved (old rank(s) 1 from their buddies"));
   }

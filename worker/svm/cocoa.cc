@@ -39,10 +39,10 @@ double Decode(double v) {
 // 20 bits (exact in float32) of a hash of what every worker must share.
 double Fingerprint(const Problem& local, const CocoaOptions& o) {
   const DcdOptions& d = o.dcd;
-  const std::string text =
-      absl::StrCat(LossName(d.loss), "|", d.c, "|", d.eps, "|", d.bias, "|",
-                   d.elimination, "|", d.max_passes, "|", d.seed, "|",
-                   CombineName(o.combine), "|", o.workers, "|", local.features);
+  const std::string text = absl::StrCat(
+      LossName(d.loss), "|", d.c, "|", d.eps, "|", d.bias, "|", d.elimination,
+      "|", d.max_passes, "|", d.seed, "|", CombineName(o.combine), "|",
+      o.workers, "|", local.features, "|", o.warm_start);
   return static_cast<double>(std::hash<std::string>()(text) & 0xFFFFF);
 }
 
@@ -118,6 +118,30 @@ absl::StatusOr<CocoaResult> RunCocoaWorker(const Problem& local,
   CocoaResult result;
   result.w.assign(dim, 0.0);
   LocalDcd dcd(local, o.dcd, static_cast<uint64_t>(me));
+  const auto failed = [&](const absl::Status& why, absl::string_view what) {
+    if (o.alpha_on_failure != nullptr) *o.alpha_on_failure = dcd.alpha();
+    return Annotate(why, what);
+  };
+  if (o.warm_start) {
+    if (o.initial_alpha.size() != static_cast<size_t>(local.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a warm start of ", o.initial_alpha.size(),
+                       " values for ", local.size(), " samples"));
+    }
+    dcd.SetAlpha(o.initial_alpha);
+    // w = sum_i a_i y_i x_i, every worker's samples.
+    const std::vector<double>& a = dcd.alpha();
+    const int d = local.features;
+    for (int64_t i = 0; i < local.size(); ++i) {
+      if (a[i] == 0) continue;
+      const double ay = a[i] * local.y[i];
+      const float* x = local.x.data() + i * d;
+      for (int j = 0; j < d; ++j) result.w[j] += ay * x[j];
+      if (o.dcd.bias > 0) result.w[d] += ay * o.dcd.bias;
+    }
+    status = all_reduce(absl::MakeSpan(result.w));
+    if (!status.ok()) return failed(status, "summing w of the warm start");
+  }
   for (int round = 1; round <= o.dcd.max_passes; ++round) {
     std::fill(message.begin(), message.end(), 0.0);
     w_local = result.w;
@@ -131,7 +155,7 @@ absl::StatusOr<CocoaResult> RunCocoaWorker(const Problem& local,
     message[slots + 2 * w_count + 3] = static_cast<double>(local.size());
     status = all_reduce(absl::MakeSpan(message));
     if (!status.ok()) {
-      return Annotate(status, absl::StrCat("combining round ", round));
+      return failed(status, absl::StrCat("combining round ", round));
     }
     for (int j = 0; j < dim; ++j) result.w[j] += gamma * message[j];
     if (average) dcd.ScaleLastPass(gamma);
@@ -174,7 +198,7 @@ absl::StatusOr<CocoaResult> RunCocoaWorker(const Problem& local,
   }
   std::vector<double> terms = {LossSum(local, o.dcd, result.w), sum, squares};
   status = all_reduce(absl::MakeSpan(terms));
-  if (!status.ok()) return Annotate(status, "summing the final objective");
+  if (!status.ok()) return failed(status, "summing the final objective");
   double ww = 0;
   for (double v : result.w) ww += v * v;
   result.primal = 0.5 * ww + o.dcd.c * terms[0];

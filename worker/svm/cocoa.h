@@ -33,8 +33,9 @@
 // Every worker must use the same DcdOptions, combine rule and features:
 // the first all-reduce compares a fingerprint of them (InvalidArgument
 // naming the workers that differ). Every worker runs the same number of
-// all-reduces: 1 + rounds + 1 (the final objective); the decisions use
-// only the summed values, which are the same on every worker.
+// all-reduces: 1 + rounds + 1 (the final objective), and one more for w
+// after a warm start; the decisions use only the summed values, which are
+// the same on every worker.
 //
 // Thread safety: RunCocoaWorker is reentrant (one call per worker);
 // InProcessAllReduce is thread-safe.
@@ -80,6 +81,17 @@ struct CocoaOptions {
   int worker_id = 0;  // 0 .. W - 1
   // Called on every worker after each round, with the global stats.
   std::function<void(const RoundStats&)> on_round;
+  // A warm start (every worker or none: the fingerprint says): this
+  // worker's a, one per sample of `local` (clipped to the box, see
+  // LocalDcd::SetAlpha); w = sum_i a_i y_i x_i over every worker's samples
+  // by one more all-reduce after the handshake. How a solve goes on after
+  // its group re-formed: the a each worker held, its samples re-dealt.
+  bool warm_start = false;
+  std::vector<double> initial_alpha;
+  // Where this worker's a is left when an all-reduce fails and the solve
+  // ends early (may be null): in the box whatever round it stopped in, a
+  // warm start for a solve that goes on.
+  std::vector<double>* alpha_on_failure = nullptr;
 };
 
 struct CocoaResult {

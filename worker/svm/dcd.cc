@@ -239,6 +239,19 @@ PassStats LocalDcd::Pass(int pass, absl::Span<double> w_local, double sigma,
   return stats;
 }
 
+void LocalDcd::SetAlpha(absl::Span<const double> alpha) {
+  for (size_t i = 0; i < alpha_.size(); ++i) {
+    double a = std::min(std::max(alpha[i], 0.0), upper_);
+    if (std::isfinite(upper_) && upper_ - a <= 1e-6 * upper_) a = upper_;
+    alpha_[i] = a;
+  }
+  alpha_start_ = alpha_;
+  active_.resize(problem_.size());
+  for (int64_t i = 0; i < problem_.size(); ++i) active_[i] = i;
+  pg_max_old_ = kInf;
+  pg_min_old_ = -kInf;
+}
+
 void LocalDcd::ScaleLastPass(double gamma) {
   for (size_t i = 0; i < alpha_.size(); ++i) {
     alpha_[i] = alpha_start_[i] + gamma * (alpha_[i] - alpha_start_[i]);

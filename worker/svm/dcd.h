@@ -160,6 +160,12 @@ class LocalDcd {
   // Thresholds for the next pass; restore puts every sample back.
   void Apply(const ShrinkDecision& decision, int pass);
 
+  // Starts from `alpha` (one per sample) instead of zeros: each value is
+  // clipped to the box [0, U], and one within 1e-6 of U (relative) is put
+  // on it, so that values that crossed float32 keep their bound. Every
+  // sample is active again. REQUIRES: alpha.size() == the problem's.
+  void SetAlpha(absl::Span<const double> alpha);
+
   const std::vector<double>& alpha() const { return alpha_; }
   int64_t active() const { return static_cast<int64_t>(active_.size()); }
   const std::vector<SampleEvent>& events() const { return events_; }

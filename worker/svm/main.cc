@@ -66,6 +66,10 @@ ABSL_FLAG(int64_t, test_limit, 0,
           "use only the first N test samples of the task's classes; 0 = all");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "bound on connecting and on each all-reduce (> 0)");
+ABSL_FLAG(int, rejoins, 3,
+          "when a daemon of the group is lost and the run goes on in the "
+          "re-formed group, rejoin it up to this many times (0: end with the "
+          "error); the class under way goes on from the a the workers held");
 ABSL_FLAG(int, progress_every, 1,
           "print a progress line every N passes (worker 0); 0 = none");
 ABSL_FLAG(std::string, csv, "",
@@ -176,6 +180,10 @@ int Main(int argc, char** argv) {
   if (o.timeout <= absl::ZeroDuration()) {
     return Fail("--timeout", absl::StrCat("must be > 0, got ",
                                           absl::FormatDuration(o.timeout)));
+  }
+  o.rejoins = absl::GetFlag(FLAGS_rejoins);
+  if (o.rejoins < 0) {
+    return Fail("--rejoins", absl::StrCat("must be >= 0, got ", o.rejoins));
   }
   o.progress_every = absl::GetFlag(FLAGS_progress_every);
   if (o.progress_every < 0) {

@@ -1,10 +1,15 @@
 // A starling-svm worker: data, combine (local threads or Client), report.
 #include "worker/svm/svm_run.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -94,6 +99,76 @@ class PassReporter {
   const Task task_;
 };
 
+// Client mode: the sum over workers of each one's values in its own slots
+// of `values` (zeros elsewhere), in pieces that fit `buffer`.
+absl::Status SumInPieces(client::Client* client, absl::Span<float> buffer,
+                         std::vector<double>* values) {
+  for (size_t begin = 0; begin < values->size(); begin += buffer.size()) {
+    const size_t n = std::min(buffer.size(), values->size() - begin);
+    absl::Span<float> part = buffer.subspan(0, n);
+    for (size_t i = 0; i < n; ++i) {
+      part[i] = static_cast<float>((*values)[begin + i]);
+    }
+    absl::Status status = client->AllReduce(part);
+    if (!status.ok()) return status;
+    for (size_t i = 0; i < n; ++i) (*values)[begin + i] = part[i];
+  }
+  return absl::OkStatus();
+}
+
+// Client mode: how the solve stands across a re-formation.
+struct GoingOn {
+  int workers = 1;
+  int worker_id = 0;
+  absl::Span<float> buffer;  // the combine's (and the pieces') pool buffer
+  // Per class solved or under way: a over every training sample (global
+  // index), this worker's entries set (those of worker_id of workers).
+  std::vector<std::vector<double>> alpha;
+};
+
+// The first collectives of every worker in a re-formed group: the class
+// each is on (the group goes on with the first one some worker has not
+// finished), then that class's a, each worker's own entries summed into
+// one vector (a lost worker's stay 0). Sets *klass; `going` takes the new
+// group's worker count and id.
+absl::Status GoOnInNewGroup(client::Client* client, size_t dim,
+                            int64_t train_samples, GoingOn* going, int* klass,
+                            int64_t* uncovered) {
+  const int old_workers = going->workers;
+  const int old_id = going->worker_id;
+  going->workers = client->group_size() * client->local_workers();
+  going->worker_id =
+      client->rank() * client->local_workers() + client->worker_index();
+  absl::StatusOr<absl::Span<float>> buffer = client->Allocate(
+      std::max<size_t>(dim + 2 * going->workers + 4, size_t{1} << 14));
+  if (!buffer.ok()) {
+    return WithContext(buffer.status(), "allocating the message");
+  }
+  going->buffer = *buffer;
+  // [0, W): slot k the class worker k is on; W: the samples held.
+  std::vector<double> where(going->workers + 1, 0.0);
+  where[going->worker_id] = *klass;
+  int64_t held = 0;
+  for (int64_t g = old_id; g < train_samples; g += old_workers) ++held;
+  where[going->workers] = static_cast<double>(held);
+  absl::Status status = SumInPieces(client, going->buffer, &where);
+  if (!status.ok()) return status;
+  int first = *klass;
+  for (int k = 0; k < going->workers; ++k) {
+    first = std::min(first, static_cast<int>(std::llround(where[k])));
+  }
+  *klass = first;
+  *uncovered = train_samples - std::llround(where[going->workers]);
+  going->alpha.resize(first + 1);
+  std::vector<double>& alpha = going->alpha[first];
+  alpha.resize(train_samples, 0.0);
+  // Only this worker's entries: the others' are theirs to give.
+  for (int64_t g = 0; g < train_samples; ++g) {
+    if (g % old_workers != old_id) alpha[g] = 0.0;
+  }
+  return SumInPieces(client, going->buffer, &alpha);
+}
+
 absl::Status WriteWeights(const std::string& path, const LinearModel& model) {
   File f(std::fopen(path.c_str(), "wb"));
   if (f == nullptr) {
@@ -168,7 +243,9 @@ absl::StatusOr<SvmRunReport> RunSvm(const SvmRunOptions& o,
   } else {
     parts.push_back(StridedPart(*train, report.workers, report.worker_id));
   }
-  train = LabeledImages();  // the parts hold what is needed
+  // The parts hold what is needed, but for dealing the samples again after
+  // a re-formation (client mode).
+  if (client == nullptr) train = LabeledImages();
   report.load_time = absl::Now() - load_start;
 
   const std::vector<int> classes = PositiveClasses(o.task);
@@ -204,7 +281,25 @@ absl::StatusOr<SvmRunReport> RunSvm(const SvmRunOptions& o,
   report.model.options = o.dcd;
   report.model.positive_classes = classes;
   const absl::Time solve_start = absl::Now();
-  for (int positive : classes) {
+  // Each class's solve; client mode goes back to the first class some worker
+  // had not finished when a re-formed group goes on.
+  struct Solved {
+    int passes = 0;
+    int64_t touched = 0;
+    bool converged = false;
+    double primal = 0, dual = 0;
+    std::vector<double> w;
+  };
+  std::vector<Solved> solved;
+  GoingOn going;
+  going.workers = report.workers;
+  going.worker_id = report.worker_id;
+  going.buffer = buffer;
+  int rejoins_left = o.rejoins;
+  bool warm = false;
+  int klass = 0;
+  while (klass < static_cast<int>(classes.size())) {
+    const int positive = classes[klass];
     std::vector<std::vector<int8_t>> labels;
     std::vector<Problem> problems;
     for (const LabeledImages& part : parts) {
@@ -221,6 +316,8 @@ absl::StatusOr<SvmRunReport> RunSvm(const SvmRunOptions& o,
     co.on_round = [&reporter, positive](const RoundStats& s) {
       reporter.Report(positive, s);
     };
+    // Client mode: this worker's a where a solve stops early.
+    std::vector<double> left;
     absl::StatusOr<CocoaResult> result;
     if (client == nullptr) {
       absl::StatusOr<std::vector<CocoaResult>> all =
@@ -231,20 +328,94 @@ absl::StatusOr<SvmRunReport> RunSvm(const SvmRunOptions& o,
         result = all.status();
       }
     } else {
+      if (warm) {
+        co.warm_start = true;
+        const std::vector<double>& alpha = going.alpha[klass];
+        for (size_t g = going.worker_id; g < alpha.size(); g += going.workers) {
+          co.initial_alpha.push_back(alpha[g]);
+        }
+        left = co.initial_alpha;
+      } else {
+        left.assign(problems[0].size(), 0.0);
+      }
+      co.alpha_on_failure = &left;
       result = RunCocoaWorker(problems[0], co,
-                              ClientAllReduce(client.get(), buffer));
+                              ClientAllReduce(client.get(), going.buffer));
     }
-    if (!result.ok()) {
-      return WithContext(result.status(),
-                         absl::StrCat("solving class ", positive, " of task ",
-                                      TaskName(o.task)));
+    const std::string what =
+        absl::StrCat("solving class ", positive, " of task ", TaskName(o.task));
+    // This worker's a of the class, at its global sample indices.
+    const auto keep = [&](const std::vector<double>& local) {
+      going.alpha.resize(std::max<size_t>(going.alpha.size(), klass + 1));
+      std::vector<double>& alpha = going.alpha[klass];
+      alpha.resize(train->size(), 0.0);
+      for (size_t j = 0; j < local.size(); ++j) {
+        alpha[going.worker_id + j * going.workers] = local[j];
+      }
+    };
+    if (result.ok()) {
+      if (client != nullptr) keep(result->alpha);
+      Solved done;
+      done.passes = result->passes;
+      done.touched = result->touched;
+      done.converged = result->converged;
+      done.primal = result->primal;
+      done.dual = result->dual;
+      done.w = std::move(result->w);
+      solved.push_back(std::move(done));
+      ++klass;
+      warm = false;
+      continue;
     }
-    report.passes += result->passes;
-    report.touched += result->touched;
-    report.converged = report.converged && result->converged;
-    report.primal += result->primal;
-    report.dual += result->dual;
-    report.model.w.push_back(std::move(result->w));
+    const auto rejoinable = [](const absl::Status& s) {
+      return absl::IsAborted(s) || absl::IsUnavailable(s);
+    };
+    absl::Status failed = result.status();
+    if (client == nullptr || !rejoinable(failed) || rejoins_left <= 0) {
+      return WithContext(failed, what);
+    }
+    keep(left);
+    // Rejoin the re-formed group (again, if it re-forms meanwhile).
+    int64_t uncovered = 0;
+    while (true) {
+      --rejoins_left;
+      std::printf("starling-svm: %s: %s; rejoining the re-formed group\n",
+                  what.c_str(), std::string(failed.message()).c_str());
+      std::fflush(stdout);
+      absl::StatusOr<client::Client::Rejoined> rejoined = client->Rejoin();
+      if (!rejoined.ok()) {
+        return WithContext(
+            rejoined.status(),
+            absl::StrCat(what, ": rejoining after \"", failed.message(), "\""));
+      }
+      failed = GoOnInNewGroup(client.get(), static_cast<size_t>(dim),
+                              train->size(), &going, &klass, &uncovered);
+      if (failed.ok()) break;
+      if (!rejoinable(failed) || rejoins_left <= 0) {
+        return WithContext(failed, absl::StrCat(what, ": going on"));
+      }
+    }
+    ++report.rejoins;
+    solved.resize(klass);
+    warm = true;
+    report.workers = going.workers;
+    report.worker_id = going.worker_id;
+    parts[0] = StridedPart(*train, report.workers, report.worker_id);
+    std::printf(
+        "starling-svm: rejoined as worker %d of %d; class %d goes on from "
+        "the a the workers held, the samples dealt again (%lld of lost "
+        "workers from a = 0)\n",
+        report.worker_id, report.workers, classes[klass],
+        static_cast<long long>(uncovered));  // NOLINT(runtime/int)
+    std::fflush(stdout);
+  }
+  for (Solved& done : solved) {
+    report.passes += done.passes;
+    report.touched += done.touched;
+    report.converged = report.converged && done.converged;
+    report.primal += done.primal;
+    report.dual += done.dual;
+    report.model.w.push_back(std::move(done.w));
   }
   report.solve_time = absl::Now() - solve_start;
   report.accuracy = Accuracy(report.model, *test);

@@ -14,6 +14,8 @@
 //           on every worker). W = total workers, and this worker's global
 //           id is rank * local_workers + worker_index. The job should run
 //           with starling-coordinator --optimizer none: nothing is pushed.
+//           A daemon lost mid-solve: the run goes on in the re-formed
+//           group (SvmRunOptions::rejoins), W and the global id anew.
 //
 // Output (stdout): worker 0 prints a line per pass ("pass ..."); every
 // worker ends with one "starling-svm: done key=value ..." line (see
@@ -46,6 +48,13 @@ struct SvmRunOptions {
   std::string socket_path;
   int worker_index = 0;
   absl::Duration timeout = absl::Seconds(60);  // connect and each client op
+  // Client mode: when a daemon of the group is lost and the run goes on in
+  // the re-formed group, rejoin it up to this many times (0: end with the
+  // error). The solve of the class under way goes on from the a every
+  // worker held, the samples dealt again over the workers left (a lost
+  // worker's from a = 0), w summed again from a; classes solved before
+  // stay.
+  int rejoins = 3;
   std::string data_dir;
   int64_t train_limit = 0;  // first N samples of the task's classes; 0: all
   int64_t test_limit = 0;
@@ -60,6 +69,7 @@ struct SvmRunReport {
   int64_t train_samples = 0;  // of the task, all workers
   int64_t test_samples = 0;
   int passes = 0;               // summed over the task's binary problems
+  int rejoins = 0;              // client mode: re-formed groups gone on in
   int64_t touched = 0;          // coordinate visits, all workers, all problems
   bool converged = true;        // every problem met eps
   double accuracy = 0;          // test, in [0, 1]

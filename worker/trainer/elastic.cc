@@ -88,7 +88,8 @@ absl::Status ElasticWorker::Flush() {
   return absl::OkStatus();
 }
 
-void ElasticWorker::Rejoined(int64_t group_version, int64_t next_step) {
+bool ElasticWorker::Rejoined(int64_t group_version, int64_t next_step,
+                             absl::Span<float> x) {
   pending_.clear();
   job_ = client_->job();
   worker_number_ =
@@ -98,6 +99,20 @@ void ElasticWorker::Rejoined(int64_t group_version, int64_t next_step) {
   // (k + 1) * tau - 1 >= next_step.
   const int64_t tau = job_.elastic_tau;
   first_exchange_ = (next_step + 1 + tau - 1) / tau - 1;
+  if (!sync_) return false;
+  push_offset_ = group_version - first_exchange_;
+  refresh_center_ = true;
+  center_due_ = group_version;
+  if (last_push_ < group_version) return false;
+  // The last exchange's d is still in the pool (nothing wrote it since).
+  for (size_t i = 0; i < tensors_->size(); ++i) {
+    const train::TensorInfo& info = (*tensors_)[i];
+    const float* d = push_[i].f32.data();
+    float* xi = x.data() + info.offset;
+    for (size_t j = 0; j < info.elements; ++j) xi[j] += d[j];
+  }
+  last_push_ = -1;
+  return true;
 }
 
 absl::Status ElasticWorker::PullCenter(int64_t version) {
@@ -114,12 +129,21 @@ absl::Status ElasticWorker::MaybeExchange(int64_t t, absl::Span<float> x) {
   const int tau = job_.elastic_tau;
   if ((t + 1) % tau != 0) return absl::OkStatus();
   const int64_t k = (t + 1) / tau - 1;
+  // sync_easgd pushes exchange k as this step (k until a rejoin).
+  const int64_t step = k + push_offset_;
   const std::string what = absl::StrCat("elastic exchange ", k, " (after step ",
                                         t, ", ", job_.mode, ")");
   // The buffer is the daemon's to read until the last push completed.
   absl::Status pushed = Flush();
   if (!pushed.ok()) {
     return Annotated(pushed, absl::StrCat(what, ": the previous push"));
+  }
+  if (sync_ && refresh_center_) {
+    absl::Status pulled = PullCenter(step);
+    if (!pulled.ok()) {
+      return Annotated(pulled, absl::StrCat(what, ": pulling the centre"));
+    }
+    refresh_center_ = false;
   }
   if (!sync_) {
     // round_robin: the daemons hold this pull until every exchange before
@@ -145,10 +169,11 @@ absl::Status ElasticWorker::MaybeExchange(int64_t t, absl::Span<float> x) {
       xi[j] -= d[j];
     }
   }
-  pending_.push_back(client_->PushGradientsAsync(k, Tensors(push_)));
+  pending_.push_back(client_->PushGradientsAsync(step, Tensors(push_)));
+  last_push_ = step;
   ++exchanges_;
   if (sync_) {
-    absl::Status pulled = PullCenter(k + 1);
+    absl::Status pulled = PullCenter(step + 1);
     if (!pulled.ok()) {
       return Annotated(pulled, absl::StrCat(what, ": pulling the new centre"));
     }
@@ -158,8 +183,11 @@ absl::Status ElasticWorker::MaybeExchange(int64_t t, absl::Span<float> x) {
 
 absl::Status ElasticWorker::RefreshCenter() {
   STARLING_RETURN_IF_ERROR(Flush());
-  if (sync_) return absl::OkStatus();
-  return PullCenter(0);
+  if (!sync_) return PullCenter(0);
+  if (!refresh_center_) return absl::OkStatus();
+  STARLING_RETURN_IF_ERROR(PullCenter(center_due_));
+  refresh_center_ = false;
+  return absl::OkStatus();
 }
 
 }  // namespace trainer

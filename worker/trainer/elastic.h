@@ -11,6 +11,8 @@
 //     sync_easgd:   d = alpha (x - x~); x -= d; push d as step k (the daemons
 //                   sum every worker's d, add it to their slice, all-gather);
 //                   pull version k + 1: x~ += sum of the d's. Deterministic.
+//                   (After a rejoin the exchanges are numbered from the
+//                   version the re-formed group went on at: Rejoined.)
 //     async_easgd, async_measgd, hogwild_easgd: pull x~ (whatever the owners
 //                   hold); d = alpha (x - x~); x -= d; push d (the owners add
 //                   it at once; hogwild: without serialising pushes).
@@ -70,9 +72,14 @@ class ElasticWorker {
   // `group_version` and trains step `next_step` next: pushes in flight went
   // with the old group, alpha follows the new number of workers, and
   // round-robin's turns count from group_version in the new worker order.
-  // The worker's own parameters and the centre it holds stay; the next
+  // The worker's own parameters `x` and the centre it holds stay; the next
   // exchange pulls the centre as the new group holds it.
-  void Rejoined(int64_t group_version, int64_t next_step);
+  // sync_easgd: the next exchange is pushed as step group_version (the
+  // centre's version the group went on at); an exchange of this worker's
+  // that the group rolled back (its last push, when at or past
+  // group_version) has its elastic move undone in `x` (x += d), so that
+  // x and the centre move back together. Returns whether it was.
+  bool Rejoined(int64_t group_version, int64_t next_step, absl::Span<float> x);
 
   const std::vector<float>& center() const { return center_; }
   int tau() const { return job_.elastic_tau; }
@@ -103,6 +110,13 @@ class ElasticWorker {
   // turn_base_ + (k - first_exchange_) * workers + worker number.
   int64_t turn_base_ = 0;
   int64_t first_exchange_ = 0;
+  // sync_easgd: exchange k is pushed as step k + push_offset_ (0 until a
+  // rejoin); the step of the last push (-1: none); whether the centre must
+  // be pulled again (at center_due_) before it is used.
+  int64_t push_offset_ = 0;
+  int64_t last_push_ = -1;
+  bool refresh_center_ = false;
+  int64_t center_due_ = 0;
 };
 
 }  // namespace trainer

@@ -367,12 +367,11 @@ absl::Status Trainer::WaitSlot(int slot) {
 
 absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
                              int64_t* resume) {
-  // The modes whose runs go on in a re-formed group and whose step this
-  // trainer can resume (sync_easgd's exchanges and async_sgd's staleness
-  // window are not resumed yet).
+  // The modes whose runs go on in a re-formed group (every mode this
+  // trainer runs).
   static const auto* const kRejoining = new std::set<std::string>{
-      "sync_sgd",     "parameter_server", "async_easgd",
-      "async_measgd", "hogwild_easgd",    "round_robin_easgd"};
+      "sync_sgd",    "async_sgd",    "parameter_server", "sync_easgd",
+      "async_easgd", "async_measgd", "hogwild_easgd",    "round_robin_easgd"};
   if (kRejoining->count(mode_) == 0) return why;
   absl::Status failed = why;
   while (true) {
@@ -407,7 +406,14 @@ absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
       continue;
     }
     if (elastic_ != nullptr) {
-      elastic_->Rejoined(rejoined->group_version, *resume);
+      if (elastic_->Rejoined(rejoined->group_version, *resume,
+                             absl::MakeSpan(host_params_))) {
+        std::printf(
+            "starling-worker: the group rolled back this worker's last "
+            "elastic exchange: its move towards the centre is undone\n");
+        STARLING_RETURN_IF_ERROR(Failed("setting the model's parameters",
+                                        model_->SetParameters(host_params_)));
+      }
     } else {
       STARLING_RETURN_IF_ERROR(
           Pull(*resume, absl::StrCat("rejoined at step ", *resume)));

@@ -1,12 +1,16 @@
 """starling.torch carries on when a daemon is lost mid-run: a coordinator,
-3 daemons and one torch_worker.py goes_on worker per daemon on loopback
-(the daemons own a momentum optimizer and keep buddy replicas); daemon 1
-is killed (SIGKILL) mid-run. The other two workers' step() rejoins the
-re-formed group and completes there: both finish every step and their
-on_regroup callback saw rank() and size() of the new group. In sync_sgd
-they end with the same parameters, bit for bit; with a parameter server
-(each worker's pushes applied as they come) each goes on from its own
-step, nothing rolled back.
+3 daemons and one torch_worker.py goes_on worker per daemon on loopback;
+daemon 1 is killed (SIGKILL) mid-run. The other two workers' step()
+rejoins the re-formed group and completes there: both finish every step
+and their on_regroup callback saw rank() and size() of the new group.
+Daemon-side (the daemons own a momentum optimizer and keep buddy
+replicas): in sync_sgd the workers end with the same parameters, bit for
+bit; with a parameter server (each worker's pushes applied as they come)
+each goes on from its own step, nothing rolled back. Worker-side (the
+job's optimizer is none, the workers step momentum SGD; sync_sgd, and
+async_sgd with staleness 1): the daemons hold no state, the workers take
+the parameters and momentum of one that applied the newest update and
+end with the same parameters, bit for bit.
 
     /usr/bin/python3 torch_regroup_test.py
 
@@ -83,7 +87,14 @@ class RegroupTest(unittest.TestCase):
     def test_a_lost_daemon_leaves_a_parameter_server_run_going_on(self):
         self.lose_a_daemon("parameter_server")
 
-    def lose_a_daemon(self, mode):
+    def test_worker_side_sync_sgd_goes_on(self):
+        self.lose_a_daemon("sync_sgd", optimizer="none")
+
+    def test_worker_side_async_sgd_goes_on(self):
+        self.lose_a_daemon("async_sgd", optimizer="none",
+                           extra=["--staleness=1"])
+
+    def lose_a_daemon(self, mode, optimizer="momentum", extra=()):
         root = _root()
         coordinator = os.path.join(root, "server", "coordinator",
                                    "starling-coordinator")
@@ -93,9 +104,9 @@ class RegroupTest(unittest.TestCase):
         self.start("coordinator", [
             coordinator, "--job_id=regroup", "--expected_nodes=3",
             "--listen=" + address, "--metrics_port=0", "--mode=" + mode,
-            "--optimizer=momentum", "--learning_rate=0.05",
+            "--optimizer=" + optimizer, "--learning_rate=0.05",
             "--heartbeat_timeout=2s", "--collective_timeout=10s",
-            "--log_level=warning"])
+            "--log_level=warning"] + list(extra))
         daemons = []
         for d in range(3):
             daemons.append(self.start("node%d" % d, [
@@ -143,14 +154,25 @@ class RegroupTest(unittest.TestCase):
             # Told: logged and called back with the new group's size.
             # (run 1 was the optimizer's check that every worker holds
             # the same model; run 2 trains.)
-            rolled = "[01]" if mode == "sync_sgd" else "0"
-            self.assertRegex(err, r"rejoined run 2 at step \d+ as worker [01] "
-                             r"of 2 \(2 daemons\); %s pushed step" % rolled)
+            if optimizer == "none":
+                # Every gradient the group did not apply is dropped: the
+                # step in flight, and with staleness 1 the one before.
+                rolled = "[012]"
+                self.assertRegex(
+                    err, r"rejoined run 2 at step \d+ as worker [01] of 2 "
+                    r"\(2 daemons\); parameters and optimizer state from "
+                    r"worker [01] \(\d+ updates applied\); %s gradient "
+                    r"step\(s\) of this worker dropped" % rolled)
+            else:
+                rolled = "[01]" if mode == "sync_sgd" else "0"
+                self.assertRegex(
+                    err, r"rejoined run 2 at step \d+ as worker [01] of 2 "
+                    r"\(2 daemons\); %s pushed step" % rolled)
             self.assertIn("STEPS %d size 2" % STEPS, err)
             self.assertRegex(out, r"REGROUPED Regrouped\(run_id=2, step=\d+, "
                              r"rank=[01], size=2, rolled_back=%s\)" % rolled)
             params.append(re.search(r"PARAMS (\w+)", out).group(1))
-        if mode == "sync_sgd":
+        if mode != "parameter_server":
             self.assertEqual(params[0], params[1])
         # (The victim's worker waits for its daemon to come back, up to its
         # timeouts; tearDown stops it.)

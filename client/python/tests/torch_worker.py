@@ -325,17 +325,21 @@ def case_half(args):
 
 
 def case_goes_on(args):
-    """Daemon-side momentum in sync_sgd for --steps steps, each worker on
-    its rank's shard of the fixed batch (re-sharded by rank() and size()
-    as they are at each step); torch_regroup_test.py kills a daemon
-    mid-run: step() rejoins the re-formed group and the run goes on.
-    Prints STEP lines (every 10 steps), REGROUPED for each callback."""
+    """Momentum SGD for --steps steps (the daemons' when the job names one,
+    else the workers' own), each worker on its rank's shard of the fixed
+    batch (re-sharded by rank() and size() as they are at each step);
+    torch_regroup_test.py kills a daemon mid-run: step() rejoins the
+    re-formed group and the run goes on. Prints STEP lines (every 10
+    steps), REGROUPED for each callback."""
     model = small_model(0)
     job = st.job()
-    momentum = starling_daemon_momentum(job["optimizer"])
+    if job["optimizer"] == "none":
+        lr, momentum = LR, 0.9
+    else:
+        lr = job["learning_rate"]
+        momentum = starling_daemon_momentum(job["optimizer"])
     optimizer = st.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=job["learning_rate"],
-                        momentum=momentum),
+        torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum),
         named_parameters=model.named_parameters(),
         on_regroup=lambda r: print("REGROUPED", r, flush=True))
     x, y = fixed_data()

@@ -390,8 +390,9 @@ CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
   return a;
 }
 
-absl::StatusOr<ResumePlan> PlanResume(
-    uint64_t run_id, const std::vector<CarryAccount>& accounts) {
+absl::StatusOr<ResumePlan> PlanResume(uint64_t run_id,
+                                      const std::vector<CarryAccount>& accounts,
+                                      bool stateless) {
   const int carrier = FirstCarrier(accounts);
   if (carrier < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -438,6 +439,15 @@ absl::StatusOr<ResumePlan> PlanResume(
     return plan;
   };
   ResumePlan plan;
+  if (stateless) {
+    // Every shard is the initial parameters at every version: the first
+    // carrier's copy stands for all of them.
+    plan.version = newest;
+    plan.stateless = true;
+    plan.source.assign(first.old_size, carrier);
+    plan.from_replica.assign(first.old_size, false);
+    return done(plan);
+  }
   std::vector<std::string> missing_newest;
   if (PlanAt(accounts, newest, &plan, &missing_newest)) return done(plan);
   std::vector<std::string> missing;
@@ -476,8 +486,9 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
           absl::StrCat("exchanging the survivors' accounts of run ",
                        options.run_id)));
   // 2. The plan, alike on every daemon.
-  STARLING_ASSIGN_OR_RETURN(ResumePlan plan,
-                            PlanResume(options.run_id, accounts));
+  STARLING_ASSIGN_OR_RETURN(
+      ResumePlan plan,
+      PlanResume(options.run_id, accounts, options.optimizer == "none"));
   STARLING_ASSIGN_OR_RETURN(
       std::vector<proto::TensorSpec> tensors,
       ShareTable(carried.get(), plan.joining > 0, FirstCarrier(accounts),
@@ -492,6 +503,16 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     // daemon read its own is agreed before the state moves.
     STARLING_RETURN_IF_ERROR(ReadCheckpoint(*checkpoints, plan, elements, slots,
                                             options, comm, call, &full));
+  } else if (plan.stateless) {
+    if (comm->rank() == FirstCarrier(accounts)) {
+      const absl::Span<const float> params = carried->store->parameters();
+      if (params.size() != elements) {
+        return absl::DataLossError(
+            absl::StrCat("run ", options.run_id, " holds ", params.size(),
+                         " parameters here; its account says ", elements));
+      }
+      std::copy(params.begin(), params.end(), full.begin());
+    }
   } else if (carried != nullptr) {
     STARLING_RETURN_IF_ERROR(
         HeldShards(*carried, old_rank, plan, elements, slots, &full));

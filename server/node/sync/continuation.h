@@ -23,6 +23,11 @@
 // that shard has no copy, and the run cannot go on (FailedPrecondition
 // naming both).
 //
+// Runs of optimizer "none" (plain all-reduce jobs: the SVM, worker-side
+// PyTorch) hold no state a loss can take: their shards are the initial
+// parameters at every version, so they go on whoever was lost, from the
+// first carrier's parameters (no replica needed).
+//
 // ContinueRun runs the exchange on the new group's communicator: every
 // daemon's account (an all-reduce of small integers), the plan (each
 // computes the same), each shard brought to V by the daemon that has it,
@@ -122,6 +127,9 @@ struct ResumePlan {
   // of its files (index = the checkpoint's rank).
   std::optional<WholeVersion> checkpoint;
   std::vector<int> readers;
+  // Optimizer "none": no shard ever changes, so the first carrier's
+  // parameters are every shard's at every version (source: it, for all).
+  bool stateless = false;
 };
 
 // The plan every daemon computes alike from the accounts (index = new
@@ -129,9 +137,11 @@ struct ResumePlan {
 // carries another run, the accounts disagree on the old group or the
 // model, or a shard has no copy at either candidate version (naming the
 // old ranks) and no version was checkpointed whole that every daemon of
-// the old group sees.
-absl::StatusOr<ResumePlan> PlanResume(
-    uint64_t run_id, const std::vector<CarryAccount>& accounts);
+// the old group sees. `stateless` (optimizer "none"): the run goes on at
+// the newest version from the first carrier's parameters, whoever was lost.
+absl::StatusOr<ResumePlan> PlanResume(uint64_t run_id,
+                                      const std::vector<CarryAccount>& accounts,
+                                      bool stateless = false);
 
 // The exchange above. `carried` (null: this daemon joins the run) is this
 // daemon's run as rank `old_rank` of `old_size` left it; `checkpoints` the

@@ -284,7 +284,12 @@ void SyncEngine::SubmitCheckpoint(const SyncRun& run) {
 // --- Continuation -----------------------------------------------------------
 
 bool SyncEngine::MayContinue(const Run& run, const absl::Status& why) const {
-  if (AsSync(run).replica == nullptr && !checkpointing()) return false;
+  // A stateless run ("none") goes on from any survivor's parameters; the
+  // others need each lost shard's replica or a durable checkpoint.
+  if (options_.optimizer != "none" && AsSync(run).replica == nullptr &&
+      !checkpointing()) {
+    return false;
+  }
   return IsPeerLoss(why);
 }
 

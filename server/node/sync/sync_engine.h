@@ -78,7 +78,8 @@ struct SyncEngineOptions {
   // state go to `checkpoints` (borrowed, outlives the engine; null: none),
   // under `checkpoint_root` (JobConfig.checkpoint_dir), as written by
   // group epoch `group_epoch`; a run that goes on reads them back when a
-  // lost shard has no replica left. `optimizer`: the job's.
+  // lost shard has no replica left. `optimizer`: the job's (a run of
+  // "none" goes on after a loss without replicas: MayContinue).
   CheckpointWriter* checkpoints = nullptr;
   std::string checkpoint_root;
   int checkpoint_every_steps = 0;

@@ -49,6 +49,11 @@ _REJOIN_CODES = ("ABORTED", "UNAVAILABLE")
 # the optimizer: the synchronous step (from the last committed step) and
 # the parameter server (each shard as its owner or its buddy held it).
 _REJOIN_MODES = ("sync_sgd", "parameter_server")
+# Worker-side placement (--optimizer none) in these modes: the daemons hold
+# no state (their runs go on whoever was lost); the workers agree on the
+# newest update any of them applied and take that worker's parameters and
+# optimizer state.
+_WORKER_SIDE_REJOIN_MODES = ("sync_sgd", "async_sgd")
 
 
 def _force_staging():
@@ -148,6 +153,13 @@ class _DistributedBase:
             self._check_daemon_optimizer()
         self._world = starling.size()
         self._step_index = 0
+        # Worker-side: updates applied (inner steps), step() calls, and
+        # gradients dropped by re-formations; the first step whose gradient
+        # a (re-started) pipeline applies.
+        self._applied = 0
+        self._computed = 0
+        self._dropped = 0
+        self._pipeline_start = 0
         self._futures = {}  # step -> futures of its pushes / all-reduces
         self._next_bucket = 0
         self._last_step_end = time.monotonic()
@@ -420,10 +432,12 @@ class _DistributedBase:
         compute_end = time.monotonic()
         self.synchronize()
         t = self._step_index
+        self._computed += 1
         if self._daemon_side:
             self._daemon_step_going_on(t)
         else:
-            self._worker_step(t, super().step)
+            # After a re-formation the group may go on at another step.
+            t = self._worker_step_going_on(t, super().step)
         for slot in self._slots:
             slot.ready = False
             slot.hook_calls = 0
@@ -443,7 +457,7 @@ class _DistributedBase:
 
     def _worker_step(self, t, inner_step):
         applied = t - self._staleness
-        if applied < 0:
+        if applied < self._pipeline_start:
             return  # the pipeline fills: nothing reduced yet
         self._wait(applied)
         which = applied % self._sets
@@ -460,6 +474,85 @@ class _DistributedBase:
                 else:
                     slot.param.grad.copy_(view.reshape(slot.param.grad.shape))
         inner_step()
+        self._applied += 1
+
+    def _worker_step_going_on(self, t, inner_step):
+        """_worker_step(t); where a daemon of the group was lost and the run
+        went on without it, rejoins the re-formed group, where every worker
+        takes the parameters and optimizer state of one that applied the
+        newest update. Returns the step this step() ends as (t, or the
+        group's step when it went on at another one)."""
+        try:
+            self._worker_step(t, inner_step)
+            return t
+        except starling.StarlingError as error:
+            if (self._rejoins == 0 or
+                    self._job["mode"] not in _WORKER_SIDE_REJOIN_MODES or
+                    getattr(error, "code", "") not in _REJOIN_CODES):
+                raise
+            return self._rejoin_worker_side(t, error)
+
+    def _rejoin_worker_side(self, t, error):
+        client = self._session.client
+        for attempt in range(self._rejoins):
+            try:
+                going_on = client.rejoin()
+            except starling.StarlingError as rejoin_error:
+                raise rejoin_error from error
+            self._futures.clear()
+            try:
+                return self._resynchronize(t, going_on, error)
+            except starling.StarlingError as again:
+                # The group re-formed again meanwhile: once more.
+                if (attempt + 1 == self._rejoins or
+                        getattr(again, "code", "") not in _REJOIN_CODES):
+                    raise again from error
+                error = again
+        raise error
+
+    def _resynchronize(self, t, going_on, error):
+        """The first collectives of every worker in the re-formed group: the
+        updates each applied and the step each is at (one all-reduce), then
+        the parameters and optimizer state of the lowest rank that applied
+        the most, broadcast bit for bit. The gradients no worker applied
+        (the step in flight; with staleness s, the pipeline's s + 1) are
+        dropped: counted, logged and passed to on_regroup."""
+        world = starling.size()
+        me = starling.rank()
+        session = self._session
+        counts = functions._scratch(session, 2 * world)
+        counts.zero_()
+        counts[me] = float(self._applied)
+        counts[world + me] = float(t)
+        functions._all_reduce(session, counts)
+        applied = [int(v) for v in counts[:world].tolist()]
+        newest = max(applied)
+        source = applied.index(newest)
+        behind = max(int(v) for v in counts[world:].tolist())
+        functions.broadcast_parameters(
+            [(slot.name, slot.param) for slot in self._slots], source)
+        functions.broadcast_optimizer_state(self, source)
+        dropped = max(0, self._computed - newest - self._dropped)
+        self._dropped += dropped
+        self._applied = newest
+        if self._staleness == 0:
+            going = newest  # step index = updates applied
+        else:
+            # The pipeline starts again: s steps fill it.
+            going = behind + 1
+            self._pipeline_start = going
+        self._world = world
+        print("starling.torch: %s; rejoined run %d at step %d as worker %d "
+              "of %d (%d daemons); parameters and optimizer state from "
+              "worker %d (%d updates applied); %d gradient step(s) of this "
+              "worker dropped" %
+              (error, going_on["run_id"], going, me, world,
+               starling.node_count(), source, newest, dropped),
+              file=sys.stderr, flush=True)
+        if self._on_regroup is not None:
+            self._on_regroup(Regrouped(going_on["run_id"], going, me, world,
+                                       dropped))
+        return going - 1  # step() goes on with step `going` next
 
     def _daemon_step(self, t):
         client = self._session.client
@@ -579,10 +672,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
         256 KiB).
     on_regroup: called with a Regrouped after a daemon of the group was
         lost and the run went on without it (daemon-side placement in
-        sync_sgd: the daemons keep buddy replicas of their state): rank()
-        and size() are the new group's, so a data sampler sharded by them,
-        or a learning rate scaled with size(), is the caller's to adjust.
-        step() has completed meanwhile; nothing else changes.
+        sync_sgd and parameter_server, the daemons keeping buddy replicas
+        of their state; worker-side placement in sync_sgd and async_sgd,
+        every worker then holding the parameters and optimizer state of
+        the one that applied the newest update): rank() and size() are the
+        new group's, so a data sampler sharded by them, or a learning rate
+        scaled with size(), is the caller's to adjust. step() has completed
+        meanwhile; nothing else changes.
     rejoins: how many such re-formations one step() goes through before it
         raises (0: raise at the first).
 
