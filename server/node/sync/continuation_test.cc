@@ -583,6 +583,32 @@ TEST(PlanResume, ADaemonThatJoinsHoldsNoShardAndItsWorkersCount) {
   EXPECT_EQ(plan->elements, 100);
 }
 
+// Optimizer "none": no replicas, two of four old ranks lost (a rank and
+// what would be its buddy): a stateful run could not go on, a plain
+// all-reduce run goes on at the newest version from the first carrier.
+TEST(PlanResume, AStatelessRunGoesOnWhoeverWasLost) {
+  CarryAccount a;
+  a.run_id = 7;
+  a.old_size = 4;
+  a.local_workers = 1;
+  a.elements = 10;
+  a.old_rank = 0;
+  a.master_version = 3;
+  CarryAccount b = a;
+  b.old_rank = 3;
+  b.master_version = 4;
+  EXPECT_THAT(PlanResume(7, {a, b}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("cannot go on: no survivor holds")));
+  absl::StatusOr<ResumePlan> plan = PlanResume(7, {a, b}, /*stateless=*/true);
+  ASSERT_OK(plan);
+  EXPECT_TRUE(plan->stateless);
+  EXPECT_EQ(plan->version, 4);
+  EXPECT_EQ(plan->source, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(plan->total_workers, 2);
+  EXPECT_FALSE(plan->checkpoint.has_value());
+}
+
 // Daemons that join a running run (a restarted one, a newcomer) take part
 // in the exchange with no state and end with their shards, their buddies'
 // replicas and the parameters of the agreed version, bit for bit a
