@@ -18,6 +18,7 @@
 #include "server/base/status_macros.h"
 #include "server/coordinator/coordinator_common.h"
 #include "server/coordinator/shard_map.h"
+#include "server/transport/auth.h"
 
 namespace starling {
 namespace coordinator {
@@ -1015,6 +1016,57 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
   CheckSuspendedLocked(now);
   ReformIfDueLocked();
   return newly_lost;
+}
+
+absl::Status Coordinator::CheckCaller(absl::string_view call,
+                                      const Caller& caller, int rank,
+                                      uint64_t epoch) const {
+  if (options_.cluster_secret.empty()) return absl::OkStatus();
+  // What a caller says of itself reaches logs and errors: bounded, printable.
+  const auto shown = [](const std::string& text) {
+    std::string out;
+    for (char c : text.substr(0, 64)) {
+      out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+    }
+    return out;
+  };
+  const std::string who =
+      caller.host.empty() && caller.address.empty()
+          ? std::string("a caller that did not say who it is")
+          : absl::StrCat(shown(caller.host), " (", shown(caller.address), ")");
+  absl::Status refused;
+  if (caller.credential.empty()) {
+    refused = absl::PermissionDeniedError(absl::StrCat(
+        call, " from ", who,
+        " carries no member credential: this coordinator runs with a "
+        "cluster secret; start the node with --cluster_secret_file (the "
+        "coordinator's file)"));
+  } else if (!transport::VerifyMemberCredential(
+                 options_.cluster_secret, options_.job_id, caller.host,
+                 caller.address, caller.credential)) {
+    refused = absl::PermissionDeniedError(absl::StrCat(
+        call, " from ", who,
+        ": its member credential is not the cluster secret's for it (another "
+        "secret file, or a caller that does not know the secret)"));
+  } else if (rank >= 0) {
+    absl::MutexLock lock(&mu_);
+    if (epoch != 0 && epoch == group_epoch_ &&
+        rank < static_cast<int>(members_.size())) {
+      const proto::JoinRequest& member = members_[rank].join;
+      if (member.hostname() != caller.host ||
+          member.data_address() != caller.address) {
+        refused = absl::PermissionDeniedError(
+            absl::StrCat(call, " for rank ", rank, " (", member.hostname(),
+                         ", ", member.data_address(), ") from ", who,
+                         ": a member speaks only for itself"));
+      }
+    }
+  }
+  if (!refused.ok()) {
+    metrics_.calls_refused->WithLabels({std::string(call)})->Increment();
+    STARLING_LOG(WARNING) << "refused: " << refused.message();
+  }
+  return refused;
 }
 
 bool Coordinator::CanCarryLocked() const {

@@ -138,6 +138,25 @@ class Coordinator {
   //                       addresses), or its size from expected_nodes; the
   //                       group re-formed without the node (it joins afresh)
   //   Unavailable         the coordinator is shutting down
+  // Who made a call, as its metadata says (transport/auth.h): the identity
+  // it claims and its credential for it.
+  struct Caller {
+    std::string host;
+    std::string address;
+    std::string credential;
+  };
+  // OK when this coordinator has no cluster secret, or when `caller`'s
+  // credential is the secret's for the identity it claims and, for a call
+  // that names `rank` in the current group epoch (`epoch`; 0: the call
+  // names no epoch, and rank -1 no rank: not checked), that identity is
+  // that rank's member.
+  // PermissionDenied naming `call`, the identity and what is wrong
+  // otherwise (counted in calls_refused_total{call}). Calls of an earlier
+  // epoch are left to the call itself (a renumbered member's are stale,
+  // not forged).
+  absl::Status CheckCaller(absl::string_view call, const Caller& caller,
+                           int rank, uint64_t epoch) const;
+
   absl::StatusOr<proto::JoinResponse> Rejoin(
       const proto::RejoinRequest& request);
 

@@ -113,6 +113,14 @@ absl::StatusOr<CoordinatorMetrics> CoordinatorMetrics::Register(
                            "(answered NOT_FOUND: they re-register to learn "
                            "the new group, or join afresh)."));
   m.stale_calls = stale->Get();
+  STARLING_ASSIGN_OR_RETURN(
+      m.calls_refused,
+      registry->AddCounter("starling_coordinator_calls_refused_total",
+                           "Calls refused for who made them: no credential "
+                           "or a wrong one under the cluster secret, or a "
+                           "member speaking for another member's rank; by "
+                           "call.",
+                           {"call"}));
   return m;
 }
 

@@ -26,6 +26,10 @@
 //   state_writes_total{result}     counter   writes of the state file
 //   stale_calls_total              counter   members' calls of an earlier
 //                                            group epoch (sent to Rejoin)
+//   calls_refused_total{call}      counter   calls refused for their
+//                                            caller (no or a wrong
+//                                            credential, another member's
+//                                            rank: CheckCaller)
 //
 // The pointers are owned by the registry. Thread-safe (metrics are).
 #ifndef STARLING_SERVER_COORDINATOR_COORDINATOR_METRICS_H_
@@ -65,6 +69,7 @@ struct CoordinatorMetrics {
   // Re-formations by cause ("node_lost", "node_joined", "node_back").
   metrics::CounterFamily* reformations = nullptr;
   metrics::Counter* stale_calls = nullptr;
+  metrics::CounterFamily* calls_refused = nullptr;
 };
 
 }  // namespace coordinator

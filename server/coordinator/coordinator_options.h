@@ -52,6 +52,10 @@ struct CoordinatorOptions {
   // state_etcd.
   std::string state_etcd;
   std::string state_etcd_prefix = "/starling/jobs";
+  // The cluster secret (--cluster_secret_file, the nodes' file): when set,
+  // every node's call must carry its credential under it (Coordinator::
+  // CheckCaller); empty: calls are taken from anyone who reaches the port.
+  std::string cluster_secret;
   // Set by Coordinator::Create: the record's place in messages
   // (StateStore::where).
   std::string state_where;

@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "server/base/grpc_status.h"
+#include "server/transport/auth.h"
 
 namespace starling {
 namespace coordinator {
@@ -40,11 +41,38 @@ absl::Time WaitDeadline(const grpc::ServerContext* context,
   return deadline;
 }
 
+// One metadata value of the call ("" if it has none).
+std::string Metadata(const grpc::ServerContext* context, const char* key) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+// The caller as the call's metadata describes it; `node` (a Join's or
+// Rejoin's) names the identity instead when given.
+Coordinator::Caller CallerOf(const grpc::ServerContext* context,
+                             const proto::JoinRequest* node = nullptr) {
+  Coordinator::Caller caller;
+  caller.host = node != nullptr ? node->hostname()
+                                : Metadata(context, transport::kMemberHostKey);
+  caller.address = node != nullptr
+                       ? node->data_address()
+                       : Metadata(context, transport::kMemberAddressKey);
+  caller.credential = Metadata(context, transport::kMemberCredentialKey);
+  return caller;
+}
+
 }  // namespace
 
 grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
                                       const proto::JoinRequest* request,
                                       proto::JoinResponse* response) {
+  if (absl::Status caller =
+          coordinator_->CheckCaller("Join", CallerOf(context, request), -1, 0);
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Reply(context,
                coordinator_->Join(*request,
                                   WaitDeadline(context, kJoinDeadlineMargin,
@@ -56,12 +84,23 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
 grpc::Status CoordinatorService::Rejoin(grpc::ServerContext* context,
                                         const proto::RejoinRequest* request,
                                         proto::JoinResponse* response) {
+  if (absl::Status caller = coordinator_->CheckCaller(
+          "Rejoin", CallerOf(context, &request->node()), -1, 0);
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Reply(context, coordinator_->Rejoin(*request), response);
 }
 
 grpc::Status CoordinatorService::BeginRun(grpc::ServerContext* context,
                                           const proto::BeginRunRequest* request,
                                           proto::BeginRunResponse* response) {
+  if (absl::Status caller =
+          coordinator_->CheckCaller("BeginRun", CallerOf(context),
+                                    request->rank(), request->group_epoch());
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Reply(
       context,
       coordinator_->BeginRun(*request,
@@ -74,24 +113,46 @@ grpc::Status CoordinatorService::BeginRun(grpc::ServerContext* context,
 grpc::Status CoordinatorService::EndRun(grpc::ServerContext* context,
                                         const proto::EndRunRequest* request,
                                         proto::EndRunResponse*) {
+  if (absl::Status caller = coordinator_->CheckCaller(
+          "EndRun", CallerOf(context), request->rank(), request->group_epoch());
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Answer(context, coordinator_->EndRun(*request));
 }
 
 grpc::Status CoordinatorService::Heartbeat(
     grpc::ServerContext* context, const proto::HeartbeatRequest* request,
     proto::HeartbeatResponse* response) {
+  if (absl::Status caller =
+          coordinator_->CheckCaller("Heartbeat", CallerOf(context),
+                                    request->rank(), request->group_epoch());
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Reply(context, coordinator_->Heartbeat(*request), response);
 }
 
 grpc::Status CoordinatorService::GetSchedule(
     grpc::ServerContext* context, const proto::GetScheduleRequest* request,
     proto::Schedule* response) {
+  if (absl::Status caller =
+          coordinator_->CheckCaller("GetSchedule", CallerOf(context),
+                                    request->rank(), request->group_epoch());
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Reply(context, coordinator_->GetSchedule(*request), response);
 }
 
 grpc::Status CoordinatorService::ReportStep(grpc::ServerContext* context,
                                             const proto::StepReport* request,
                                             proto::StepReportAck*) {
+  if (absl::Status caller = coordinator_->CheckCaller(
+          "ReportStep", CallerOf(context), request->rank(), 0);
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Answer(context, coordinator_->ReportStep(*request));
 }
 

@@ -37,6 +37,7 @@
 #include "server/metrics/build_info.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/transport/auth.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:29400",
           "host:port of the coordinator's gRPC service");
@@ -60,6 +61,12 @@ ABSL_FLAG(int, min_nodes, 1,
           "below it the group stays degraded until nodes join again");
 ABSL_FLAG(absl::Duration, max_join_wait, absl::Minutes(10),
           "longest a Join is held waiting for the group to form");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "file holding the cluster secret (the nodes' --cluster_secret_file; "
+          "mode 600): every node's call must then carry its credential "
+          "under it, so that a process that does not know the secret can "
+          "neither join nor speak for a member; empty: calls are taken from "
+          "anyone who reaches --listen");
 ABSL_FLAG(std::string, state_file, "",
           "where the coordinator records the group (epoch, members, key, "
           "shard map) and the runs at every change (written atomically); a "
@@ -174,6 +181,15 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options->rejoin_grace = absl::GetFlag(FLAGS_rejoin_grace);
   options->min_nodes = absl::GetFlag(FLAGS_min_nodes);
+  if (const std::string path = absl::GetFlag(FLAGS_cluster_secret_file);
+      !path.empty()) {
+    absl::StatusOr<std::string> secret = transport::ReadClusterSecret(path);
+    if (!secret.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster_secret_file: ", secret.status().message()));
+    }
+    options->cluster_secret = *std::move(secret);
+  }
   options->state_file = absl::GetFlag(FLAGS_state_file);
   options->state_etcd = absl::GetFlag(FLAGS_state_etcd);
   options->state_etcd_prefix = absl::GetFlag(FLAGS_state_etcd_prefix);
@@ -340,6 +356,14 @@ int Main(int argc, char** argv) {
                      << options.iterations_per_schedule
                      << " iterations per schedule, " << options.epochs
                      << " epoch(s)";
+  if (options.cluster_secret.empty()) {
+    STARLING_LOG(WARNING)
+        << "no --cluster_secret_file: any process that reaches " << address
+        << " can join the job and speak for its members";
+  } else {
+    STARLING_LOG(INFO) << "nodes' calls must carry their credential under the "
+                          "cluster secret";
+  }
   if (metrics_server != nullptr) {
     STARLING_LOG(INFO) << "metrics at http://" << metrics_server->address()
                        << "/metrics";

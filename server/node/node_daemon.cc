@@ -175,6 +175,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::StartUncancelled(
   }
   link.local_workers = options.local_workers;
   link.join_timeout = options.join_timeout;
+  link.cluster_secret = options.cluster_secret;
   CoordinatorLinkCallbacks callbacks;
   callbacks.fill_status = [d](proto::HeartbeatRequest* request) {
     d->FillHeartbeat(request);

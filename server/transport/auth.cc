@@ -161,6 +161,38 @@ void EncodeProofFrame(const Proof& proof, uint8_t (&out)[kProofFrameBytes]) {
   std::copy(proof.begin(), proof.end(), out + kFrameHeaderBytes);
 }
 
+std::string MemberCredential(absl::string_view secret, absl::string_view job_id,
+                             absl::string_view hostname,
+                             absl::string_view data_address) {
+  STARLING_CHECK(!secret.empty()) << "a credential needs a cluster secret";
+  std::string message("starling member credential v1");
+  for (absl::string_view part : {job_id, hostname, data_address}) {
+    message.push_back('\0');
+    message.append(part.data(), part.size());
+  }
+  uint8_t digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+       digest, &length);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) {
+    absl::StrAppendFormat(&hex, "%02x", digest[i]);
+  }
+  return hex;
+}
+
+bool VerifyMemberCredential(absl::string_view secret, absl::string_view job_id,
+                            absl::string_view hostname,
+                            absl::string_view data_address,
+                            absl::string_view credential) {
+  const std::string expected =
+      MemberCredential(secret, job_id, hostname, data_address);
+  return credential.size() == expected.size() &&
+         CRYPTO_memcmp(credential.data(), expected.data(), expected.size()) ==
+             0;
+}
+
 Proof ComputeProof(absl::string_view secret, ProofRole role,
                    const Transcript& transcript) {
   STARLING_CHECK(!secret.empty()) << "a proof needs a cluster secret";

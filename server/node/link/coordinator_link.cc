@@ -12,6 +12,7 @@
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/base/version.h"
+#include "server/transport/auth.h"
 
 namespace starling {
 namespace node {
@@ -84,7 +85,12 @@ CoordinatorLink::CoordinatorLink(CoordinatorLinkOptions options,
     : options_(std::move(options)),
       callbacks_(std::move(callbacks)),
       channel_(std::move(channel)),
-      stub_(proto::Coordinator::NewStub(channel_)) {
+      stub_(proto::Coordinator::NewStub(channel_)),
+      credential_(options_.cluster_secret.empty()
+                      ? std::string()
+                      : transport::MemberCredential(
+                            options_.cluster_secret, options_.job_id,
+                            options_.hostname, options_.data_address)) {
   identity_.set_job_id(options_.job_id);
   identity_.set_hostname(options_.hostname);
   identity_.set_data_address(options_.data_address);
@@ -113,6 +119,11 @@ CoordinatorLink::CallResult CoordinatorLink::Call(
     bool cancellable) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
+  context.AddMetadata(transport::kMemberHostKey, options_.hostname);
+  context.AddMetadata(transport::kMemberAddressKey, options_.data_address);
+  if (!credential_.empty()) {
+    context.AddMetadata(transport::kMemberCredentialKey, credential_);
+  }
   if (cancellable) {
     absl::MutexLock lock(&mu_);
     if (stopping_) {

@@ -79,6 +79,11 @@ struct CoordinatorLinkOptions {
   // Deadline of one heartbeat, Rejoin, EndRun or step report; zero: the
   // heartbeat period, at least 1s.
   absl::Duration rpc_timeout = absl::ZeroDuration();
+  // The cluster secret (starling-node --cluster_secret_file), if any: every
+  // call then carries this node's credential (transport/auth.h
+  // MemberCredential), which a coordinator started with the same secret
+  // requires. Every call carries hostname and data_address.
+  std::string cluster_secret;
 };
 
 // Called on the link's thread with no lock held; they must not block.
@@ -278,6 +283,8 @@ class CoordinatorLink {
   const CoordinatorLinkCallbacks callbacks_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<proto::Coordinator::Stub> stub_;
+  // MemberCredential of this node under the cluster secret; empty: none.
+  const std::string credential_;
   // This node as its Join describes it.
   proto::JoinRequest identity_;
   // Set by Join (under mu_) before joined_; read-only afterwards.

@@ -1,0 +1,194 @@
+// The coordinator with a cluster secret (--cluster_secret_file, the nodes'
+// file): a process that does not know the secret can neither join nor
+// speak for a member, and a member speaks only for itself. Real
+// coordinator and daemons on loopback; the forgeries are the test's own
+// gRPC calls, as an attacker on the same host would make them.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "server/transport/auth.h"
+#include "tests/node/formation_strangers.h"
+#include "tests/node/node_cluster.h"
+
+namespace starling {
+namespace testing_node {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kSecret[] = "control-plane-auth-test secret, 32+ bytes";
+
+std::string SecretFile(const std::string& name, const std::string& secret) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "_", ::getpid());
+  {
+    std::ofstream out(path);
+    out << secret;
+  }
+  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+  return path;
+}
+
+// A call as an attacker (or a confused member) makes it: `host` and
+// `address` claimed in the metadata, `credential` (may be empty).
+class Caller {
+ public:
+  Caller(const std::string& target, std::string host, std::string address,
+         std::string credential)
+      : stub_(proto::Coordinator::NewStub(
+            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))),
+        host_(std::move(host)),
+        address_(std::move(address)),
+        credential_(std::move(credential)) {}
+
+  template <typename Request, typename Response, typename Method>
+  grpc::Status Call(Method method, const Request& request, Response* out) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    context.AddMetadata(transport::kMemberHostKey, host_);
+    context.AddMetadata(transport::kMemberAddressKey, address_);
+    if (!credential_.empty()) {
+      context.AddMetadata(transport::kMemberCredentialKey, credential_);
+    }
+    return (stub_.get()->*method)(&context, request, out);
+  }
+
+ private:
+  std::unique_ptr<proto::Coordinator::Stub> stub_;
+  std::string host_, address_, credential_;
+};
+
+TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
+  const std::vector<std::string> secret = {
+      absl::StrCat("--cluster_secret_file=", SecretFile("secret", kSecret))};
+  NodeCluster cluster(FormationOptions());
+  cluster.StartCoordinatorWith("coordinator", secret);
+  cluster.StartDaemon(0, secret);
+  cluster.StartDaemon(1, secret);
+  ASSERT_TRUE(WaitForJoined(cluster, 2)) << cluster.ServerLogs();
+
+  // A stranger's Join while the group forms: no credential, then one made
+  // under another secret. Neither takes a slot.
+  proto::JoinRequest join;
+  join.set_job_id("test");
+  join.set_hostname("stranger");
+  join.set_data_address("127.0.0.1:1");
+  join.set_version("");
+  proto::JoinResponse joined;
+  Caller bare(cluster.coordinator_address(), "stranger", "127.0.0.1:1", "");
+  grpc::Status status =
+      bare.Call(&proto::Coordinator::Stub::Join, join, &joined);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("Join from stranger (127.0.0.1:1) carries no member "
+                        "credential"));
+  Caller wrong(cluster.coordinator_address(), "stranger", "127.0.0.1:1",
+               transport::MemberCredential("another secret", "test", "stranger",
+                                           "127.0.0.1:1"));
+  status = wrong.Call(&proto::Coordinator::Stub::Join, join, &joined);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("is not the cluster secret's for it"));
+
+  cluster.StartDaemon(2, secret);
+  ASSERT_TRUE(WaitForServing(cluster, absl::Seconds(20)))
+      << cluster.ServerLogs();
+  ExpectHealthyGroup(cluster);
+  proto::JobStatus job;
+  std::string error;
+  ASSERT_TRUE(cluster.JobStatus(&job, &error)) << error;
+  ASSERT_EQ(job.nodes_size(), 3);
+  const proto::PeerInfo& one = job.nodes(1).peer();
+  const proto::PeerInfo& zero = job.nodes(0).peer();
+
+  // Forged calls for rank 1 by a caller that does not know the secret.
+  Caller forger(cluster.coordinator_address(), one.hostname(),
+                one.data_address(), "");
+  proto::EndRunRequest end;
+  end.set_job_id("test");
+  end.set_rank(1);
+  end.set_group_epoch(job.group_epoch());
+  end.set_run_id(1);
+  end.set_state(proto::RunStatus::STATE_FAILED);
+  end.set_error("disk on fire");
+  proto::EndRunResponse ended;
+  status = forger.Call(&proto::Coordinator::Stub::EndRun, end, &ended);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  proto::HeartbeatRequest beat;
+  beat.set_job_id("test");
+  beat.set_rank(1);
+  beat.set_group_epoch(job.group_epoch());
+  proto::HeartbeatResponse answer;
+  status = forger.Call(&proto::Coordinator::Stub::Heartbeat, beat, &answer);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  proto::RejoinRequest rejoin;
+  rejoin.mutable_node()->set_job_id("test");
+  rejoin.mutable_node()->set_hostname(one.hostname());
+  rejoin.mutable_node()->set_data_address(one.data_address());
+  rejoin.mutable_node()->set_admin_address("127.0.0.1:2");
+  rejoin.set_rank(1);
+  rejoin.set_group_epoch(job.group_epoch());
+  status = forger.Call(&proto::Coordinator::Stub::Rejoin, rejoin, &joined);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr(absl::StrCat("Rejoin from ", one.hostname(), " (",
+                                     one.data_address(),
+                                     ") carries no member credential")));
+
+  // A member (rank 0, with its own credential) speaking for rank 1.
+  Caller member(cluster.coordinator_address(), zero.hostname(),
+                zero.data_address(),
+                transport::MemberCredential(kSecret, "test", zero.hostname(),
+                                            zero.data_address()));
+  status = member.Call(&proto::Coordinator::Stub::EndRun, end, &ended);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(
+      status.error_message(),
+      HasSubstr(absl::StrCat("EndRun for rank 1 (", one.hostname(), ", ",
+                             one.data_address(), ") from ", zero.hostname())));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("a member speaks only for itself"));
+
+  // None of it reached the job: the group is whole and trains.
+  ASSERT_TRUE(cluster.JobStatus(&job, &error)) << error;
+  EXPECT_THAT(job.last_error(), Not(HasSubstr("disk on fire")));
+  ExpectHealthyGroup(cluster);
+  ExpectTrainingBitIdentical(cluster, {"--steps=20", "--timeout=20s"},
+                             absl::Seconds(30));
+  EXPECT_THAT(cluster.ServerLogs(), HasSubstr("refused: EndRun"));
+}
+
+TEST(ControlPlaneAuth, ANodeWithoutTheSecretIsToldWhy) {
+  NodeCluster cluster(FormationOptions());
+  cluster.StartCoordinatorWith(
+      "coordinator",
+      {absl::StrCat("--cluster_secret_file=", SecretFile("only", kSecret))});
+  const pid_t node = cluster.StartDaemon(0, {});
+  const ProcessResult result = cluster.Wait(node, absl::Seconds(30));
+  ASSERT_FALSE(result.timed_out) << cluster.ServerLogs();
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err,
+              HasSubstr("carries no member credential: this coordinator runs "
+                        "with a cluster secret; start the node with "
+                        "--cluster_secret_file"));
+}
+
+}  // namespace
+}  // namespace testing_node
+}  // namespace starling
