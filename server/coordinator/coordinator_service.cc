@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/base/grpc_status.h"
 #include "server/transport/auth.h"
@@ -40,6 +41,26 @@ absl::Time WaitDeadline(const grpc::ServerContext* context,
   }
   return deadline;
 }
+
+// What members say in free text (run errors, worker names) reaches logs,
+// `starlingctl status` and the operator's terminal: at most `max` bytes,
+// printable ASCII (a control byte, an escape sequence's start, becomes
+// '?'), so that no report can rewrite a screen or swell every status.
+void Bound(std::string* text, size_t max) {
+  if (text->size() > max) {
+    const size_t cut = text->size() - max;
+    text->resize(max);
+    absl::StrAppend(text, "... (", cut, " more bytes)");
+  }
+  for (char& c : *text) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+}
+
+constexpr size_t kMaxErrorBytes = 4096;
+// As many as a node may declare (Coordinator::Join's bound).
+constexpr int kMaxListedWorkers = 4096;
+constexpr size_t kMaxNameBytes = 256;
 
 // One metadata value of the call ("" if it has none).
 std::string Metadata(const grpc::ServerContext* context, const char* key) {
@@ -118,7 +139,9 @@ grpc::Status CoordinatorService::EndRun(grpc::ServerContext* context,
       !caller.ok()) {
     return Answer(context, caller);
   }
-  return Answer(context, coordinator_->EndRun(*request));
+  proto::EndRunRequest bounded = *request;
+  Bound(bounded.mutable_error(), kMaxErrorBytes);
+  return Answer(context, coordinator_->EndRun(bounded));
 }
 
 grpc::Status CoordinatorService::Heartbeat(
@@ -130,7 +153,18 @@ grpc::Status CoordinatorService::Heartbeat(
       !caller.ok()) {
     return Answer(context, caller);
   }
-  return Reply(context, coordinator_->Heartbeat(*request), response);
+  // A node lists its local workers: at most the coordinator's bound on
+  // them (a longer list is cut), each name and the run's error bounded.
+  proto::HeartbeatRequest bounded = *request;
+  if (bounded.workers_size() > kMaxListedWorkers) {
+    bounded.mutable_workers()->DeleteSubrange(
+        kMaxListedWorkers, bounded.workers_size() - kMaxListedWorkers);
+  }
+  for (proto::WorkerStatus& worker : *bounded.mutable_workers()) {
+    Bound(worker.mutable_name(), kMaxNameBytes);
+  }
+  Bound(bounded.mutable_run()->mutable_error(), kMaxErrorBytes);
+  return Reply(context, coordinator_->Heartbeat(bounded), response);
 }
 
 grpc::Status CoordinatorService::GetSchedule(
@@ -148,12 +182,15 @@ grpc::Status CoordinatorService::GetSchedule(
 grpc::Status CoordinatorService::ReportStep(grpc::ServerContext* context,
                                             const proto::StepReport* request,
                                             proto::StepReportAck*) {
-  if (absl::Status caller = coordinator_->CheckCaller(
-          "ReportStep", CallerOf(context), request->rank(), 0);
+  if (absl::Status caller =
+          coordinator_->CheckCaller("ReportStep", CallerOf(context),
+                                    request->rank(), request->group_epoch());
       !caller.ok()) {
     return Answer(context, caller);
   }
-  return Answer(context, coordinator_->ReportStep(*request));
+  proto::StepReport bounded = *request;
+  Bound(bounded.mutable_error(), kMaxErrorBytes);
+  return Answer(context, coordinator_->ReportStep(bounded));
 }
 
 grpc::Status CoordinatorService::GetJobStatus(

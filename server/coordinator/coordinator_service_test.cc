@@ -140,6 +140,56 @@ TEST_F(CoordinatorServiceTest, FourNodesRendezvousOverGrpc) {
   EXPECT_THAT(status.last_error(), HasSubstr("iteration 1: boom"));
 }
 
+// What a member reports in free text reaches status bounded and printable:
+// an escape sequence in a worker name or an error does not reach the
+// operator's terminal, a flood of worker entries or a 1 MB error does not
+// swell every status answer.
+TEST_F(CoordinatorServiceTest, ReportsReachStatusBoundedAndPrintable) {
+  Start(1);
+  proto::JoinResponse joined;
+  ASSERT_OK(Join(JoinRequestFor(0), absl::Seconds(20), &joined));
+  proto::HeartbeatRequest beat;
+  beat.set_job_id("grpc-job");
+  beat.set_rank(0);
+  for (int i = 0; i < 75000; ++i) {
+    proto::WorkerStatus* worker = beat.add_workers();
+    worker->set_index(i);
+    worker->set_name("\x1b[2J\x1b[31mowned");
+    worker->set_state(proto::WorkerStatus::STATE_ATTACHED);
+  }
+  grpc::ClientContext beat_context;
+  beat_context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  proto::HeartbeatResponse answer;
+  ASSERT_OK(FromGrpcStatus(stub_->Heartbeat(&beat_context, beat, &answer)));
+  proto::StepReport report;
+  report.set_job_id("grpc-job");
+  report.set_rank(0);
+  report.set_iteration(1);
+  report.set_error("\x1b]0;title\x07" + std::string(1 << 20, 'x'));
+  grpc::ClientContext report_context;
+  report_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  proto::StepReportAck ack;
+  ASSERT_OK(FromGrpcStatus(stub_->ReportStep(&report_context, report, &ack)));
+
+  grpc::ClientContext status_context;
+  status_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  proto::JobStatus status;
+  ASSERT_OK(FromGrpcStatus(stub_->GetJobStatus(&status_context, {}, &status)));
+  ASSERT_EQ(status.nodes_size(), 1);
+  EXPECT_EQ(status.nodes(0).workers_size(), 4096);
+  EXPECT_EQ(status.nodes(0).workers(0).name(), "?[2J?[31mowned");
+  EXPECT_LT(status.ByteSizeLong(), size_t{1} << 20);
+  EXPECT_THAT(status.last_error(), HasSubstr("?]0;title?xxx"));
+  EXPECT_THAT(status.last_error(),
+              HasSubstr(absl::StrCat("... (", report.error().size() - 4096,
+                                     " more bytes)")));
+  for (char c : status.last_error()) {
+    EXPECT_TRUE(c >= 0x20 && c <= 0x7e) << static_cast<int>(c);
+  }
+}
+
 TEST_F(CoordinatorServiceTest, JoinDeadlineCarriesTheRendezvousProgress) {
   Start(2);
   proto::JoinResponse response;

@@ -181,15 +181,10 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
   options->heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options->rejoin_grace = absl::GetFlag(FLAGS_rejoin_grace);
   options->min_nodes = absl::GetFlag(FLAGS_min_nodes);
-  if (const std::string path = absl::GetFlag(FLAGS_cluster_secret_file);
-      !path.empty()) {
-    absl::StatusOr<std::string> secret = transport::ReadClusterSecret(path);
-    if (!secret.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cluster_secret_file: ", secret.status().message()));
-    }
-    options->cluster_secret = *std::move(secret);
-  }
+  absl::StatusOr<std::string> secret = transport::ClusterSecretFromFlag(
+      absl::GetFlag(FLAGS_cluster_secret_file));
+  if (!secret.ok()) return secret.status();
+  options->cluster_secret = *std::move(secret);
   options->state_file = absl::GetFlag(FLAGS_state_file);
   options->state_etcd = absl::GetFlag(FLAGS_state_etcd);
   options->state_etcd_prefix = absl::GetFlag(FLAGS_state_etcd_prefix);

@@ -124,15 +124,11 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
   if (options.worker_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--worker_grace must not be negative");
   }
-  if (const std::string path = absl::GetFlag(FLAGS_cluster_secret_file);
-      !path.empty()) {
-    absl::StatusOr<std::string> secret = transport::ReadClusterSecret(path);
-    if (!secret.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cluster_secret_file: ", secret.status().message()));
-    }
-    options.cluster_secret = *std::move(secret);
-  } else if (options.insecure) {
+  absl::StatusOr<std::string> secret = transport::ClusterSecretFromFlag(
+      absl::GetFlag(FLAGS_cluster_secret_file));
+  if (!secret.ok()) return secret.status();
+  options.cluster_secret = *std::move(secret);
+  if (options.cluster_secret.empty() && options.insecure) {
     STARLING_LOG(WARNING)
         << "--insecure: peers are accepted unauthenticated from any address";
   }

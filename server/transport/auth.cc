@@ -161,6 +161,16 @@ void EncodeProofFrame(const Proof& proof, uint8_t (&out)[kProofFrameBytes]) {
   std::copy(proof.begin(), proof.end(), out + kFrameHeaderBytes);
 }
 
+absl::StatusOr<std::string> ClusterSecretFromFlag(const std::string& path) {
+  if (path.empty()) return std::string();
+  absl::StatusOr<std::string> secret = ReadClusterSecret(path);
+  if (!secret.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cluster_secret_file: ", secret.status().message()));
+  }
+  return secret;
+}
+
 std::string MemberCredential(absl::string_view secret, absl::string_view job_id,
                              absl::string_view hostname,
                              absl::string_view data_address) {

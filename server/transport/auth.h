@@ -68,6 +68,10 @@ struct Transcript {
 // a regular file, FailedPrecondition if group or others have any access to
 // it (the message says to chmod 600).
 absl::StatusOr<std::string> ReadClusterSecret(const std::string& path);
+// The daemons' and the coordinator's --cluster_secret_file: "" for an
+// empty path, else ReadClusterSecret's secret, its errors InvalidArgument
+// naming the flag.
+absl::StatusOr<std::string> ClusterSecretFromFlag(const std::string& path);
 
 // A fresh random nonce (RAND_bytes). Internal if the generator fails.
 absl::StatusOr<Nonce> RandomNonce();

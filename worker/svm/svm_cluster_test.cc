@@ -42,23 +42,34 @@ double Field(const std::string& out, const std::string& key) {
   return std::atof(out.c_str() + at + key.size() + 2);
 }
 
+bool HasFashionMnist(const std::string& dir) {
+  struct stat st;
+  return ::stat((dir + "/train-images-idx3-ubyte.gz").c_str(), &st) == 0;
+}
+
+// Plain all-reduce daemons (nothing is pushed) for starling-svm workers,
+// which declare svm.w themselves.
+ClusterOptions SvmCluster(int daemons, int local_workers) {
+  ClusterOptions options;
+  options.daemons = daemons;
+  options.local_workers = local_workers;
+  options.optimizer = "none";
+  options.collective_timeout = absl::Seconds(30);
+  options.fix_parameter_count = false;
+  return options;
+}
+
 TEST(SvmCluster, FourWorkersOnTwoDaemonsAgreeOnTheWeights) {
   const std::string data(train::kDefaultFashionMnistDir);
-  struct stat st;
-  if (::stat((data + "/train-images-idx3-ubyte.gz").c_str(), &st) != 0) {
+  if (!HasFashionMnist(data)) {
     GTEST_SKIP() << data
                  << " has no Fashion-MNIST: install Debian's "
                     "dataset-fashion-mnist (deploy/setup.sh)";
   }
-  ClusterOptions options;
-  options.daemons = 2;
-  options.local_workers = 2;
-  options.optimizer = "none";  // plain all-reduce; nothing is pushed
-  options.collective_timeout = absl::Seconds(30);
+  ClusterOptions options = SvmCluster(2, 2);
   // Four busy workers on a 2-core machine can delay the daemons' heartbeats
   // past the 2 s default.
   options.heartbeat_timeout = absl::Seconds(30);
-  options.fix_parameter_count = false;  // the workers declare svm.w
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
@@ -132,19 +143,13 @@ TEST(SvmCluster, FourWorkersOnTwoDaemonsAgreeOnTheWeights) {
 // workers from the start.
 TEST(SvmCluster, ADaemonLostMidSolveLeavesTheOthersGoingOn) {
   const std::string data(train::kDefaultFashionMnistDir);
-  struct stat st;
-  if (::stat((data + "/train-images-idx3-ubyte.gz").c_str(), &st) != 0) {
+  if (!HasFashionMnist(data)) {
     GTEST_SKIP() << data
                  << " has no Fashion-MNIST: install Debian's "
                     "dataset-fashion-mnist (deploy/setup.sh)";
   }
-  ClusterOptions options;
-  options.daemons = 3;
-  options.local_workers = 1;
-  options.optimizer = "none";
-  options.collective_timeout = absl::Seconds(30);
+  ClusterOptions options = SvmCluster(3, 1);
   options.heartbeat_timeout = absl::Seconds(5);
-  options.fix_parameter_count = false;
   NodeCluster cluster(options);
   cluster.StartCoordinator();
   cluster.StartDaemons();
