@@ -15,6 +15,7 @@
 #include "server/base/job_config_checks.h"
 #include "server/base/logging.h"
 #include "server/base/optimizer_names.h"
+#include "server/base/printable.h"
 #include "server/base/status_macros.h"
 #include "server/coordinator/coordinator_common.h"
 #include "server/coordinator/shard_map.h"
@@ -1023,17 +1024,11 @@ absl::Status Coordinator::CheckCaller(absl::string_view call,
                                       uint64_t epoch) const {
   if (options_.cluster_secret.empty()) return absl::OkStatus();
   // What a caller says of itself reaches logs and errors: bounded, printable.
-  const auto shown = [](const std::string& text) {
-    std::string out;
-    for (char c : text.substr(0, 64)) {
-      out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-    }
-    return out;
-  };
   const std::string who =
       caller.host.empty() && caller.address.empty()
           ? std::string("a caller that did not say who it is")
-          : absl::StrCat(shown(caller.host), " (", shown(caller.address), ")");
+          : absl::StrCat(BoundedPrintable(caller.host, 64), " (",
+                         BoundedPrintable(caller.address, 64), ")");
   absl::Status refused;
   if (caller.credential.empty()) {
     refused = absl::PermissionDeniedError(absl::StrCat(

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/base/grpc_status.h"
+#include "server/base/printable.h"
 #include "server/transport/auth.h"
 
 namespace starling {
@@ -43,18 +43,10 @@ absl::Time WaitDeadline(const grpc::ServerContext* context,
 }
 
 // What members say in free text (run errors, worker names) reaches logs,
-// `starlingctl status` and the operator's terminal: at most `max` bytes,
-// printable ASCII (a control byte, an escape sequence's start, becomes
-// '?'), so that no report can rewrite a screen or swell every status.
+// `starlingctl status` and the operator's terminal: bounded and printable,
+// so that no report can rewrite a screen or swell every status.
 void Bound(std::string* text, size_t max) {
-  if (text->size() > max) {
-    const size_t cut = text->size() - max;
-    text->resize(max);
-    absl::StrAppend(text, "... (", cut, " more bytes)");
-  }
-  for (char& c : *text) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
+  *text = BoundedPrintable(*text, max);
 }
 
 constexpr size_t kMaxErrorBytes = 4096;

@@ -32,27 +32,28 @@ absl::Status WithContext(const absl::Status& status, absl::string_view what) {
 }
 
 // The combine over Client::AllReduce: doubles travel as float32 through a
-// buffer in the client's pool (AllReduce refuses others).
+// buffer in the client's pool (AllReduce refuses others), in pieces of the
+// buffer's length (a round's message is one).
 class ClientAllReduce {
  public:
-  // Borrows `client`; `buffer` (in its pool) bounds the message length.
+  // Borrows `client`; `buffer` is in its pool.
   ClientAllReduce(client::Client* client, absl::Span<float> buffer)
       : client_(client), buffer_(buffer) {}
 
   absl::Status operator()(absl::Span<double> data) {
-    if (data.size() > buffer_.size()) {
-      return absl::InternalError(absl::StrCat("all-reduce of ", data.size(),
-                                              " elements; the pool "
-                                              "buffer holds ",
-                                              buffer_.size()));
+    if (buffer_.empty() && !data.empty()) {
+      return absl::InternalError("all-reduce with no pool buffer");
     }
-    absl::Span<float> part = buffer_.subspan(0, data.size());
-    for (size_t i = 0; i < data.size(); ++i) {
-      part[i] = static_cast<float>(data[i]);
+    for (size_t begin = 0; begin < data.size(); begin += buffer_.size()) {
+      const size_t n = std::min(buffer_.size(), data.size() - begin);
+      absl::Span<float> part = buffer_.subspan(0, n);
+      for (size_t i = 0; i < n; ++i) {
+        part[i] = static_cast<float>(data[begin + i]);
+      }
+      absl::Status status = client_->AllReduce(part);
+      if (!status.ok()) return status;
+      for (size_t i = 0; i < n; ++i) data[begin + i] = part[i];
     }
-    absl::Status status = client_->AllReduce(part);
-    if (!status.ok()) return status;
-    for (size_t i = 0; i < data.size(); ++i) data[i] = part[i];
     return absl::OkStatus();
   }
 
@@ -99,23 +100,6 @@ class PassReporter {
   const Task task_;
 };
 
-// Client mode: the sum over workers of each one's values in its own slots
-// of `values` (zeros elsewhere), in pieces that fit `buffer`.
-absl::Status SumInPieces(client::Client* client, absl::Span<float> buffer,
-                         std::vector<double>* values) {
-  for (size_t begin = 0; begin < values->size(); begin += buffer.size()) {
-    const size_t n = std::min(buffer.size(), values->size() - begin);
-    absl::Span<float> part = buffer.subspan(0, n);
-    for (size_t i = 0; i < n; ++i) {
-      part[i] = static_cast<float>((*values)[begin + i]);
-    }
-    absl::Status status = client->AllReduce(part);
-    if (!status.ok()) return status;
-    for (size_t i = 0; i < n; ++i) (*values)[begin + i] = part[i];
-  }
-  return absl::OkStatus();
-}
-
 // Client mode: how the solve stands across a re-formation.
 struct GoingOn {
   int workers = 1;
@@ -151,7 +135,8 @@ absl::Status GoOnInNewGroup(client::Client* client, size_t dim,
   int64_t held = 0;
   for (int64_t g = old_id; g < train_samples; g += old_workers) ++held;
   where[going->workers] = static_cast<double>(held);
-  absl::Status status = SumInPieces(client, going->buffer, &where);
+  ClientAllReduce sum(client, going->buffer);
+  absl::Status status = sum(absl::MakeSpan(where));
   if (!status.ok()) return status;
   int first = *klass;
   for (int k = 0; k < going->workers; ++k) {
@@ -166,7 +151,7 @@ absl::Status GoOnInNewGroup(client::Client* client, size_t dim,
   for (int64_t g = 0; g < train_samples; ++g) {
     if (g % old_workers != old_id) alpha[g] = 0.0;
   }
-  return SumInPieces(client, going->buffer, &alpha);
+  return sum(absl::MakeSpan(alpha));
 }
 
 absl::Status WriteWeights(const std::string& path, const LinearModel& model) {

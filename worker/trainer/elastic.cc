@@ -102,7 +102,6 @@ bool ElasticWorker::Rejoined(int64_t group_version, int64_t next_step,
   if (!sync_) return false;
   push_offset_ = group_version - first_exchange_;
   refresh_center_ = true;
-  center_due_ = group_version;
   if (last_push_ < group_version) return false;
   // The last exchange's d is still in the pool (nothing wrote it since).
   for (size_t i = 0; i < tensors_->size(); ++i) {
@@ -185,7 +184,7 @@ absl::Status ElasticWorker::RefreshCenter() {
   STARLING_RETURN_IF_ERROR(Flush());
   if (!sync_) return PullCenter(0);
   if (!refresh_center_) return absl::OkStatus();
-  STARLING_RETURN_IF_ERROR(PullCenter(center_due_));
+  STARLING_RETURN_IF_ERROR(PullCenter(first_exchange_ + push_offset_));
   refresh_center_ = false;
   return absl::OkStatus();
 }

@@ -112,11 +112,11 @@ class ElasticWorker {
   int64_t first_exchange_ = 0;
   // sync_easgd: exchange k is pushed as step k + push_offset_ (0 until a
   // rejoin); the step of the last push (-1: none); whether the centre must
-  // be pulled again (at center_due_) before it is used.
+  // be pulled again (at the group's version, first_exchange_ +
+  // push_offset_) before it is used.
   int64_t push_offset_ = 0;
   int64_t last_push_ = -1;
   bool refresh_center_ = false;
-  int64_t center_due_ = 0;
 };
 
 }  // namespace trainer

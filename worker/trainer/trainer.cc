@@ -10,7 +10,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -367,12 +366,7 @@ absl::Status Trainer::WaitSlot(int slot) {
 
 absl::Status Trainer::Rejoin(int64_t t, const absl::Status& why,
                              int64_t* resume) {
-  // The modes whose runs go on in a re-formed group (every mode this
-  // trainer runs).
-  static const auto* const kRejoining = new std::set<std::string>{
-      "sync_sgd",    "async_sgd",    "parameter_server", "sync_easgd",
-      "async_easgd", "async_measgd", "hogwild_easgd",    "round_robin_easgd"};
-  if (kRejoining->count(mode_) == 0) return why;
+  // Every mode this trainer runs goes on in a re-formed group.
   absl::Status failed = why;
   while (true) {
     if (rejoins_left_ <= 0) return failed;
