@@ -1,5 +1,6 @@
 #include "server/base/listen_address.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -91,6 +92,21 @@ absl::Status CheckCanListen(const HostPort& address) {
         absl::StrCat("cannot listen on ", where, ": ", std::strerror(error)));
   }
   return absl::OkStatus();
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (absl::AsciiStrToLower(host) == "localhost") return true;
+  const std::string text(host);
+  in_addr v4;
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6;
+  return ::inet_pton(AF_INET6, text.c_str(), &v6) == 1 &&
+         IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 }  // namespace starling

@@ -31,6 +31,10 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
 // use") otherwise; InvalidArgument if the host does not resolve.
 absl::Status CheckCanListen(const HostPort& address);
 
+// Whether `host` can be reached only from this machine: "localhost", an
+// IPv4 address in 127.0.0.0/8, or ::1 (bracketed or not).
+bool IsLoopbackHost(absl::string_view host);
+
 }  // namespace starling
 
 #endif  // STARLING_SERVER_BASE_LISTEN_ADDRESS_H_

@@ -13,6 +13,19 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Only addresses no other machine can reach count as loopback: what decides
+// whether a control-plane service without a credential may listen there.
+TEST(ListenAddress, LoopbackHostsAreOnlyThisMachines) {
+  for (const char* host :
+       {"localhost", "LocalHost", "127.0.0.1", "127.3.2.1", "::1", "[::1]"}) {
+    EXPECT_TRUE(IsLoopbackHost(host)) << host;
+  }
+  for (const char* host : {"0.0.0.0", "10.0.0.1", "128.0.0.1", "::", "[::]",
+                           "node-a", "", "127.0.0.1.example.com"}) {
+    EXPECT_FALSE(IsLoopbackHost(host)) << host;
+  }
+}
+
 TEST(ListenAddress, ParsesHostAndPort) {
   ASSERT_OK_AND_ASSIGN(HostPort v4, ParseHostPort("0.0.0.0:29400"));
   EXPECT_EQ(v4.host, "0.0.0.0");

@@ -19,7 +19,6 @@
 #include "server/base/status_macros.h"
 #include "server/coordinator/coordinator_common.h"
 #include "server/coordinator/shard_map.h"
-#include "server/transport/auth.h"
 
 namespace starling {
 namespace coordinator {
@@ -1019,33 +1018,44 @@ std::vector<int> Coordinator::DetectFailuresLocked() {
   return newly_lost;
 }
 
+namespace {
+
+// What a caller says of itself reaches logs and errors: bounded, printable.
+std::string Who(const Coordinator::Caller& caller) {
+  if (caller.host.empty() && caller.address.empty()) {
+    return "a caller that did not say who it is";
+  }
+  if (caller.address.empty()) return BoundedPrintable(caller.host, 64);
+  return absl::StrCat(BoundedPrintable(caller.host, 64), " (",
+                      BoundedPrintable(caller.address, 64), ")");
+}
+
+}  // namespace
+
 absl::Status Coordinator::CheckCaller(absl::string_view call,
                                       const Caller& caller, int rank,
-                                      uint64_t epoch) const {
+                                      uint64_t epoch) {
   if (options_.cluster_secret.empty()) return absl::OkStatus();
-  // What a caller says of itself reaches logs and errors: bounded, printable.
-  const std::string who =
-      caller.host.empty() && caller.address.empty()
-          ? std::string("a caller that did not say who it is")
-          : absl::StrCat(BoundedPrintable(caller.host, 64), " (",
-                         BoundedPrintable(caller.address, 64), ")");
-  absl::Status refused;
-  if (caller.credential.empty()) {
-    refused = absl::PermissionDeniedError(absl::StrCat(
-        call, " from ", who,
-        " carries no member credential: this coordinator runs with a "
-        "cluster secret; start the node with --cluster_secret_file (the "
-        "coordinator's file)"));
-  } else if (!transport::VerifyMemberCredential(
-                 options_.cluster_secret, options_.job_id, caller.host,
-                 caller.address, caller.credential)) {
-    refused = absl::PermissionDeniedError(absl::StrCat(
-        call, " from ", who,
-        ": its member credential is not the cluster secret's for it (another "
-        "secret file, or a caller that does not know the secret)"));
+  const std::string who = Who(caller);
+  const absl::string_view secrets[] = {options_.cluster_secret};
+  absl::Status refused =
+      verifier_.Verify(secrets, CallRole::kMember, call, options_.job_id,
+                       CallIdentity{caller.host, caller.address},
+                       caller.credential, absl::Now());
+  if (!refused.ok()) {
+    refused = absl::Status(
+        refused.code(),
+        absl::StrCat(call, " from ", who, " refused: ", refused.message(),
+                     caller.credential.empty()
+                         ? "; this coordinator runs with a cluster secret: "
+                           "start the node with --cluster_secret_file (the "
+                           "coordinator's file)"
+                         : ""));
   } else if (rank >= 0) {
     absl::MutexLock lock(&mu_);
-    if (epoch != 0 && epoch == group_epoch_ &&
+    // A call without an epoch is taken as the current group's (the
+    // handlers do), so it is bound as one.
+    if ((epoch == 0 || epoch == group_epoch_) &&
         rank < static_cast<int>(members_.size())) {
       const proto::JoinRequest& member = members_[rank].join;
       if (member.hostname() != caller.host ||
@@ -1061,6 +1071,30 @@ absl::Status Coordinator::CheckCaller(absl::string_view call,
     metrics_.calls_refused->WithLabels({std::string(call)})->Increment();
     STARLING_LOG(WARNING) << "refused: " << refused.message();
   }
+  return refused;
+}
+
+absl::Status Coordinator::CheckOperator(absl::string_view call,
+                                        const Caller& caller) {
+  if (options_.cluster_secret.empty() && options_.operator_secret.empty()) {
+    return absl::OkStatus();
+  }
+  const absl::string_view secrets[] = {options_.operator_secret,
+                                       options_.cluster_secret};
+  absl::Status refused = verifier_.Verify(secrets, CallRole::kOperator, call,
+                                          "", CallIdentity{caller.host, ""},
+                                          caller.credential, absl::Now());
+  if (refused.ok()) return refused;
+  refused = absl::Status(
+      refused.code(),
+      absl::StrCat(call, " from ", Who(caller), " refused: ", refused.message(),
+                   caller.credential.empty()
+                       ? "; this coordinator takes operators' calls with a "
+                         "credential only: give starlingctl --secret_file "
+                         "(the operator secret, or the cluster secret)"
+                       : ""));
+  metrics_.calls_refused->WithLabels({std::string(call)})->Increment();
+  STARLING_LOG(WARNING) << "refused: " << refused.message();
   return refused;
 }
 

@@ -82,6 +82,7 @@
 #include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
 #include "proto/coordinator_state.pb.h"
+#include "server/base/call_credential.h"
 #include "server/base/clock.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_options.h"
@@ -138,24 +139,29 @@ class Coordinator {
   //                       addresses), or its size from expected_nodes; the
   //                       group re-formed without the node (it joins afresh)
   //   Unavailable         the coordinator is shutting down
-  // Who made a call, as its metadata says (transport/auth.h): the identity
-  // it claims and its credential for it.
+  // Who made a call, as its metadata says (server/base/call_credential.h):
+  // the identity it claims and its credential for this call.
   struct Caller {
     std::string host;
     std::string address;
     std::string credential;
   };
   // OK when this coordinator has no cluster secret, or when `caller`'s
-  // credential is the secret's for the identity it claims and, for a call
-  // that names `rank` in the current group epoch (`epoch`; 0: the call
-  // names no epoch, and rank -1 no rank: not checked), that identity is
-  // that rank's member.
+  // credential is a fresh member credential under the secret for `call`,
+  // this job and the identity it claims and, for a call that names `rank`
+  // (-1: none) of the current group epoch (`epoch`, or 0: no epoch, taken
+  // as the current one), that identity is that rank's member.
   // PermissionDenied naming `call`, the identity and what is wrong
   // otherwise (counted in calls_refused_total{call}). Calls of an earlier
   // epoch are left to the call itself (a renumbered member's are stale,
   // not forged).
   absl::Status CheckCaller(absl::string_view call, const Caller& caller,
-                           int rank, uint64_t epoch) const;
+                           int rank, uint64_t epoch);
+  // For the operators' calls (GetJobStatus): OK when this coordinator has
+  // neither secret, or when `caller`'s credential is a fresh operator
+  // credential for `call` under the operator secret or the cluster secret.
+  // PermissionDenied (counted) otherwise.
+  absl::Status CheckOperator(absl::string_view call, const Caller& caller);
 
   absl::StatusOr<proto::JoinResponse> Rejoin(
       const proto::RejoinRequest& request);
@@ -381,6 +387,8 @@ class Coordinator {
   const CoordinatorOptions options_;
   const Clock* const clock_;
   const CoordinatorMetrics metrics_;
+  // Takes each call credential once (thread-safe on its own).
+  CallVerifier verifier_;
 
   mutable absl::Mutex mu_;
   // Signalled when the group forms or is adopted, a BeginRun round is

@@ -56,6 +56,10 @@ struct CoordinatorOptions {
   // every node's call must carry its credential under it (Coordinator::
   // CheckCaller); empty: calls are taken from anyone who reaches the port.
   std::string cluster_secret;
+  // The operator secret (--operator_secret_file): operators' calls
+  // (GetJobStatus: starlingctl status, inflight) carry a credential under
+  // it or under the cluster secret; without either secret they are open.
+  std::string operator_secret;
   // Set by Coordinator::Create: the record's place in messages
   // (StateStore::where).
   std::string state_where;

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "server/base/call_credential.h"
 #include "server/base/grpc_status.h"
 #include "server/base/printable.h"
-#include "server/transport/auth.h"
 
 namespace starling {
 namespace coordinator {
@@ -67,12 +67,11 @@ std::string Metadata(const grpc::ServerContext* context, const char* key) {
 Coordinator::Caller CallerOf(const grpc::ServerContext* context,
                              const proto::JoinRequest* node = nullptr) {
   Coordinator::Caller caller;
-  caller.host = node != nullptr ? node->hostname()
-                                : Metadata(context, transport::kMemberHostKey);
-  caller.address = node != nullptr
-                       ? node->data_address()
-                       : Metadata(context, transport::kMemberAddressKey);
-  caller.credential = Metadata(context, transport::kMemberCredentialKey);
+  caller.host =
+      node != nullptr ? node->hostname() : Metadata(context, kCallerHostKey);
+  caller.address = node != nullptr ? node->data_address()
+                                   : Metadata(context, kCallerAddressKey);
+  caller.credential = Metadata(context, kCallCredentialKey);
   return caller;
 }
 
@@ -188,6 +187,11 @@ grpc::Status CoordinatorService::ReportStep(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetJobStatus(
     grpc::ServerContext* context, const proto::GetJobStatusRequest* request,
     proto::JobStatus* response) {
+  if (absl::Status caller =
+          coordinator_->CheckOperator("GetJobStatus", CallerOf(context));
+      !caller.ok()) {
+    return Answer(context, caller);
+  }
   return Reply(context, coordinator_->GetJobStatus(*request), response);
 }
 

@@ -39,8 +39,11 @@
 #include "server/metrics/metrics_registry.h"
 #include "server/transport/auth.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:29400",
-          "host:port of the coordinator's gRPC service");
+ABSL_FLAG(std::string, listen, "",
+          "host:port of the coordinator's gRPC service; default "
+          "0.0.0.0:29400 with --cluster_secret_file (or TLS with client "
+          "certificates, or --insecure), else 127.0.0.1:29400. Without those "
+          "an address other hosts can reach is refused");
 ABSL_FLAG(std::string, job_id, "",
           "job name; every node must give the same "
           "(required)");
@@ -65,8 +68,25 @@ ABSL_FLAG(std::string, cluster_secret_file, "",
           "file holding the cluster secret (the nodes' --cluster_secret_file; "
           "mode 600): every node's call must then carry its credential "
           "under it, so that a process that does not know the secret can "
-          "neither join nor speak for a member; empty: calls are taken from "
-          "anyone who reaches --listen");
+          "neither join nor speak for a member (each call signed afresh, "
+          "taken once); empty: calls are taken from anyone who reaches "
+          "--listen, which is then 127.0.0.1 unless --insecure");
+ABSL_FLAG(std::string, operator_secret_file, "",
+          "file holding the operators' secret (mode 600): status calls "
+          "(starlingctl status, inflight) must carry a credential under it "
+          "or under the cluster secret; empty: the cluster secret's only "
+          "(or none, without one)");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate of the coordinator (with --tls_key_file): the "
+          "gRPC service then speaks TLS only");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "PEM CA certificate(s): every caller must show a client "
+          "certificate it signed (mutual TLS)");
+ABSL_FLAG(bool, insecure, false,
+          "without --cluster_secret_file or mutual TLS, listen where other "
+          "hosts reach it anyway: anyone who reaches --listen can then join "
+          "and speak for the members (a trusted network only)");
 ABSL_FLAG(std::string, state_file, "",
           "where the coordinator records the group (epoch, members, key, "
           "shard map) and the runs at every change (written atomically); a "
@@ -185,6 +205,10 @@ absl::Status OptionsFromFlags(CoordinatorOptions* options) {
       absl::GetFlag(FLAGS_cluster_secret_file));
   if (!secret.ok()) return secret.status();
   options->cluster_secret = *std::move(secret);
+  absl::StatusOr<std::string> operator_secret = transport::SecretFromFlag(
+      "--operator_secret_file", absl::GetFlag(FLAGS_operator_secret_file));
+  if (!operator_secret.ok()) return operator_secret.status();
+  options->operator_secret = *std::move(operator_secret);
   options->state_file = absl::GetFlag(FLAGS_state_file);
   options->state_etcd = absl::GetFlag(FLAGS_state_etcd);
   options->state_etcd_prefix = absl::GetFlag(FLAGS_state_etcd_prefix);
@@ -278,7 +302,8 @@ int Main(int argc, char** argv) {
            "the coordinator of one Starling training job.\n\n"
            "  ",
            kProgram,
-           " --job_id=NAME --expected_nodes=N [--listen=0.0.0.0:29400] "
+           " --job_id=NAME --expected_nodes=N [--listen=HOST:29400] "
+           "[--cluster_secret_file=PATH] "
            "[--metrics_port=29401] ...\n\n"
            "Forms the group once N node daemons joined (ranks by hostname, "
            "then address), marks nodes LOST after --heartbeat_timeout without "
@@ -300,9 +325,41 @@ int Main(int argc, char** argv) {
   absl::Status status = OptionsFromFlags(&options);
   if (!status.ok()) return Fail(2, status.message());
 
-  absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen));
+  const TlsFiles tls{.cert_file = absl::GetFlag(FLAGS_tls_cert_file),
+                     .key_file = absl::GetFlag(FLAGS_tls_key_file),
+                     .ca_file = absl::GetFlag(FLAGS_tls_ca_file)};
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(tls);
+  if (!credentials.ok()) return Fail(2, credentials.status().message());
+  // Who may call: members proving the cluster secret, or holding a client
+  // certificate of the CA. Without either, only this machine (or anyone,
+  // with --insecure).
+  const bool guarded = !options.cluster_secret.empty() ||
+                       (!tls.cert_file.empty() && !tls.ca_file.empty());
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  std::string address = absl::GetFlag(FLAGS_listen);
+  if (address.empty()) {
+    address = guarded || insecure ? "0.0.0.0:29400" : "127.0.0.1:29400";
+  }
+  absl::StatusOr<HostPort> listen = ParseHostPort(address);
   if (!listen.ok())
     return Fail(2, absl::StrCat("--listen: ", listen.status().message()));
+  if (!guarded && !IsLoopbackHost(listen->host)) {
+    if (!insecure) {
+      return Fail(
+          2, absl::StrCat("--listen=", address,
+                          " can be reached from other hosts, and without "
+                          "--cluster_secret_file (or TLS with client "
+                          "certificates: --tls_cert_file, --tls_key_file, "
+                          "--tls_ca_file) anyone who reaches it could join "
+                          "the job and speak for its members; give a secret, "
+                          "listen on 127.0.0.1, or pass --insecure on a "
+                          "trusted network"));
+    }
+    STARLING_LOG(WARNING) << "--insecure: the coordinator takes calls from "
+                             "anyone who reaches "
+                          << address;
+  }
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (const int code = CheckPorts(*listen, metrics_port); code != 0) {
     return code;
@@ -338,9 +395,8 @@ int Main(int argc, char** argv) {
   }
 
   CoordinatorService service(coordinator->get());
-  const std::string address = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      ServeGrpc(address, &service, "--listen");
+      ServeGrpc(address, &service, "--listen", *credentials);
   if (!server.ok()) return Fail(1, server.status().message());
   serving.store(true);
 
@@ -354,10 +410,18 @@ int Main(int argc, char** argv) {
   if (options.cluster_secret.empty()) {
     STARLING_LOG(WARNING)
         << "no --cluster_secret_file: any process that reaches " << address
+        << (tls.ca_file.empty() ? "" : " with a certificate of the CA")
         << " can join the job and speak for its members";
   } else {
-    STARLING_LOG(INFO) << "nodes' calls must carry their credential under the "
-                          "cluster secret";
+    STARLING_LOG(INFO) << "nodes' calls must carry a fresh credential under "
+                          "the cluster secret";
+  }
+  if (tls.enabled()) {
+    STARLING_LOG(INFO) << "TLS on " << address
+                       << (tls.ca_file.empty()
+                               ? ""
+                               : ", every caller with a client certificate "
+                                 "of --tls_ca_file");
   }
   if (metrics_server != nullptr) {
     STARLING_LOG(INFO) << "metrics at http://" << metrics_server->address()

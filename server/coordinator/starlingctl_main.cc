@@ -8,6 +8,8 @@
 // its collectives in flight and prints who is missing (inflight_table.h). Exit
 // status: 0 on success, 1 when the coordinator cannot be reached or refuses
 // (one line on stderr naming the address and the deadline), 2 for bad usage.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,12 +24,15 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/node_admin.grpc.pb.h"
+#include "server/base/call_credential.h"
 #include "server/base/command_line.h"
+#include "server/base/grpc_server.h"
 #include "server/base/grpc_status.h"
 #include "server/base/listen_address.h"
 #include "server/base/version.h"
 #include "server/coordinator/inflight_table.h"
 #include "server/coordinator/job_status_table.h"
+#include "server/transport/auth.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
           "host:port of the job's coordinator");
@@ -35,6 +40,18 @@ ABSL_FLAG(std::string, job_id, "",
           "job to show; empty: whichever job the coordinator runs");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5),
           "deadline for the coordinator's answer");
+ABSL_FLAG(std::string, secret_file, "",
+          "file holding the operators' secret (the services' "
+          "--operator_secret_file) or the cluster secret (mode 600): every "
+          "call then carries a fresh operator credential under it, which "
+          "services started with a secret require");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "PEM CA certificate(s) that signed the coordinator's and nodes' "
+          "certificates: talk TLS and verify them");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate, for services that require one (mutual "
+          "TLS; with --tls_key_file)");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 
 namespace starling {
 namespace coordinator {
@@ -46,14 +63,60 @@ int Fail(int code, absl::string_view message) {
   return FailProgram(kProgram, code, message);
 }
 
+// How starlingctl reaches the services: the channel credentials (TLS or
+// not) and the operator secret its calls are signed under ("" for none).
+struct Access {
+  std::shared_ptr<grpc::ChannelCredentials> channel;
+  std::string secret;
+  std::string host;  // this machine's name, which the calls carry
+};
+
+absl::StatusOr<Access> AccessFromFlags() {
+  Access access;
+  absl::StatusOr<std::string> secret = transport::SecretFromFlag(
+      "--secret_file", absl::GetFlag(FLAGS_secret_file));
+  if (!secret.ok()) return secret.status();
+  access.secret = *std::move(secret);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel =
+      ChannelCredentialsFor({.cert_file = absl::GetFlag(FLAGS_tls_cert_file),
+                             .key_file = absl::GetFlag(FLAGS_tls_key_file),
+                             .ca_file = absl::GetFlag(FLAGS_tls_ca_file)});
+  if (!channel.ok()) return channel.status();
+  access.channel = *std::move(channel);
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  access.host = absl::StrCat("starlingctl@", host);
+  return access;
+}
+
+// Sets `context`'s deadline and, with a secret, signs it for `method`.
+absl::Status Prepare(const Access& access, absl::string_view method,
+                     absl::Duration timeout, grpc::ClientContext* context) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context->AddMetadata(kCallerHostKey, access.host);
+  if (access.secret.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> credential =
+      SignCall(access.secret, CallRole::kOperator, method, "",
+               CallIdentity{access.host, ""}, absl::Now());
+  if (!credential.ok()) return credential.status();
+  context->AddMetadata(kCallCredentialKey, *credential);
+  return absl::OkStatus();
+}
+
 // The coordinator's JobStatus, or the exit status after a one-line error.
-absl::StatusOr<proto::JobStatus> FetchJobStatus(int* exit_code) {
+absl::StatusOr<proto::JobStatus> FetchJobStatus(const Access& access,
+                                                int* exit_code) {
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
-  auto stub = proto::Coordinator::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub =
+      proto::Coordinator::NewStub(grpc::CreateChannel(address, access.channel));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  if (absl::Status prepared =
+          Prepare(access, "GetJobStatus", timeout, &context);
+      !prepared.ok()) {
+    *exit_code = Fail(1, prepared.message());
+    return prepared;
+  }
   proto::GetJobStatusRequest request;
   request.set_job_id(absl::GetFlag(FLAGS_job_id));
   proto::JobStatus response;
@@ -75,6 +138,15 @@ absl::StatusOr<proto::JobStatus> FetchJobStatus(int* exit_code) {
                              "port 29400 by default)"));
     return status;
   }
+  if (absl::IsPermissionDenied(status)) {
+    *exit_code = Fail(
+        1, absl::StrCat("coordinator at ", address,
+                        " refused the status request: ", status.message(),
+                        access.secret.empty()
+                            ? " (starlingctl --secret_file signs the calls)"
+                            : ""));
+    return status;
+  }
   if (!status.ok()) {
     *exit_code = Fail(
         1, absl::StrCat("coordinator at ", address,
@@ -84,17 +156,17 @@ absl::StatusOr<proto::JobStatus> FetchJobStatus(int* exit_code) {
   return response;
 }
 
-int Status() {
+int Status(const Access& access) {
   int exit_code = 0;
-  absl::StatusOr<proto::JobStatus> job = FetchJobStatus(&exit_code);
+  absl::StatusOr<proto::JobStatus> job = FetchJobStatus(access, &exit_code);
   if (!job.ok()) return exit_code;
   std::fputs(FormatJobStatusTable(*job).c_str(), stdout);
   return 0;
 }
 
-int InFlight() {
+int InFlight(const Access& access) {
   int exit_code = 0;
-  absl::StatusOr<proto::JobStatus> job = FetchJobStatus(&exit_code);
+  absl::StatusOr<proto::JobStatus> job = FetchJobStatus(access, &exit_code);
   if (!job.ok()) return exit_code;
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   std::vector<NodeCollectives> nodes;
@@ -118,16 +190,21 @@ int InFlight() {
   // timeout once, not once per node.
   std::vector<std::thread> askers;
   for (NodeCollectives& n : nodes) {
-    askers.emplace_back([&n, timeout] {
+    askers.emplace_back([&n, &access, timeout] {
       if (n.admin_address.empty()) {
         n.reply = absl::FailedPreconditionError(
             "the daemon runs without an admin service (--admin_port=0)");
         return;
       }
-      auto stub = proto::NodeAdmin::NewStub(grpc::CreateChannel(
-          n.admin_address, grpc::InsecureChannelCredentials()));
+      auto stub = proto::NodeAdmin::NewStub(
+          grpc::CreateChannel(n.admin_address, access.channel));
       grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      if (absl::Status prepared =
+              Prepare(access, "GetCollectives", timeout, &context);
+          !prepared.ok()) {
+        n.reply = prepared;
+        return;
+      }
       proto::CollectivesReply reply;
       const absl::Status status = FromGrpcStatus(stub->GetCollectives(
           &context, proto::GetCollectivesRequest(), &reply));
@@ -150,7 +227,7 @@ int Main(int argc, char** argv) {
       {kProgram, "server/coordinator/starlingctl_main.cc", kStarlingVersion,
        "command-line view of a running Starling job.\n\n"
        "  starlingctl status --coordinator=host:port [--job_id=NAME] "
-       "[--timeout=5s]\n\n"
+       "[--timeout=5s] [--secret_file=PATH] [--tls_ca_file=PATH]\n\n"
        "status: the group as a table (rank, hostname, address, health, shard "
        "and optimizer state sizes, heartbeat age, last error); each node's "
        "run and workers (a MISSING worker with its grace left); the job's "
@@ -162,7 +239,9 @@ int Main(int argc, char** argv) {
        "it runs now: per rank the op (sequence number and fingerprint: op, "
        "dtype, length, algorithm), for how long, and which ranks it has not "
        "heard from; then who is missing: each rank the others wait for and "
-       "what it does instead."},
+       "what it does instead.\n\n"
+       "Services started with a secret take only signed calls: "
+       "--secret_file names the operators' secret (or the cluster secret)."},
       argc, argv);
   if (args.size() < 2) {
     return Fail(2,
@@ -186,7 +265,9 @@ int Main(int argc, char** argv) {
                                 "; the commands are 'status' and 'inflight' "
                                 "(try --help)"));
   }
-  return command == "status" ? Status() : InFlight();
+  absl::StatusOr<Access> access = AccessFromFlags();
+  if (!access.ok()) return Fail(2, access.status().message());
+  return command == "status" ? Status(*access) : InFlight(*access);
 }
 
 }  // namespace

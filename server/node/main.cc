@@ -65,7 +65,24 @@ ABSL_FLAG(std::string, cluster_secret_file, "",
           "loopback peers are accepted (or any, with --insecure)");
 ABSL_FLAG(bool, insecure, false,
           "without --cluster_secret_file, accept unauthenticated peers from "
-          "any address (a trusted network only)");
+          "any address, and serve the admin service on --data_address (a "
+          "trusted network only)");
+ABSL_FLAG(std::string, operator_secret_file, "",
+          "file holding the operators' secret (mode 600): calls to the admin "
+          "service (starlingctl inflight) must carry a credential under it "
+          "or under the cluster secret. Without either secret (or TLS with "
+          "client certificates) the admin service listens on 127.0.0.1 only "
+          "(unless --insecure)");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate of this node: its client certificate to the "
+          "coordinator and the admin service's server certificate (with "
+          "--tls_key_file)");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "PEM CA certificate(s): the coordinator's certificate is verified "
+          "against it, and the admin service asks its clients for a "
+          "certificate it signed (mutual TLS). Set to use TLS to the "
+          "coordinator");
 ABSL_FLAG(double, link_gbits, 0,
           "this node's network link rate in Gbit/s, exported as "
           "starling_node_link_rate_bytes_per_second so that dashboards show "
@@ -128,9 +145,38 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
       absl::GetFlag(FLAGS_cluster_secret_file));
   if (!secret.ok()) return secret.status();
   options.cluster_secret = *std::move(secret);
+  absl::StatusOr<std::string> operator_secret = transport::SecretFromFlag(
+      "--operator_secret_file", absl::GetFlag(FLAGS_operator_secret_file));
+  if (!operator_secret.ok()) return operator_secret.status();
+  options.operator_secret = *std::move(operator_secret);
+  options.tls = {.cert_file = absl::GetFlag(FLAGS_tls_cert_file),
+                 .key_file = absl::GetFlag(FLAGS_tls_key_file),
+                 .ca_file = absl::GetFlag(FLAGS_tls_ca_file)};
   if (options.cluster_secret.empty() && options.insecure) {
     STARLING_LOG(WARNING)
         << "--insecure: peers are accepted unauthenticated from any address";
+  }
+  // The admin service answers whoever reaches it unless a secret or a TLS
+  // CA (client certificates) guards it: then only on this machine.
+  options.admin_host = options.data_host;
+  if (options.tls.enabled()) {
+    // Checked now, so that a wrong file is one line before anything starts.
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> checked =
+        ChannelCredentialsFor(options.tls);
+    if (!checked.ok()) return checked.status();
+  }
+  const bool admin_guarded =
+      !options.cluster_secret.empty() || !options.operator_secret.empty() ||
+      (!options.tls.cert_file.empty() && !options.tls.ca_file.empty());
+  if (!admin_guarded && !options.insecure &&
+      !IsLoopbackHost(options.data_host) && options.admin_port > 0) {
+    options.admin_host = "127.0.0.1";
+    STARLING_LOG(WARNING)
+        << "the admin service listens on 127.0.0.1 only: without "
+           "--cluster_secret_file, --operator_secret_file or --tls_ca_file "
+           "anyone who reaches "
+        << options.data_host
+        << " could ask it (--insecure serves it there anyway)";
   }
   if (options.job_id.empty()) {
     return absl::InvalidArgumentError("--job_id is required");
@@ -154,8 +200,13 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
 absl::StatusOr<std::unique_ptr<grpc::Server>> ServeAdmin(
     const NodeOptions& options, NodeAdminService* admin) {
   if (options.admin_port <= 0) return nullptr;
-  return ServeGrpc(absl::StrCat(options.data_host, ":", options.admin_port),
-                   admin, "--admin_port");
+  // TLS where the node has a certificate of its own (mutual with a CA).
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(options.tls.cert_file.empty() ? TlsFiles()
+                                                         : options.tls);
+  if (!credentials.ok()) return credentials.status();
+  return ServeGrpc(absl::StrCat(options.admin_host, ":", options.admin_port),
+                   admin, "--admin_port", *std::move(credentials));
 }
 
 int Main(int argc, char** argv) {
@@ -220,10 +271,15 @@ int Main(int argc, char** argv) {
     metrics_server = *std::move(started);
   }
 
-  NodeAdminService admin;
+  NodeAdminService admin(
+      NodeAdminSecrets{.operator_secret = options.operator_secret,
+                       .cluster_secret = options.cluster_secret});
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       ServeAdmin(options, &admin);
-  if (!server.ok()) return Fail(1, server.status().message());
+  if (!server.ok()) {
+    return Fail(absl::IsInvalidArgument(server.status()) ? 2 : 1,
+                server.status().message());
+  }
 
   // Systemd readiness (Type=notify units): the status while joining, READY=1
   // once joined, STOPPING=1 on a signal; no-ops outside systemd. A failed

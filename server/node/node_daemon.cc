@@ -170,12 +170,14 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::StartUncancelled(
   link.hostname = options.hostname;
   link.data_address = absl::StrCat(options.data_host, ":", options.data_port);
   if (options.admin_port > 0) {
-    link.admin_address =
-        absl::StrCat(options.data_host, ":", options.admin_port);
+    link.admin_address = absl::StrCat(
+        options.admin_host.empty() ? options.data_host : options.admin_host,
+        ":", options.admin_port);
   }
   link.local_workers = options.local_workers;
   link.join_timeout = options.join_timeout;
   link.cluster_secret = options.cluster_secret;
+  link.tls = options.tls;
   CoordinatorLinkCallbacks callbacks;
   callbacks.fill_status = [d](proto::HeartbeatRequest* request) {
     d->FillHeartbeat(request);

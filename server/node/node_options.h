@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "server/base/grpc_server.h"
 
 namespace starling {
 namespace node {
@@ -39,6 +40,17 @@ struct NodeOptions {
   // peers are accepted, unless `insecure`.
   std::string cluster_secret;
   bool insecure = false;
+  // The operator secret (--operator_secret_file): operators' calls to the
+  // admin service may be signed under it (or the cluster secret).
+  std::string operator_secret;
+  // TLS of the control plane: to the coordinator (ca_file verifies it;
+  // cert_file and key_file are this node's certificate) and of the admin
+  // service (cert_file and key_file; ca_file verifies its clients). Empty:
+  // in the clear.
+  TlsFiles tls;
+  // Host the admin service listens on (and is advertised at); empty:
+  // data_host.
+  std::string admin_host;
   // The network link rate the operator states for this node, in Gbit/s
   // (exported as starling_node_link_rate_bytes_per_second for dashboards to
   // hold bus bandwidth against); 0: not stated.

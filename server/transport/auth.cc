@@ -161,46 +161,19 @@ void EncodeProofFrame(const Proof& proof, uint8_t (&out)[kProofFrameBytes]) {
   std::copy(proof.begin(), proof.end(), out + kFrameHeaderBytes);
 }
 
-absl::StatusOr<std::string> ClusterSecretFromFlag(const std::string& path) {
+absl::StatusOr<std::string> SecretFromFlag(absl::string_view flag,
+                                           const std::string& path) {
   if (path.empty()) return std::string();
   absl::StatusOr<std::string> secret = ReadClusterSecret(path);
   if (!secret.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--cluster_secret_file: ", secret.status().message()));
+        absl::StrCat(flag, ": ", secret.status().message()));
   }
   return secret;
 }
 
-std::string MemberCredential(absl::string_view secret, absl::string_view job_id,
-                             absl::string_view hostname,
-                             absl::string_view data_address) {
-  STARLING_CHECK(!secret.empty()) << "a credential needs a cluster secret";
-  std::string message("starling member credential v1");
-  for (absl::string_view part : {job_id, hostname, data_address}) {
-    message.push_back('\0');
-    message.append(part.data(), part.size());
-  }
-  uint8_t digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(),
-       digest, &length);
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i) {
-    absl::StrAppendFormat(&hex, "%02x", digest[i]);
-  }
-  return hex;
-}
-
-bool VerifyMemberCredential(absl::string_view secret, absl::string_view job_id,
-                            absl::string_view hostname,
-                            absl::string_view data_address,
-                            absl::string_view credential) {
-  const std::string expected =
-      MemberCredential(secret, job_id, hostname, data_address);
-  return credential.size() == expected.size() &&
-         CRYPTO_memcmp(credential.data(), expected.data(), expected.size()) ==
-             0;
+absl::StatusOr<std::string> ClusterSecretFromFlag(const std::string& path) {
+  return SecretFromFlag("--cluster_secret_file", path);
 }
 
 Proof ComputeProof(absl::string_view secret, ProofRole role,

@@ -72,6 +72,10 @@ absl::StatusOr<std::string> ReadClusterSecret(const std::string& path);
 // empty path, else ReadClusterSecret's secret, its errors InvalidArgument
 // naming the flag.
 absl::StatusOr<std::string> ClusterSecretFromFlag(const std::string& path);
+// The same for any secret file's flag (--operator_secret_file,
+// starlingctl's --secret_file): errors name `flag`.
+absl::StatusOr<std::string> SecretFromFlag(absl::string_view flag,
+                                           const std::string& path);
 
 // A fresh random nonce (RAND_bytes). Internal if the generator fails.
 absl::StatusOr<Nonce> RandomNonce();
@@ -96,30 +100,6 @@ Proof ComputeProof(absl::string_view secret, ProofRole role,
 // in constant time. False for a proof of the wrong size.
 bool VerifyProof(absl::string_view secret, ProofRole role,
                  const Transcript& transcript, absl::Span<const uint8_t> proof);
-
-// --- A node's calls to the coordinator -------------------------------------
-// Every call a node makes carries gRPC metadata: who it is (its hostname and
-// data-plane address, as it joined) and, with a cluster secret, a
-// credential for that identity, so that a process that does not know the
-// secret cannot join, nor speak for a member (heartbeats, run ends,
-// rejoins). Keys are lower case, as gRPC metadata wants them.
-inline constexpr char kMemberHostKey[] = "starling-member-host";
-inline constexpr char kMemberAddressKey[] = "starling-member-address";
-inline constexpr char kMemberCredentialKey[] = "starling-member-credential";
-
-// The credential: lower-case hex of HMAC-SHA256 keyed by `secret` over a
-// label, `job_id`, `hostname` and `data_address` (NUL-separated).
-// REQUIRES: `secret` is not empty.
-std::string MemberCredential(absl::string_view secret, absl::string_view job_id,
-                             absl::string_view hostname,
-                             absl::string_view data_address);
-
-// Whether `credential` is MemberCredential(secret, job_id, hostname,
-// data_address); compares in constant time.
-bool VerifyMemberCredential(absl::string_view secret, absl::string_view job_id,
-                            absl::string_view hostname,
-                            absl::string_view data_address,
-                            absl::string_view credential);
 
 }  // namespace transport
 }  // namespace starling

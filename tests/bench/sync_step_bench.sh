@@ -156,12 +156,16 @@ if [[ -n $NETNS ]]; then
   head -c 32 /dev/urandom >"$WORK/secret"
   chmod 600 "$WORK/secret"
 fi
+# In the namespaces the coordinator listens where other hosts reach it:
+# with the daemons' secret.
+SECRET_FLAGS=()
+[[ -n $NETNS ]] && SECRET_FLAGS=(--cluster_secret_file "$WORK/secret")
 CHECKPOINT_FLAGS=()
 [[ $CHECKPOINT_EVERY != 0 ]] && CHECKPOINT_FLAGS=(--checkpoint_dir "$WORK/checkpoints"
                                                   --checkpoint_every_steps "$CHECKPOINT_EVERY")
 spawn_ctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$DAEMONS" \
     --replicas "$REPLICAS" --optimizer "$OPTIMIZER" "${CHECKPOINT_FLAGS[@]}" \
-    --parameter_count "$DIM" --learning_rate 0.1 --listen "$COORD" \
+    --parameter_count "$DIM" --learning_rate 0.1 --listen "$COORD" "${SECRET_FLAGS[@]}" \
     --metrics_port $((PORT_BASE + 1)) --log_level warning \
     >"$WORK/coordinator.out" 2>"$WORK/coordinator.err" &
 PIDS+=($!)

@@ -151,7 +151,8 @@ for model in $MODELS; do
       echo
       echo "== $model, $mode, tau $tau, overlap $overlap: $HOSTS daemons x 1 worker, $E epoch(s)"
       ip netns exec pbctl "$BIN/starling-coordinator" --job_id bench --expected_nodes "$HOSTS" \
-        --listen "$CTL:$port" --metrics_port $((port + 1)) --mode "$mode" \
+        --listen "$CTL:$port" --cluster_secret_file "$WORK/secret" \
+        --metrics_port $((port + 1)) --mode "$mode" \
         --staleness "$STALENESS" --replicas "$REPLICAS" "${mode_flags[@]}" "${tau_flags[@]}" \
         --epochs "$E" --partitions_per_epoch "$PARTITIONS" --log_level warning \
         > "$dir/coordinator.log" 2>&1 &

@@ -108,6 +108,7 @@ one_run() {
   ip netns exec $CTL "$COORD" --job_id=rb --expected_nodes=$N --parameter_count=$DIM \
     --listen=$NET.254:$port --metrics_port=$((port + 1)) --optimizer=momentum \
     --learning_rate=0.1 --heartbeat_timeout=2s --collective_timeout=30s \
+    --cluster_secret_file="$dir/secret" \
     --log_level=warning > "$dir/coordinator.log" 2>&1 &
   PIDS+=($!)
   local i wpids=()

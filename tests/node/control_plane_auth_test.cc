@@ -19,7 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "server/transport/auth.h"
+#include "server/base/call_credential.h"
 #include "tests/node/formation_strangers.h"
 #include "tests/node/node_cluster.h"
 
@@ -45,39 +45,50 @@ std::string SecretFile(const std::string& name, const std::string& secret) {
 }
 
 // A call as an attacker (or a confused member) makes it: `host` and
-// `address` claimed in the metadata, `credential` (may be empty).
+// `address` claimed in the metadata and, with a `secret`, a fresh member
+// credential for the call under it (or `fixed`, as given, if not empty).
 class Caller {
  public:
   Caller(const std::string& target, std::string host, std::string address,
-         std::string credential)
+         std::string secret, std::string fixed = "")
       : stub_(proto::Coordinator::NewStub(
             grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))),
         host_(std::move(host)),
         address_(std::move(address)),
-        credential_(std::move(credential)) {}
+        secret_(std::move(secret)),
+        fixed_(std::move(fixed)) {}
 
   template <typename Request, typename Response, typename Method>
-  grpc::Status Call(Method method, const Request& request, Response* out) {
+  grpc::Status Call(Method method, absl::string_view name,
+                    const Request& request, Response* out) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(5));
-    context.AddMetadata(transport::kMemberHostKey, host_);
-    context.AddMetadata(transport::kMemberAddressKey, address_);
-    if (!credential_.empty()) {
-      context.AddMetadata(transport::kMemberCredentialKey, credential_);
+    context.AddMetadata(kCallerHostKey, host_);
+    context.AddMetadata(kCallerAddressKey, address_);
+    last_credential_ = fixed_;
+    if (fixed_.empty() && !secret_.empty()) {
+      last_credential_ = SignCall(secret_, CallRole::kMember, name, "test",
+                                  CallIdentity{host_, address_}, absl::Now())
+                             .value_or("");
+    }
+    if (!last_credential_.empty()) {
+      context.AddMetadata(kCallCredentialKey, last_credential_);
     }
     return (stub_.get()->*method)(&context, request, out);
   }
+  const std::string& last_credential() const { return last_credential_; }
 
  private:
   std::unique_ptr<proto::Coordinator::Stub> stub_;
-  std::string host_, address_, credential_;
+  std::string host_, address_, secret_, fixed_, last_credential_;
 };
 
 TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
   const std::vector<std::string> secret = {
       absl::StrCat("--cluster_secret_file=", SecretFile("secret", kSecret))};
   NodeCluster cluster(FormationOptions());
+  cluster.set_operator_secret(kSecret);
   cluster.StartCoordinatorWith("coordinator", secret);
   cluster.StartDaemon(0, secret);
   cluster.StartDaemon(1, secret);
@@ -93,18 +104,18 @@ TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
   proto::JoinResponse joined;
   Caller bare(cluster.coordinator_address(), "stranger", "127.0.0.1:1", "");
   grpc::Status status =
-      bare.Call(&proto::Coordinator::Stub::Join, join, &joined);
+      bare.Call(&proto::Coordinator::Stub::Join, "Join", join, &joined);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(status.error_message(),
-              HasSubstr("Join from stranger (127.0.0.1:1) carries no member "
-                        "credential"));
+              HasSubstr("Join from stranger (127.0.0.1:1) refused: it carries "
+                        "no credential"));
   Caller wrong(cluster.coordinator_address(), "stranger", "127.0.0.1:1",
-               transport::MemberCredential("another secret", "test", "stranger",
-                                           "127.0.0.1:1"));
-  status = wrong.Call(&proto::Coordinator::Stub::Join, join, &joined);
+               "another secret, 16 bytes or more");
+  status = wrong.Call(&proto::Coordinator::Stub::Join, "Join", join, &joined);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(status.error_message(),
-              HasSubstr("is not the cluster secret's for it"));
+              HasSubstr("member credential is not under this service's "
+                        "secret"));
 
   cluster.StartDaemon(2, secret);
   ASSERT_TRUE(WaitForServing(cluster, absl::Seconds(20)))
@@ -128,14 +139,16 @@ TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
   end.set_state(proto::RunStatus::STATE_FAILED);
   end.set_error("disk on fire");
   proto::EndRunResponse ended;
-  status = forger.Call(&proto::Coordinator::Stub::EndRun, end, &ended);
+  status =
+      forger.Call(&proto::Coordinator::Stub::EndRun, "EndRun", end, &ended);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   proto::HeartbeatRequest beat;
   beat.set_job_id("test");
   beat.set_rank(1);
   beat.set_group_epoch(job.group_epoch());
   proto::HeartbeatResponse answer;
-  status = forger.Call(&proto::Coordinator::Stub::Heartbeat, beat, &answer);
+  status = forger.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat", beat,
+                       &answer);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   proto::RejoinRequest rejoin;
   rejoin.mutable_node()->set_job_id("test");
@@ -144,19 +157,19 @@ TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
   rejoin.mutable_node()->set_admin_address("127.0.0.1:2");
   rejoin.set_rank(1);
   rejoin.set_group_epoch(job.group_epoch());
-  status = forger.Call(&proto::Coordinator::Stub::Rejoin, rejoin, &joined);
+  status =
+      forger.Call(&proto::Coordinator::Stub::Rejoin, "Rejoin", rejoin, &joined);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(status.error_message(),
               HasSubstr(absl::StrCat("Rejoin from ", one.hostname(), " (",
                                      one.data_address(),
-                                     ") carries no member credential")));
+                                     ") refused: it carries no credential")));
 
   // A member (rank 0, with its own credential) speaking for rank 1.
   Caller member(cluster.coordinator_address(), zero.hostname(),
-                zero.data_address(),
-                transport::MemberCredential(kSecret, "test", zero.hostname(),
-                                            zero.data_address()));
-  status = member.Call(&proto::Coordinator::Stub::EndRun, end, &ended);
+                zero.data_address(), kSecret);
+  status =
+      member.Call(&proto::Coordinator::Stub::EndRun, "EndRun", end, &ended);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(
       status.error_message(),
@@ -164,6 +177,29 @@ TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
                              one.data_address(), ") from ", zero.hostname())));
   EXPECT_THAT(status.error_message(),
               HasSubstr("a member speaks only for itself"));
+  // ... also when its call names no group epoch (taken as the current one).
+  beat.set_group_epoch(0);
+  status = member.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat", beat,
+                       &answer);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("Heartbeat for rank 1"));
+
+  // A credential seen on the wire is worth nothing: replayed, refused; and
+  // one made for a heartbeat does not carry a run's end.
+  beat.set_rank(0);
+  status = member.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat", beat,
+                       &answer);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  Caller replay(cluster.coordinator_address(), zero.hostname(),
+                zero.data_address(), "", member.last_credential());
+  status = replay.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat", beat,
+                       &answer);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("used before"));
+  end.set_rank(0);
+  status =
+      replay.Call(&proto::Coordinator::Stub::EndRun, "EndRun", end, &ended);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
   // None of it reached the job: the group is whole and trains.
   ASSERT_TRUE(cluster.JobStatus(&job, &error)) << error;
@@ -184,8 +220,8 @@ TEST(ControlPlaneAuth, ANodeWithoutTheSecretIsToldWhy) {
   ASSERT_FALSE(result.timed_out) << cluster.ServerLogs();
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.err,
-              HasSubstr("carries no member credential: this coordinator runs "
-                        "with a cluster secret; start the node with "
+              HasSubstr("it carries no credential; this coordinator runs "
+                        "with a cluster secret: start the node with "
                         "--cluster_secret_file"));
 }
 

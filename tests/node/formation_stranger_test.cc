@@ -98,6 +98,8 @@ TEST(FormationStranger, ForgedHelloWithoutTheSecretIsRefusedAndLogged) {
       absl::StrCat("--cluster_secret_file=", secret_file)};
 
   NodeCluster cluster(FormationOptions());
+  // The daemons' admin services take operators' calls under the secret.
+  cluster.set_operator_secret("formation-stranger-test secret");
   cluster.StartCoordinator();
   cluster.StartDaemon(0, secret);
   cluster.StartDaemon(1, secret);

@@ -28,6 +28,7 @@
 #include "httplib.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/node_admin.grpc.pb.h"
+#include "server/base/call_credential.h"
 #include "server/base/logging.h"
 #include "server/coordinator/test_binaries.h"
 #include "tests/node/test_params.h"
@@ -230,14 +231,28 @@ std::string NodeCluster::ServerLogs() const {
   return logs;
 }
 
+std::unique_ptr<grpc::ClientContext> NodeCluster::OperatorContext(
+    absl::string_view method) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  context->AddMetadata(kCallerHostKey, "node-cluster-test");
+  if (!operator_secret_.empty()) {
+    absl::StatusOr<std::string> credential =
+        SignCall(operator_secret_, CallRole::kOperator, method, "",
+                 CallIdentity{"node-cluster-test", ""}, absl::Now());
+    if (credential.ok()) context->AddMetadata(kCallCredentialKey, *credential);
+  }
+  return context;
+}
+
 bool NodeCluster::JobStatus(proto::JobStatus* status, std::string* error) {
   auto stub = proto::Coordinator::NewStub(grpc::CreateChannel(
       coordinator_address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  std::unique_ptr<grpc::ClientContext> context =
+      OperatorContext("GetJobStatus");
   proto::GetJobStatusRequest request;
   request.set_job_id("test");
-  grpc::Status s = stub->GetJobStatus(&context, request, status);
+  grpc::Status s = stub->GetJobStatus(context.get(), request, status);
   if (!s.ok()) *error = s.error_message();
   return s.ok();
 }
@@ -247,11 +262,10 @@ bool NodeCluster::NodeStatus(int daemon, proto::NodeStatusReply* status,
   auto stub = proto::NodeAdmin::NewStub(
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", admin_ports_[daemon]),
                           grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  context.set_wait_for_ready(true);
+  std::unique_ptr<grpc::ClientContext> context = OperatorContext("GetStatus");
+  context->set_wait_for_ready(true);
   grpc::Status s =
-      stub->GetStatus(&context, proto::GetNodeStatusRequest(), status);
+      stub->GetStatus(context.get(), proto::GetNodeStatusRequest(), status);
   if (!s.ok()) *error = s.error_message();
   return s.ok();
 }
@@ -261,9 +275,9 @@ bool NodeCluster::NodeGroup(int daemon, proto::GroupReply* group,
   auto stub = proto::NodeAdmin::NewStub(
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", admin_ports_[daemon]),
                           grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  grpc::Status s = stub->GetGroup(&context, proto::GetGroupRequest(), group);
+  std::unique_ptr<grpc::ClientContext> context = OperatorContext("GetGroup");
+  grpc::Status s =
+      stub->GetGroup(context.get(), proto::GetGroupRequest(), group);
   if (!s.ok()) *error = s.error_message();
   return s.ok();
 }

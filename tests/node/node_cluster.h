@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
 #include "proto/coordinator.pb.h"
 #include "proto/node_admin.pb.h"
 #include "server/coordinator/test_binaries.h"
@@ -83,6 +85,12 @@ class NodeCluster {
 
   // Control-plane queries; false (with `error`) when the RPC failed.
   bool JobStatus(proto::JobStatus* status, std::string* error);
+  // The secret the status calls above and below are signed under, as an
+  // operator's (for a coordinator or nodes started with a secret); empty:
+  // unsigned.
+  void set_operator_secret(std::string secret) {
+    operator_secret_ = std::move(secret);
+  }
   bool NodeStatus(int daemon, proto::NodeStatusReply* status,
                   std::string* error);
   bool NodeGroup(int daemon, proto::GroupReply* group, std::string* error);
@@ -123,6 +131,10 @@ class NodeCluster {
       proto::NodeStatusReply* last);
 
  private:
+  // A context for an operator's `method` call, due in 5 s.
+  std::unique_ptr<grpc::ClientContext> OperatorContext(
+      absl::string_view method) const;
+  std::string operator_secret_;
   const ClusterOptions options_;
   const std::string dir_;
   std::string socket_dir_;

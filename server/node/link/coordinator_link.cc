@@ -6,13 +6,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/base/call_credential.h"
 #include "server/base/coordinator_answers.h"
 #include "server/base/grpc_status.h"
 #include "server/base/listen_address.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/base/version.h"
-#include "server/transport/auth.h"
 
 namespace starling {
 namespace node {
@@ -73,8 +73,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> CoordinatorLink::Create(
               static_cast<int>(absl::ToInt64Milliseconds(kFirstRetry)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(kMaxRetry)));
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.coordinator, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentialsFor(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.coordinator, *credentials, args);
   return std::unique_ptr<CoordinatorLink>(new CoordinatorLink(
       std::move(options), std::move(callbacks), std::move(channel)));
 }
@@ -85,12 +88,7 @@ CoordinatorLink::CoordinatorLink(CoordinatorLinkOptions options,
     : options_(std::move(options)),
       callbacks_(std::move(callbacks)),
       channel_(std::move(channel)),
-      stub_(proto::Coordinator::NewStub(channel_)),
-      credential_(options_.cluster_secret.empty()
-                      ? std::string()
-                      : transport::MemberCredential(
-                            options_.cluster_secret, options_.job_id,
-                            options_.hostname, options_.data_address)) {
+      stub_(proto::Coordinator::NewStub(channel_)) {
   identity_.set_job_id(options_.job_id);
   identity_.set_hostname(options_.hostname);
   identity_.set_data_address(options_.data_address);
@@ -114,15 +112,22 @@ void CoordinatorLink::Stop() {
 }
 
 CoordinatorLink::CallResult CoordinatorLink::Call(
-    absl::Time deadline,
+    absl::string_view method, absl::Time deadline,
     const std::function<grpc::Status(grpc::ClientContext*)>& rpc,
     bool cancellable) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
-  context.AddMetadata(transport::kMemberHostKey, options_.hostname);
-  context.AddMetadata(transport::kMemberAddressKey, options_.data_address);
-  if (!credential_.empty()) {
-    context.AddMetadata(transport::kMemberCredentialKey, credential_);
+  context.AddMetadata(kCallerHostKey, options_.hostname);
+  context.AddMetadata(kCallerAddressKey, options_.data_address);
+  if (!options_.cluster_secret.empty()) {
+    // A fresh credential for this call (the coordinator takes each once).
+    absl::StatusOr<std::string> credential = SignCall(
+        options_.cluster_secret, CallRole::kMember, method, options_.job_id,
+        CallIdentity{options_.hostname, options_.data_address}, absl::Now());
+    if (!credential.ok()) {
+      return {ToGrpcStatus(credential.status()), Outcome::kFailed};
+    }
+    context.AddMetadata(kCallCredentialKey, *credential);
   }
   if (cancellable) {
     absl::MutexLock lock(&mu_);
@@ -247,9 +252,10 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::AskToJoin(
   while (true) {
     request.set_wait_timeout_ms(std::max<int64_t>(
         1, absl::ToInt64Milliseconds(deadline - absl::Now())));
-    const CallResult call = Call(deadline, [&](grpc::ClientContext* context) {
-      return stub_->Join(context, request, &response);
-    });
+    const CallResult call =
+        Call("Join", deadline, [&](grpc::ClientContext* context) {
+          return stub_->Join(context, request, &response);
+        });
     const grpc::Status& status = call.status;
     if (call.outcome == Outcome::kOk) return response;
     if (call.outcome == Outcome::kStopping) return cancelled;
@@ -379,7 +385,7 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
   STARLING_ASSIGN_OR_RETURN(
       const CallResult call,
       CallRetrying(
-          deadline,
+          "BeginRun", deadline,
           absl::StrCat("the begin-run request of rank ", request.rank()),
           "beginning a run", [&](grpc::ClientContext* context) {
             // The coordinator holds the call until every rank
@@ -404,7 +410,8 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
 }
 
 absl::StatusOr<CoordinatorLink::CallResult> CoordinatorLink::CallRetrying(
-    absl::Time deadline, absl::string_view what, absl::string_view doing,
+    absl::string_view method, absl::Time deadline, absl::string_view what,
+    absl::string_view doing,
     const std::function<grpc::Status(grpc::ClientContext*)>& rpc) {
   const absl::Time start = absl::Now();
   absl::Time last_log = absl::InfinitePast();
@@ -427,7 +434,7 @@ absl::StatusOr<CoordinatorLink::CallResult> CoordinatorLink::CallRetrying(
     if (std::optional<CallResult> moved = Regrouped(epoch, what)) {
       return *moved;
     }
-    const CallResult call = Call(deadline, rpc);
+    const CallResult call = Call(method, deadline, rpc);
     switch (call.outcome) {
       case Outcome::kOk:
       case Outcome::kFailed:
@@ -496,7 +503,7 @@ absl::StatusOr<proto::Schedule> CoordinatorLink::GetSchedule(
   proto::Schedule response;
   STARLING_ASSIGN_OR_RETURN(
       const CallResult call,
-      CallRetrying(deadline, what, "asking for a schedule",
+      CallRetrying("GetSchedule", deadline, what, "asking for a schedule",
                    [&](grpc::ClientContext* context) {
                      return stub_->GetSchedule(context, request, &response);
                    }));
@@ -661,7 +668,7 @@ std::deque<CoordinatorLink::Outgoing> CoordinatorLink::Send(
       item.step->set_group_epoch(epoch);
       what = absl::StrCat("the report of failed step ", item.step->iteration());
       call = Call(
-          deadline,
+          "ReportStep", deadline,
           [&](grpc::ClientContext* context) {
             proto::StepReportAck ack;
             return stub_->ReportStep(context, *item.step, &ack);
@@ -672,7 +679,7 @@ std::deque<CoordinatorLink::Outgoing> CoordinatorLink::Send(
       item.end->set_group_epoch(epoch);
       what = absl::StrCat("the end of run ", item.end->run_id());
       call = Call(
-          deadline,
+          "EndRun", deadline,
           [&](grpc::ClientContext* context) {
             proto::EndRunResponse ack;
             return stub_->EndRun(context, *item.end, &ack);
@@ -727,9 +734,10 @@ void CoordinatorLink::Beat() {
   // At most one immediate retry, after a re-registration.
   for (int attempt = 0; attempt < 2; ++attempt) {
     const CallResult call =
-        Call(absl::Now() + rpc_timeout_, [&](grpc::ClientContext* context) {
-          return stub_->Heartbeat(context, request, &response);
-        });
+        Call("Heartbeat", absl::Now() + rpc_timeout_,
+             [&](grpc::ClientContext* context) {
+               return stub_->Heartbeat(context, request, &response);
+             });
     if (call.outcome == Outcome::kOk) break;
     if (call.outcome == Outcome::kStopping) return;
     {
@@ -797,8 +805,8 @@ absl::Status CoordinatorLink::Rejoin() {
     request.set_highest_run_id(highest_run_id_);
   }
   proto::JoinResponse response;
-  const CallResult call =
-      Call(absl::Now() + rpc_timeout_, [&](grpc::ClientContext* context) {
+  const CallResult call = Call(
+      "Rejoin", absl::Now() + rpc_timeout_, [&](grpc::ClientContext* context) {
         return stub_->Rejoin(context, request, &response);
       });
   if (call.outcome != Outcome::kOk) {

@@ -48,6 +48,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/coordinator.pb.h"
+#include "server/base/grpc_server.h"
 
 namespace starling {
 namespace node {
@@ -80,10 +81,13 @@ struct CoordinatorLinkOptions {
   // heartbeat period, at least 1s.
   absl::Duration rpc_timeout = absl::ZeroDuration();
   // The cluster secret (starling-node --cluster_secret_file), if any: every
-  // call then carries this node's credential (transport/auth.h
-  // MemberCredential), which a coordinator started with the same secret
-  // requires. Every call carries hostname and data_address.
+  // call then carries a fresh member credential for it under the secret
+  // (server/base/call_credential.h), which a coordinator started with the
+  // same secret requires. Every call carries hostname and data_address.
   std::string cluster_secret;
+  // TLS to the coordinator (--tls_ca_file to verify it; --tls_cert_file and
+  // --tls_key_file: this node's client certificate); empty: in the clear.
+  TlsFiles tls;
 };
 
 // Called on the link's thread with no lock held; they must not block.
@@ -226,7 +230,8 @@ class CoordinatorLink {
 
   // Calls `rpc` with a fresh context bounded by `deadline`; a
   // `cancellable` call is cancelled by Stop() (and not made once stopping).
-  CallResult Call(absl::Time deadline,
+  // `method` is the call's name, which its credential covers.
+  CallResult Call(absl::string_view method, absl::Time deadline,
                   const std::function<grpc::Status(grpc::ClientContext*)>& rpc,
                   bool cancellable = true);
   static Outcome Classify(const grpc::Status& status,
@@ -241,7 +246,8 @@ class CoordinatorLink {
   // DeadlineExceeded "the coordinator at ADDR did not answer `what` within
   // T: last cause".
   absl::StatusOr<CallResult> CallRetrying(
-      absl::Time deadline, absl::string_view what, absl::string_view doing,
+      absl::string_view method, absl::Time deadline, absl::string_view what,
+      absl::string_view doing,
       const std::function<grpc::Status(grpc::ClientContext*)>& rpc);
   void Enqueue(Outgoing item);
   // A call begun in group epoch `epoch` that must not go on: the group
@@ -283,8 +289,6 @@ class CoordinatorLink {
   const CoordinatorLinkCallbacks callbacks_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<proto::Coordinator::Stub> stub_;
-  // MemberCredential of this node under the cluster secret; empty: none.
-  const std::string credential_;
   // This node as its Join describes it.
   proto::JoinRequest identity_;
   // Set by Join (under mu_) before joined_; read-only afterwards.
