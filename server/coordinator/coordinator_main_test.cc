@@ -1,5 +1,9 @@
 // Runs the starling-coordinator binary: start-up failures are one line and
 // exit 1 (or 2 for usage), --help documents the flags.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +45,61 @@ TEST(CoordinatorMain, MetricsPortInUseIsOneLineAndExitOne) {
   EXPECT_THAT(result.output, HasSubstr(absl::StrCat("127.0.0.1:", taken.port(),
                                                     ": Address already in use "
                                                     "(--metrics_port)")));
+}
+
+// Without a cluster secret or TLS client certificates anyone who reaches
+// the port could join: an address other hosts reach is refused, naming the
+// ways out, before anything listens.
+TEST(CoordinatorMain, AnOpenAddressWithoutASecretIsRefused) {
+  for (const char* listen : {"--listen=0.0.0.0:0", "--listen=[::]:0"}) {
+    const RunResult result =
+        RunBinary({Coordinator(), listen, "--job_id=t", "--expected_nodes=1",
+                   "--metrics_port=0"},
+                  20);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_EQ(CountLines(result.output), 1) << result.output;
+    EXPECT_THAT(result.output,
+                HasSubstr("can be reached from other hosts, and without "
+                          "--cluster_secret_file"));
+    EXPECT_THAT(result.output, HasSubstr("listen on 127.0.0.1, or pass "
+                                         "--insecure"));
+  }
+}
+
+// TLS files that are not there or not PEM are one line naming the flag.
+TEST(CoordinatorMain, BadTlsFilesAreUsageErrors) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string text =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/not_pem_", ::getpid());
+  {
+    std::ofstream out(text);
+    out << "this is no certificate\n";
+  }
+  const RunResult missing =
+      RunBinary({Coordinator(), "--listen=127.0.0.1:0", "--job_id=t",
+                 "--expected_nodes=1", "--metrics_port=0",
+                 "--tls_cert_file=/nonexistent/cert.pem",
+                 "--tls_key_file=/nonexistent/key.pem"},
+                20);
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_EQ(missing.output,
+            "starling-coordinator: --tls_cert_file=/nonexistent/cert.pem: "
+            "cannot be read (no such file, or no permission)\n");
+  const RunResult not_pem =
+      RunBinary({Coordinator(), "--listen=127.0.0.1:0", "--job_id=t",
+                 "--expected_nodes=1", "--metrics_port=0",
+                 absl::StrCat("--tls_cert_file=", text),
+                 absl::StrCat("--tls_key_file=", text)},
+                20);
+  EXPECT_EQ(not_pem.exit_code, 2) << not_pem.output;
+  EXPECT_THAT(not_pem.output, HasSubstr("not a PEM file"));
+  const RunResult key_only =
+      RunBinary({Coordinator(), "--listen=127.0.0.1:0", "--job_id=t",
+                 "--expected_nodes=1", "--metrics_port=0",
+                 absl::StrCat("--tls_key_file=", text)},
+                20);
+  EXPECT_EQ(key_only.exit_code, 2) << key_only.output;
+  EXPECT_THAT(key_only.output, HasSubstr("needs --tls_cert_file"));
 }
 
 TEST(CoordinatorMain, MissingRequiredFlagIsAUsageError) {

@@ -13,11 +13,32 @@ namespace starling {
 namespace coordinator {
 namespace {
 
+// The most bytes of an answer's error text: the messages quote what the
+// caller sent (job ids, hostnames, addresses, tensor names, a run's
+// error), which must neither swell past gRPC's 8 KiB of metadata (the
+// caller would see RESOURCE_EXHAUSTED instead of the answer) nor carry
+// control bytes to a terminal.
+constexpr size_t kMaxAnswerBytes = 4096;
+
 // Marks the answer as the coordinator's own (see the header).
 grpc::Status Answer(grpc::ServerContext* context, const absl::Status& status) {
   context->AddTrailingMetadata(CoordinatorService::kAnsweredByKey,
                                "coordinator");
-  return ToGrpcStatus(status);
+  if (status.ok()) return grpc::Status::OK;
+  return ToGrpcStatus(absl::Status(
+      status.code(), BoundedPrintable(status.message(), kMaxAnswerBytes)));
+}
+
+// Run ids are handed out by the coordinator from 1 upwards; one near the
+// top of the range is none it handed out, and counting on from it would
+// wrap the counter (the next run would be numbered 0).
+constexpr uint64_t kMaxRunId = uint64_t{1} << 62;
+
+absl::Status CheckRunId(uint64_t run_id, absl::string_view what) {
+  if (run_id <= kMaxRunId) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " names run ", run_id,
+      ", beyond any run id a coordinator hands out (at most ", kMaxRunId, ")"));
 }
 
 template <typename T>
@@ -101,6 +122,12 @@ grpc::Status CoordinatorService::Rejoin(grpc::ServerContext* context,
       !caller.ok()) {
     return Answer(context, caller);
   }
+  for (const absl::Status& checked :
+       {CheckRunId(request->run().run_id(), "the re-registration's run"),
+        CheckRunId(request->highest_run_id(),
+                   "the re-registration's highest run")}) {
+    if (!checked.ok()) return Answer(context, checked);
+  }
   return Reply(context, coordinator_->Rejoin(*request), response);
 }
 
@@ -113,9 +140,11 @@ grpc::Status CoordinatorService::BeginRun(grpc::ServerContext* context,
       !caller.ok()) {
     return Answer(context, caller);
   }
+  proto::BeginRunRequest bounded = *request;
+  Bound(bounded.mutable_error(), kMaxErrorBytes);
   return Reply(
       context,
-      coordinator_->BeginRun(*request,
+      coordinator_->BeginRun(bounded,
                              WaitDeadline(context, kJoinDeadlineMargin,
                                           request->wait_timeout_ms()),
                              [context] { return context->IsCancelled(); }),
@@ -130,6 +159,10 @@ grpc::Status CoordinatorService::EndRun(grpc::ServerContext* context,
       !caller.ok()) {
     return Answer(context, caller);
   }
+  if (absl::Status checked = CheckRunId(request->run_id(), "the run's end");
+      !checked.ok()) {
+    return Answer(context, checked);
+  }
   proto::EndRunRequest bounded = *request;
   Bound(bounded.mutable_error(), kMaxErrorBytes);
   return Answer(context, coordinator_->EndRun(bounded));
@@ -143,6 +176,11 @@ grpc::Status CoordinatorService::Heartbeat(
                                     request->rank(), request->group_epoch());
       !caller.ok()) {
     return Answer(context, caller);
+  }
+  if (absl::Status checked =
+          CheckRunId(request->run().run_id(), "the heartbeat's run");
+      !checked.ok()) {
+    return Answer(context, checked);
   }
   // A node lists its local workers: at most the coordinator's bound on
   // them (a longer list is cut), each name and the run's error bounded.

@@ -246,8 +246,8 @@ std::unique_ptr<grpc::ClientContext> NodeCluster::OperatorContext(
 }
 
 bool NodeCluster::JobStatus(proto::JobStatus* status, std::string* error) {
-  auto stub = proto::Coordinator::NewStub(grpc::CreateChannel(
-      coordinator_address(), grpc::InsecureChannelCredentials()));
+  auto stub = proto::Coordinator::NewStub(
+      grpc::CreateChannel(coordinator_address(), channel_credentials_));
   std::unique_ptr<grpc::ClientContext> context =
       OperatorContext("GetJobStatus");
   proto::GetJobStatusRequest request;
@@ -259,9 +259,8 @@ bool NodeCluster::JobStatus(proto::JobStatus* status, std::string* error) {
 
 bool NodeCluster::NodeStatus(int daemon, proto::NodeStatusReply* status,
                              std::string* error) {
-  auto stub = proto::NodeAdmin::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", admin_ports_[daemon]),
-                          grpc::InsecureChannelCredentials()));
+  auto stub = proto::NodeAdmin::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", admin_ports_[daemon]), channel_credentials_));
   std::unique_ptr<grpc::ClientContext> context = OperatorContext("GetStatus");
   context->set_wait_for_ready(true);
   grpc::Status s =
@@ -272,9 +271,8 @@ bool NodeCluster::NodeStatus(int daemon, proto::NodeStatusReply* status,
 
 bool NodeCluster::NodeGroup(int daemon, proto::GroupReply* group,
                             std::string* error) {
-  auto stub = proto::NodeAdmin::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", admin_ports_[daemon]),
-                          grpc::InsecureChannelCredentials()));
+  auto stub = proto::NodeAdmin::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", admin_ports_[daemon]), channel_credentials_));
   std::unique_ptr<grpc::ClientContext> context = OperatorContext("GetGroup");
   grpc::Status s =
       stub->GetGroup(context.get(), proto::GetGroupRequest(), group);

@@ -91,6 +91,12 @@ class NodeCluster {
   void set_operator_secret(std::string secret) {
     operator_secret_ = std::move(secret);
   }
+  // The credentials of those calls' channels (TLS for a coordinator and
+  // nodes started with certificates); default: in the clear.
+  void set_channel_credentials(
+      std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    channel_credentials_ = std::move(credentials);
+  }
   bool NodeStatus(int daemon, proto::NodeStatusReply* status,
                   std::string* error);
   bool NodeGroup(int daemon, proto::GroupReply* group, std::string* error);
@@ -135,6 +141,8 @@ class NodeCluster {
   std::unique_ptr<grpc::ClientContext> OperatorContext(
       absl::string_view method) const;
   std::string operator_secret_;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_ =
+      grpc::InsecureChannelCredentials();
   const ClusterOptions options_;
   const std::string dir_;
   std::string socket_dir_;
