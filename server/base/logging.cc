@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +52,31 @@ void WriteAll(int fd, absl::string_view text) {
   }
 }
 
+// The most bytes of one message logged; the rest is left out, saying so.
+constexpr size_t kMaxMessageBytes = 64 * 1024;
+
+// `message` as one line a terminal shows as it is: control bytes (a
+// newline that would forge a line of its own, an escape sequence's start,
+// a NUL from a peer's text) as \xNN, tabs and UTF-8 kept; cut at
+// kMaxMessageBytes.
+std::string OneSafeLine(absl::string_view message) {
+  const size_t kept = std::min(message.size(), kMaxMessageBytes);
+  std::string line;
+  line.reserve(kept);
+  for (size_t i = 0; i < kept; ++i) {
+    const unsigned char c = static_cast<unsigned char>(message[i]);
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      absl::StrAppendFormat(&line, "\\x%02x", c);
+    } else {
+      line.push_back(static_cast<char>(c));
+    }
+  }
+  if (kept < message.size()) {
+    absl::StrAppend(&line, "... (", message.size() - kept, " more bytes)");
+  }
+  return line;
+}
+
 }  // namespace
 
 absl::string_view LogSeverityName(LogSeverity severity) {
@@ -96,7 +122,7 @@ LogMessage::~LogMessage() {
       LogSeverityName(severity_).substr(0, 1),
       absl::FormatTime("%Y%m%d %H:%M:%E6S", now, absl::UTCTimeZone()), " ",
       static_cast<long>(::syscall(SYS_gettid)), " ", ShortFile(file_), ":",
-      line_, "] ", stream_.str());
+      line_, "] ", OneSafeLine(stream_.str()));
   bool written = false;
   {
     absl::MutexLock lock(&sink_mu);

@@ -54,6 +54,27 @@ TEST_F(LoggingTest, DropsMessagesBelowMinimumSeverity) {
   EXPECT_THAT(lines_[1], HasSubstr("] peer lost"));
 }
 
+// What a peer sent reaches the log as one line that shows as it is: a
+// newline cannot forge a log line of its own, an escape sequence cannot
+// rewrite the operator's screen, a NUL shows; UTF-8 and tabs stay; a
+// message of megabytes is cut, saying how much was left out.
+TEST_F(LoggingTest, ControlBytesAreEscapedAndLinesBounded) {
+  STARLING_LOG(WARNING) << "error from rank 2: "
+                        << std::string(
+                               "disk\nI20260101 00:00:00.0 1 x.cc:1] "
+                               "forged\x1b[2J\0end\t\xc2\xb5s",
+                               54);
+  ASSERT_THAT(lines_, SizeIs(1));
+  EXPECT_THAT(lines_[0],
+              HasSubstr("error from rank 2: disk\\x0aI20260101 00:00:00.0 1 "
+                        "x.cc:1] forged\\x1b[2J\\x00end\t\xc2\xb5s"));
+  EXPECT_EQ(lines_[0].find('\n'), std::string::npos);
+  STARLING_LOG(WARNING) << std::string(1 << 20, 'a');
+  ASSERT_THAT(lines_, SizeIs(2));
+  EXPECT_THAT(lines_[1], HasSubstr("... (983040 more bytes)"));
+  EXPECT_LT(lines_[1].size(), 70u * 1024);
+}
+
 TEST_F(LoggingTest, DoesNotEvaluateDroppedMessages) {
   SetMinLogSeverity(LogSeverity::kError);
   int evaluated = 0;
