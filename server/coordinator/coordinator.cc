@@ -178,6 +178,8 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
   }
   if (formed_) {
     DetectFailuresLocked();
+    STARLING_RETURN_IF_ERROR(
+        AwaitMemberSilenceLocked(request, deadline, cancelled));
     STARLING_ASSIGN_OR_RETURN(std::optional<proto::JoinResponse> again,
                               LateJoinLocked(request));
     if (again.has_value()) return *std::move(again);
@@ -265,6 +267,40 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
       absl::StrCat("node ", request.hostname(), " (", request.data_address(),
                    ") was taken into group epoch ", group_epoch_,
                    " and dropped again before its answer; it joins again"));
+}
+
+absl::Status Coordinator::AwaitMemberSilenceLocked(
+    const proto::JoinRequest& request, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  const absl::Duration quiet = 2 * HeartbeatInterval(options_);
+  while (true) {
+    const int rank = RankOfLocked(request);
+    if (rank < 0) return absl::OkStatus();
+    const Member& m = members_[rank];
+    // Not heard from yet: the same node asking again (LateJoinLocked).
+    if (m.health == proto::NODE_HEALTH_LOST || !m.heard_from ||
+        m.suspected_at != absl::InfiniteFuture()) {
+      return absl::OkStatus();
+    }
+    const absl::Duration silent = clock_->Now() - m.last_heartbeat;
+    if (silent >= quiet) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (now >= deadline || shutdown_ || (cancelled && cancelled())) {
+      metrics_.calls_refused->WithLabels({"Join"})->Increment();
+      const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
+          "node ", request.hostname(), " (", request.data_address(),
+          ") cannot take the place of ", DescribeLocked(rank),
+          ": that member is alive (its last heartbeat ", Seconds(silent),
+          " ago, and none of its peers saw it vanish); a node restarted in "
+          "its place is taken once the old one has been silent for ",
+          Seconds(quiet), " (two heartbeat periods)"));
+      STARLING_LOG(WARNING) << "refused: " << refused.message();
+      return refused;
+    }
+    changed_.WaitWithDeadline(&mu_,
+                              std::min(deadline, now + kCancelPollInterval));
+    DetectFailuresLocked();
+  }
 }
 
 absl::StatusOr<std::optional<proto::JoinResponse>> Coordinator::LateJoinLocked(
@@ -1035,23 +1071,42 @@ std::string Who(const Coordinator::Caller& caller) {
 absl::Status Coordinator::CheckCaller(absl::string_view call,
                                       const Caller& caller, int rank,
                                       uint64_t epoch) {
-  if (options_.cluster_secret.empty()) return absl::OkStatus();
+  if (!options_.certified_identities && options_.cluster_secret.empty()) {
+    return absl::OkStatus();
+  }
   const std::string who = Who(caller);
-  const absl::string_view secrets[] = {options_.cluster_secret};
-  absl::Status refused =
-      verifier_.Verify(secrets, CallRole::kMember, call, options_.job_id,
-                       CallIdentity{caller.host, caller.address},
-                       caller.credential, absl::Now());
-  if (!refused.ok()) {
-    refused = absl::Status(
-        refused.code(),
-        absl::StrCat(call, " from ", who, " refused: ", refused.message(),
-                     caller.credential.empty()
-                         ? "; this coordinator runs with a cluster secret: "
-                           "start the node with --cluster_secret_file (the "
-                           "coordinator's file)"
-                         : ""));
-  } else if (rank >= 0) {
+  absl::Status refused;
+  if (options_.certified_identities &&
+      std::find(caller.certified.begin(), caller.certified.end(),
+                caller.host) == caller.certified.end()) {
+    std::vector<std::string> names;
+    for (const std::string& name : caller.certified) {
+      names.push_back(BoundedPrintable(name, 64));
+    }
+    refused = absl::PermissionDeniedError(absl::StrCat(
+        call, " from ", who, " refused: its client certificate names [",
+        absl::StrJoin(names, ", "),
+        "], not the hostname it claims; a node speaks only for the host its "
+        "certificate names"));
+  }
+  if (refused.ok() && !options_.cluster_secret.empty()) {
+    const absl::string_view secrets[] = {options_.cluster_secret};
+    refused =
+        verifier_.Verify(secrets, CallRole::kMember, call, options_.job_id,
+                         CallIdentity{caller.host, caller.address},
+                         caller.credential, absl::Now());
+    if (!refused.ok()) {
+      refused = absl::Status(
+          refused.code(),
+          absl::StrCat(call, " from ", who, " refused: ", refused.message(),
+                       caller.credential.empty()
+                           ? "; this coordinator runs with a cluster secret: "
+                             "start the node with --cluster_secret_file (the "
+                             "coordinator's file)"
+                           : ""));
+    }
+  }
+  if (refused.ok() && rank >= 0) {
     absl::MutexLock lock(&mu_);
     // A call without an epoch is taken as the current group's (the
     // handlers do), so it is bound as one.

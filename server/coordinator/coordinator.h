@@ -145,7 +145,12 @@ class Coordinator {
     std::string host;
     std::string address;
     std::string credential;
+    // The names its verified client certificate gives (common name and
+    // subjectAltNames); empty without one.
+    std::vector<std::string> certified;
   };
+  // With certified_identities (mutual TLS), first: the hostname `caller`
+  // claims must be one its client certificate names.
   // OK when this coordinator has no cluster secret, or when `caller`'s
   // credential is a fresh member credential under the secret for `call`,
   // this job and the identity it claims and, for a call that names `rank`
@@ -284,6 +289,16 @@ class Coordinator {
                                            absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Join naming a member's hostname and data address while that member
+  // is alive (heartbeating within two periods, not reported vanished by a
+  // peer) waits for it to fall silent, until `deadline`: then
+  // FailedPrecondition (counted as a refused Join). A daemon restarted in
+  // its own place waits at most two heartbeat periods; a process that
+  // claims a live member's place gets nothing.
+  absl::Status AwaitMemberSilenceLocked(const proto::JoinRequest& request,
+                                        absl::Time deadline,
+                                        const std::function<bool()>& cancelled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A Join after formation: the same node asking again gets its answer; a
   // member that restarted is marked LOST; a node that does not fit is
   // refused. OK: the caller adds it to pending_.

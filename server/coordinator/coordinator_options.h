@@ -60,6 +60,10 @@ struct CoordinatorOptions {
   // (GetJobStatus: starlingctl status, inflight) carry a credential under
   // it or under the cluster secret; without either secret they are open.
   std::string operator_secret;
+  // Mutual TLS (main.cc, with --tls_ca_file): a member's calls are taken
+  // only for the hostname its client certificate names (common name or
+  // subjectAltName), so that a node speaks only for its own certificate.
+  bool certified_identities = false;
   // Set by Coordinator::Create: the record's place in messages
   // (StateStore::where).
   std::string state_where;

@@ -328,6 +328,9 @@ TEST_F(CoordinatorReformTest, AMemberThatJoinsAfreshHasRestarted) {
   }
   ASSERT_EQ(joins_.size(), 2u);
   ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(1, 1)).status());
+  // Its old self falls silent (killed): two heartbeat periods later the
+  // new one takes its place.
+  clock_.Advance(2 * HeartbeatInterval(coordinator_->options()));
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse again,
                        coordinator_->Join(JoinRequestFor(1), Soon()));
   EXPECT_EQ(again.group_epoch(), 2u);
@@ -340,6 +343,30 @@ TEST_F(CoordinatorReformTest, AMemberThatJoinsAfreshHasRestarted) {
               HasSubstr("rank 1 (node-1, 10.0.0.1:29500) lost: restarted "
                         "(it joined afresh while a member)"));
   EXPECT_EQ(Reformations("node_lost"), 1);
+}
+
+// A Join in the place of a member that is alive (it heartbeats, no peer
+// saw it vanish) is held while the member lives and then refused, naming
+// it: a process that copies a member's hostname and data address cannot
+// take its rank, nor fail its run.
+TEST_F(CoordinatorReformTest, AJoinInALiveMembersPlaceIsRefused) {
+  Create(2, absl::Hours(1), 1, absl::ZeroDuration(), /*replicas=*/0);
+  for (auto& join : FormAndBeginRunOne(coordinator_.get(), 2)) {
+    joins_.push_back(join);
+  }
+  ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(1, 1)).status());
+  const absl::StatusOr<proto::JoinResponse> taken = coordinator_->Join(
+      JoinRequestFor(1), absl::Now() + absl::Milliseconds(300));
+  EXPECT_THAT(taken.status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("node node-1 (10.0.0.1:29500) cannot "
+                                       "take the place of rank 1"),
+                             HasSubstr("that member is alive"))));
+  const proto::JobStatus status = Status();
+  EXPECT_EQ(status.group_epoch(), 1u);
+  EXPECT_EQ(status.nodes(1).peer().health(), proto::NODE_HEALTH_HEALTHY);
+  EXPECT_EQ(status.current_run().state(), proto::RunStatus::STATE_RUNNING);
+  EXPECT_EQ(Reformations("node_lost"), 0);
 }
 
 // A member restarted mid-run (systemd's Restart=on-failure, faster than
@@ -355,6 +382,10 @@ TEST_F(CoordinatorReformTest, AMemberRestartedMidRunIsTakenBackIntoTheRun) {
   for (int node = 0; node < 3; ++node) {
     ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(node, 1)).status());
   }
+  // Rank 1's old self was killed: its peers saw it vanish.
+  proto::HeartbeatRequest seen = coordinator::Beat(0, 1);
+  seen.add_peers_vanished(1);
+  ASSERT_OK(coordinator_->Heartbeat(seen).status());
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse back,
                        coordinator_->Join(JoinRequestFor(1), Soon()));
   EXPECT_EQ(back.group_epoch(), 2u);

@@ -93,6 +93,16 @@ Coordinator::Caller CallerOf(const grpc::ServerContext* context,
   caller.address = node != nullptr ? node->data_address()
                                    : Metadata(context, kCallerAddressKey);
   caller.credential = Metadata(context, kCallCredentialKey);
+  // A verified client certificate (mutual TLS) names the host it may be.
+  const std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    for (const char* property :
+         {"x509_common_name", "x509_subject_alternative_name"}) {
+      for (const grpc::string_ref& name : auth->FindPropertyValues(property)) {
+        caller.certified.emplace_back(name.data(), name.size());
+      }
+    }
+  }
   return caller;
 }
 

@@ -200,14 +200,16 @@ TEST_F(CoordinatorTest, JoinToAFullGroupIsRefusedButARetryIsAnswered) {
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse again,
                        coordinator_->Join(JoinRequestFor(0), Soon()));
   EXPECT_EQ(again.SerializeAsString(), first.SerializeAsString());
-  // Once it heartbeats it has its answer: a join in its name is the node
-  // restarted, taken back in a new group epoch with a new key (the old
-  // one is never handed out again).
+  // Once it heartbeats it has its answer: a join in its name once it fell
+  // silent (two heartbeat periods) is the node restarted, taken back in a
+  // new group epoch with a new key (the old one is never handed out
+  // again).
   proto::HeartbeatRequest beat;
   beat.set_job_id("job-a");
   beat.set_rank(0);
   beat.set_group_epoch(first.group_epoch());
   ASSERT_OK(coordinator_->Heartbeat(beat).status());
+  clock_.Advance(2 * HeartbeatInterval(coordinator_->options()));
   ASSERT_OK_AND_ASSIGN(proto::JoinResponse restarted,
                        coordinator_->Join(JoinRequestFor(0), Soon()));
   EXPECT_EQ(restarted.group_epoch(), 2u);

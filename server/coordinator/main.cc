@@ -334,8 +334,9 @@ int Main(int argc, char** argv) {
   // Who may call: members proving the cluster secret, or holding a client
   // certificate of the CA. Without either, only this machine (or anyone,
   // with --insecure).
-  const bool guarded = !options.cluster_secret.empty() ||
-                       (!tls.cert_file.empty() && !tls.ca_file.empty());
+  options.certified_identities = !tls.cert_file.empty() && !tls.ca_file.empty();
+  const bool guarded =
+      !options.cluster_secret.empty() || options.certified_identities;
   const bool insecure = absl::GetFlag(FLAGS_insecure);
   std::string address = absl::GetFlag(FLAGS_listen);
   if (address.empty()) {

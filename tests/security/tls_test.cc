@@ -154,8 +154,10 @@ TEST(MutualTls, OnlyHoldersOfTheCasCertificatesReachTheControlPlane) {
 
 // A node with the CA but no certificate of its own cannot join a
 // coordinator that requires one: it gives up at its --timeout, saying it
-// could not reach the coordinator, and the group never counts it.
-TEST(MutualTls, ANodeWithoutACertificateCannotJoin) {
+// could not reach the coordinator. A node with another node's certificate
+// is refused at once, naming the host the certificate is for: a node
+// speaks only for its own certificate. The group never counts either.
+TEST(MutualTls, ANodeWithoutItsOwnCertificateCannotJoin) {
   const std::string dir = TempDir();
   absl::StatusOr<std::unique_ptr<TestCertificateAuthority>> ca =
       TestCertificateAuthority::Create(dir, "lonely");
@@ -164,16 +166,28 @@ TEST(MutualTls, ANodeWithoutACertificateCannotJoin) {
       (*ca)->Issue("lonely-coordinator", "IP:127.0.0.1");
   absl::StatusOr<IssuedFiles> operator_files =
       (*ca)->Issue("lonely-operator", "IP:127.0.0.1");
-  ASSERT_TRUE(coordinator.ok() && operator_files.ok());
+  absl::StatusOr<IssuedFiles> node0 = (*ca)->Issue("node0", "IP:127.0.0.1");
+  ASSERT_TRUE(coordinator.ok() && operator_files.ok() && node0.ok());
   const std::string& ca_file = (*ca)->ca_file();
   NodeCluster cluster(TwoDaemons());
   cluster.set_channel_credentials(Credentials(
       {operator_files->cert_file, operator_files->key_file, ca_file}));
   cluster.StartCoordinatorWith("coordinator", TlsFlags(*coordinator, ca_file));
-  const pid_t node = cluster.StartDaemon(
+  const pid_t bare = cluster.StartDaemon(
       0, {absl::StrCat("--tls_ca_file=", ca_file), "--timeout=3s"});
+  // Daemon 1 (--hostname=node1) with node 0's certificate.
+  std::vector<std::string> borrowed = TlsFlags(*node0, ca_file);
+  borrowed.push_back("--timeout=10s");
+  const pid_t impostor = cluster.StartDaemon(1, borrowed);
+  const testing_node::ProcessResult refused =
+      cluster.Wait(impostor, absl::Seconds(30));
+  ASSERT_FALSE(refused.timed_out) << cluster.ServerLogs();
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("Join from node1 (127.0.0.1:"));
+  EXPECT_THAT(refused.err,
+              HasSubstr("refused: its client certificate names [node0, "));
   const testing_node::ProcessResult result =
-      cluster.Wait(node, absl::Seconds(30));
+      cluster.Wait(bare, absl::Seconds(30));
   ASSERT_FALSE(result.timed_out) << cluster.ServerLogs();
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.err, HasSubstr("coordinator"));

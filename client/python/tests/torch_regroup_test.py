@@ -72,12 +72,16 @@ class RegroupTest(unittest.TestCase):
         return proc
 
     def read(self, name, stream):
-        with open(os.path.join(self.dir, "%s.%s" % (name, stream))) as f:
+        path = os.path.join(self.dir, "%s.%s" % (name, stream))
+        if not os.path.exists(path):
+            return ""
+        with open(path) as f:
             return f.read()
 
     def logs(self):
         text = []
-        for name in ["coordinator", "node0", "node1", "node2"]:
+        for name in ["coordinator", "node0", "node1", "node2", "worker0",
+                     "worker1", "worker2"]:
             text.append("--- %s:\n%s" % (name, self.read(name, "err")[-3000:]))
         return "\n".join(text)
 
