@@ -381,14 +381,25 @@ absl::StatusOr<absl::Span<uint16_t>> Client::AllocateTensor16(
 }
 
 absl::Status Client::SetInitialParameters(const std::vector<Tensor>& values) {
+  return InitialParameters(values, /*offered=*/false);
+}
+
+absl::Status Client::OfferInitialParameters(const std::vector<Tensor>& values) {
+  return InitialParameters(values, /*offered=*/true);
+}
+
+absl::Status Client::InitialParameters(const std::vector<Tensor>& values,
+                                       bool offered) {
   std::vector<proto::PoolSlice> slices;
   for (const Tensor& tensor : values) {
-    STARLING_ASSIGN_OR_RETURN(
-        proto::PoolSlice slice,
-        CheckedSlice(connection_.get(), "set_initial_parameters", tensor));
+    STARLING_ASSIGN_OR_RETURN(proto::PoolSlice slice,
+                              CheckedSlice(connection_.get(),
+                                           offered ? "offer_initial_parameters"
+                                                   : "set_initial_parameters",
+                                           tensor));
     slices.push_back(std::move(slice));
   }
-  return connection_->SetInitialParameters(std::move(slices));
+  return connection_->SetInitialParameters(std::move(slices), offered);
 }
 
 int Client::resumed_collectives() const {

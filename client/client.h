@@ -303,14 +303,20 @@ class Client {
   // The initial parameters of the run (version 0), from this worker: call
   // it after the declarations and before the first push, pull, all-reduce
   // or barrier; the buffers must stay as they are until that op returns.
-  // When the run begins every daemon takes them (the first supplier in
-  // (rank, worker index) order wins if several do; tensors it left out,
-  // and every tensor when no worker supplied any, start at zero), so the
-  // other workers simply pull version 0; a worker that takes a missing
-  // worker's place later pulls the current parameters. InvalidArgument for
-  // a tensor not declared or a buffer of another size or outside the pool;
-  // FailedPrecondition once this worker's declarations ended.
+  // When the run begins every daemon takes them (tensors left out, and
+  // every tensor when no worker gave any, start at zero), so the other
+  // workers simply pull version 0; a worker that takes a missing worker's
+  // place later pulls the current parameters. Every worker that sets them
+  // must set the same, bit for bit: the run does not begin otherwise (the
+  // error names the workers, or the ranks, that differ). InvalidArgument
+  // for a tensor not declared or a buffer of another size or outside the
+  // pool; FailedPrecondition once this worker's declarations ended.
   absl::Status SetInitialParameters(const std::vector<Tensor>& values);
+  // The same, offered instead: the run takes the first offer in (rank,
+  // worker index) order, as a broadcast from rank 0 does (Horovod's
+  // broadcast_parameters), unless some worker set them
+  // (SetInitialParameters); offers that differ are no error.
+  absl::Status OfferInitialParameters(const std::vector<Tensor>& values);
 
   // Gradients of `step` (see the file comment). Each buffer must be in the
   // pool and have its tensor's size; a tensor left out counts as zeros.
@@ -460,6 +466,9 @@ class Client {
 
  private:
   explicit Client(std::unique_ptr<Connection> connection);
+  // SetInitialParameters, or OfferInitialParameters with `offered`.
+  absl::Status InitialParameters(const std::vector<Tensor>& values,
+                                 bool offered);
   // PushGradientsAsync (complete_step: tensors left out are zeros) and
   // PushGradientsPartAsync.
   Future Push(int64_t step, const std::vector<Tensor>& gradients,

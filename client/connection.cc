@@ -370,7 +370,7 @@ int Connection::declared_count() const {
 }
 
 absl::Status Connection::SetInitialParameters(
-    std::vector<proto::PoolSlice> slices) {
+    std::vector<proto::PoolSlice> slices, bool offered) {
   absl::MutexLock lock(&mu_);
   if (commit_ != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -380,6 +380,7 @@ absl::Status Connection::SetInitialParameters(
         where_, ")"));
   }
   initial_ = std::move(slices);
+  initial_offered_ = offered;
   return absl::OkStatus();
 }
 
@@ -418,6 +419,8 @@ absl::Status Connection::EnsureCommitted() {
         *request.mutable_commit_tensors()->add_initial_parameters() =
             std::move(slice);
       }
+      request.mutable_commit_tensors()->set_offered(initial_offered_ &&
+                                                    !initial_.empty());
       initial_.clear();
       // Send() takes mu_ itself: build the state here instead.
       commit_ = std::make_shared<internal::FutureState>(

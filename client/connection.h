@@ -82,9 +82,11 @@ class Connection {
   int declared_count() const;
   // Tensors in each bucket (after the commit).
   std::vector<int> TensorsPerBucket() const;
-  // The initial parameters the commit will carry (SetInitialParameters).
-  // FailedPrecondition once the commit was sent.
-  absl::Status SetInitialParameters(std::vector<proto::PoolSlice> slices);
+  // The initial parameters the commit will carry (SetInitialParameters,
+  // or OfferInitialParameters with `offered`). FailedPrecondition once the
+  // commit was sent.
+  absl::Status SetInitialParameters(std::vector<proto::PoolSlice> slices,
+                                    bool offered);
   // Set from each pull's reply (-1 before any).
   int64_t last_pulled_version() const {
     return last_pulled_version_.load(std::memory_order_relaxed);
@@ -164,6 +166,7 @@ class Connection {
   int buckets_ ABSL_GUARDED_BY(mu_) = 0;
   // The commit's initial parameters (SetInitialParameters).
   std::vector<proto::PoolSlice> initial_ ABSL_GUARDED_BY(mu_);
+  bool initial_offered_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> last_pulled_version_{-1};
 
   // The parameters' memfd from the commit reply (owned), until mapped.

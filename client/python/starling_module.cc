@@ -326,7 +326,21 @@ void DefineModule(py::module_& m) {
               return client.SetInitialParameters(tensors);
             });
           },
-          py::arg("values"))
+          py::arg("values"),
+          "The run's initial parameters from this worker: every worker "
+          "that sets them must set the same, bit for bit.")
+      .def(
+          "offer_initial_parameters",
+          [](PyClient& c, const std::vector<TensorTuple>& values) {
+            std::vector<Tensor> tensors = ToTensors(values);
+            c.Blocking([&](Client& client) {
+              return client.OfferInitialParameters(tensors);
+            });
+          },
+          py::arg("values"),
+          "Offers initial parameters: the run takes the first offer in "
+          "(rank, worker) order, as a broadcast from rank 0, unless some "
+          "worker set them.")
       .def(
           "push_gradients",
           [](PyClient& c, int64_t step, const std::vector<TensorTuple>& g) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/base/status_macros.h"
 #include "server/base/tensor_table.h"
 
@@ -39,6 +40,25 @@ absl::StatusOr<proto::BeginRunResponse> RunBook::Begin(
   for (size_t rank = 1; rank < requests.size(); ++rank) {
     STARLING_RETURN_IF_ERROR(proto::CompareTensorTables(
         table, "rank 0", TableOf(requests[rank]), absl::StrCat("rank ", rank)));
+  }
+  // Workers that set the run's initial parameters (not offered) set the
+  // same on every rank.
+  const proto::BeginRunRequest* setter = nullptr;
+  for (const proto::BeginRunRequest& r : requests) {
+    if (!r.sets_initial_parameters()) continue;
+    if (setter == nullptr) {
+      setter = &r;
+    } else if (r.initial_parameters_crc32c() !=
+               setter->initial_parameters_crc32c()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the workers of rank %d and rank %d set different initial "
+          "parameters (CRC32C of their float32 values %08x and %08x): every "
+          "worker that sets the run's initial parameters must set the same, "
+          "bit for bit (the same seed, the same values); or offer them, and "
+          "the first offer is taken, as a broadcast from rank 0",
+          setter->rank(), r.rank(), setter->initial_parameters_crc32c(),
+          r.initial_parameters_crc32c()));
+    }
   }
   const uint64_t elements = proto::TotalElements(table);
   if (parameter_count_ != 0 && elements != parameter_count_) {

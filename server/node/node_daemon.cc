@@ -422,8 +422,8 @@ void NodeDaemon::Plane::Stop(const absl::Status& why) {
 
 absl::StatusOr<RunRendezvous::Begun> NodeDaemon::Plane::BeginRun(
     const std::vector<proto::TensorSpec>& tensors,
-    const std::string& local_error, int local_workers, uint64_t next_op_seq,
-    absl::Time deadline) {
+    const std::string& local_error, std::optional<uint32_t> initial_crc32c,
+    int local_workers, uint64_t next_op_seq, absl::Time deadline) {
   if (const uint64_t now = daemon->link_->group_epoch();
       now != group.group_epoch()) {
     return absl::UnavailableError(
@@ -432,8 +432,8 @@ absl::StatusOr<RunRendezvous::Begun> NodeDaemon::Plane::BeginRun(
   }
   STARLING_ASSIGN_OR_RETURN(
       proto::BeginRunResponse response,
-      daemon->link_->BeginRun(tensors, local_error, local_workers, next_op_seq,
-                              deadline));
+      daemon->link_->BeginRun(tensors, local_error, initial_crc32c,
+                              local_workers, next_op_seq, deadline));
   Begun begun;
   begun.run_id = response.run_id();
   begun.first_op_seq = response.first_op_seq();

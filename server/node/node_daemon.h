@@ -165,8 +165,8 @@ class NodeDaemon : public WorkerRequestHandler {
     // RunRendezvous: this plane's runs, begun and ended in its epoch.
     absl::StatusOr<Begun> BeginRun(
         const std::vector<proto::TensorSpec>& tensors,
-        const std::string& local_error, int local_workers, uint64_t next_op_seq,
-        absl::Time deadline) override;
+        const std::string& local_error, std::optional<uint32_t> initial_crc32c,
+        int local_workers, uint64_t next_op_seq, absl::Time deadline) override;
     void EndRun(const proto::RunStatus& run) override;
 
     NodeDaemon* const daemon;

@@ -224,6 +224,83 @@ TEST(TrainingApi, InitialParametersFromOneWorkerReachEveryWorker) {
   ExpectAllOk(results, cluster);
 }
 
+// The rule for several workers with initial parameters: those that set
+// them (SetInitialParameters) must set the same, bit for bit, or the run
+// does not begin, on one daemon (naming the workers, the tensor and the
+// element) or across daemons (naming the ranks); offers
+// (OfferInitialParameters) may differ, and the first in (rank, worker)
+// order is taken unless some worker set them. The daemons serve on.
+TEST(TrainingApi, InitialParametersThatDifferAreRefusedOffersAreNot) {
+  ClusterOptions options = ApiOptions(2, 2, 0.5);
+  NodeCluster cluster(options);
+  cluster.StartCoordinator();
+  cluster.StartDaemons();
+  constexpr int kDim = 4;
+  enum class Give { kNone, kSet, kOffer };
+  struct Plan {
+    Give give = Give::kNone;
+    float value = 0;
+  };
+  // One run: worker (d, i) gives plans[d][i]; returns each worker's pulled
+  // version 0 (or its first error).
+  const auto run = [&](const std::vector<std::vector<Plan>>& plans,
+                       std::vector<std::vector<float>>* pulled) {
+    pulled->assign(4, {});
+    return RunWorkers(2, 2, [&](int d, int i) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<client::Client>> c =
+          ConnectWorker(cluster, d, i);
+      if (!c.ok()) return c.status();
+      TRAINING_TEST_RETURN_IF_ERROR(
+          (*c)->DeclareTensor("x", {kDim}, client::DataType::kFloat32));
+      absl::StatusOr<absl::Span<float>> x = (*c)->AllocateTensor("x");
+      if (!x.ok()) return x.status();
+      const Plan& plan = plans[d][i];
+      for (float& v : *x) v = plan.value;
+      if (plan.give == Give::kSet) {
+        TRAINING_TEST_RETURN_IF_ERROR((*c)->SetInitialParameters({{"x", *x}}));
+      } else if (plan.give == Give::kOffer) {
+        TRAINING_TEST_RETURN_IF_ERROR(
+            (*c)->OfferInitialParameters({{"x", *x}}));
+      }
+      TRAINING_TEST_RETURN_IF_ERROR((*c)->PullParameters(0, {{"x", *x}}));
+      (*pulled)[d * 2 + i].assign(x->begin(), x->end());
+      TRAINING_TEST_RETURN_IF_ERROR((*c)->PushGradients(0, {{"x", *x}}));
+      return (*c)->Finish();
+    });
+  };
+  std::vector<std::vector<float>> pulled;
+  const Plan set1{Give::kSet, 1}, set2{Give::kSet, 2}, none{};
+  // Two workers of rank 0 set different values.
+  for (const absl::Status& status :
+       run({{set1, set2}, {none, none}}, &pulled)) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr("set different initial parameters: tensor 'x' "
+                                "element 0 is 1 from "),
+                      HasSubstr("and 2 from")))
+        << status;
+  }
+  // A worker of rank 0 and one of rank 1.
+  for (const absl::Status& status :
+       run({{set1, none}, {set2, none}}, &pulled)) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr("the workers of rank 0 and rank 1 set different "
+                          "initial parameters"))
+        << status;
+  }
+  // The same values set twice are one value.
+  ExpectAllOk(run({{set2, none}, {none, set2}}, &pulled), cluster);
+  for (const auto& x : pulled) EXPECT_THAT(x, ::testing::Each(2.0f));
+  // Offers that differ: the first in (rank, worker) order is taken...
+  const Plan offer3{Give::kOffer, 3}, offer4{Give::kOffer, 4};
+  ExpectAllOk(run({{none, offer3}, {offer4, offer4}}, &pulled), cluster);
+  for (const auto& x : pulled) EXPECT_THAT(x, ::testing::Each(3.0f));
+  // ...unless a worker set them.
+  ExpectAllOk(run({{offer3, offer4}, {none, set1}}, &pulled), cluster);
+  for (const auto& x : pulled) EXPECT_THAT(x, ::testing::Each(1.0f));
+}
+
 // ---------------------------------------------------------------------------
 // 2. A worker that takes a departed worker's place pulls the current
 // parameters.

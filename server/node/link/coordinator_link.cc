@@ -360,8 +360,8 @@ void CoordinatorLink::NoteRunId(uint64_t run_id) {
 
 absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
     const std::vector<proto::TensorSpec>& tensors,
-    const std::string& local_error, int local_workers, uint64_t next_op_seq,
-    absl::Time deadline) {
+    const std::string& local_error, std::optional<uint32_t> initial_crc32c,
+    int local_workers, uint64_t next_op_seq, absl::Time deadline) {
   proto::BeginRunRequest request;
   {
     absl::MutexLock lock(&mu_);
@@ -374,6 +374,10 @@ absl::StatusOr<proto::BeginRunResponse> CoordinatorLink::BeginRun(
   }
   request.set_job_id(options_.job_id);
   request.set_local_workers(local_workers);
+  if (initial_crc32c.has_value()) {
+    request.set_sets_initial_parameters(true);
+    request.set_initial_parameters_crc32c(*initial_crc32c);
+  }
   if (local_error.empty()) {
     for (const proto::TensorSpec& spec : tensors) *request.add_tensors() = spec;
   } else {

@@ -148,10 +148,11 @@ class CoordinatorLink {
   // declarations); DeadlineExceeded naming the coordinator when it could
   // not be reached in time; Cancelled after Stop();
   // FailedPrecondition before Join().
+  // `initial_crc32c`: as RunRendezvous::BeginRun's.
   absl::StatusOr<proto::BeginRunResponse> BeginRun(
       const std::vector<proto::TensorSpec>& tensors,
-      const std::string& local_error, int local_workers, uint64_t next_op_seq,
-      absl::Time deadline);
+      const std::string& local_error, std::optional<uint32_t> initial_crc32c,
+      int local_workers, uint64_t next_op_seq, absl::Time deadline);
 
   // The coordinator's schedule for this node's rank from `next_iteration`
   // (GetSchedule: up to K iterations, with partitions_per_epoch). Blocks

@@ -192,7 +192,8 @@ class CoordinatorLinkTest : public ::testing::Test {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < tables.size(); ++i) {
       threads.emplace_back([this, i, &tables, &answers] {
-        answers[i] = links_[i]->BeginRun(tables[i], "", 2, 100 + i, Soon());
+        answers[i] = links_[i]->BeginRun(tables[i], "", std::nullopt, 2,
+                                         100 + i, Soon());
       });
     }
     for (std::thread& t : threads) t.join();
@@ -421,7 +422,7 @@ TEST_F(CoordinatorLinkTest, ALoneBeginRunTimesOutNamingTheOthers) {
   JoinAll(2);
   const int other = links_[1]->join_response().rank();
   EXPECT_THAT(
-      links_[0]->BeginRun(Table(), "", 2, 0,
+      links_[0]->BeginRun(Table(), "", std::nullopt, 2, 0,
                           absl::Now() + absl::Milliseconds(500)),
       StatusIs(absl::StatusCode::kDeadlineExceeded,
                HasSubstr(absl::StrCat("rank ", other,
@@ -779,8 +780,9 @@ TEST_F(CoordinatorLinkTest, StopCancelsABlockedBeginRun) {
   StartCoordinator(2);
   JoinAll(2);
   absl::StatusOr<proto::BeginRunResponse> waiting = absl::UnknownError("");
-  std::thread blocked(
-      [&] { waiting = links_[0]->BeginRun(Table(), "", 2, 0, Soon()); });
+  std::thread blocked([&] {
+    waiting = links_[0]->BeginRun(Table(), "", std::nullopt, 2, 0, Soon());
+  });
   ASSERT_TRUE(WaitForStatus([](const proto::JobStatus& s) {
     return s.current_run().state() == proto::RunStatus::STATE_DECLARING;
   }));

@@ -492,7 +492,7 @@ absl::Status RunManager::ContinueRun(const CarriedRun& carried,
 
 std::vector<proto::TensorSpec> RunManager::LocalTable(
     const std::vector<Round>& rounds, const Round** supplier,
-    std::string* local_error) {
+    std::optional<uint32_t>* initial_crc32c, std::string* local_error) {
   std::vector<int> workers;
   for (const Round& round : rounds) workers.push_back(round.worker.index);
   absl::StatusOr<std::vector<proto::TensorSpec>> local =
@@ -506,17 +506,40 @@ std::vector<proto::TensorSpec> RunManager::LocalTable(
   proto::AssignBuckets(
       engine_->BucketBytes(rounds[0].request.commit_tensors().bucket_bytes()),
       &tensors);
-  // The first local worker (by index) that supplies initial parameters.
+  // The supplier: the first local worker (by index) that set the run's
+  // initial parameters, every other that set some setting the same, or
+  // else the first that offered some.
+  const Round* first_set = nullptr;
+  const Round* first_offer = nullptr;
+  SharedRounds::InitialValues set_values;
   for (const Round& round : rounds) {
-    if (round.request.commit_tensors().initial_parameters_size() > 0) {
-      *supplier = &round;
+    const proto::CommitTensorsRequest& commit = round.request.commit_tensors();
+    if (commit.initial_parameters_size() == 0) continue;
+    absl::Status checked = SharedRounds::CheckInitialParameters(round, tensors);
+    if (checked.ok() && !commit.offered()) {
+      absl::StatusOr<SharedRounds::InitialValues> values =
+          SharedRounds::InitialValuesOf(round, tensors);
+      if (!values.ok()) {
+        checked = values.status();
+      } else if (first_set == nullptr) {
+        first_set = &round;
+        set_values = *std::move(values);
+      } else {
+        checked = SharedRounds::CompareInitialValues(
+            set_values, first_set->worker.name, *values, round.worker.name,
+            tensors);
+      }
+    } else if (checked.ok() && first_offer == nullptr) {
+      first_offer = &round;
+    }
+    if (!checked.ok()) {
+      *local_error = absl::StrCat(checked.message(), " on ", options_.self);
       break;
     }
   }
-  if (*supplier != nullptr) {
-    const absl::Status checked =
-        SharedRounds::CheckInitialParameters(**supplier, tensors);
-    if (!checked.ok()) *local_error = std::string(checked.message());
+  *supplier = first_set != nullptr ? first_set : first_offer;
+  if (first_set != nullptr) {
+    *initial_crc32c = SharedRounds::InitialCrc32c(set_values);
   }
   return tensors;
 }
@@ -524,15 +547,16 @@ std::vector<proto::TensorSpec> RunManager::LocalTable(
 absl::Status RunManager::Commit(std::vector<Round>& rounds,
                                 proto::WorkerResponse* reply) {
   const Round* supplier = nullptr;
+  std::optional<uint32_t> initial_crc32c;
   std::string local_error;
   const std::vector<proto::TensorSpec> tensors =
-      LocalTable(rounds, &supplier, &local_error);
+      LocalTable(rounds, &supplier, &initial_crc32c, &local_error);
   if (rendezvous_ == nullptr) {
     return absl::FailedPreconditionError("no group to begin a run with");
   }
   absl::StatusOr<RunRendezvous::Begun> begun = rendezvous_->BeginRun(
-      tensors, local_error, options_.local_workers, comm_->next_op_seq(),
-      absl::Now() + options_.timeout);
+      tensors, local_error, initial_crc32c, options_.local_workers,
+      comm_->next_op_seq(), absl::Now() + options_.timeout);
   if (!begun.ok()) {
     return Annotate(begun.status(),
                     absl::StrCat("ending the declarations on ", options_.self));

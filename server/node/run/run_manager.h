@@ -244,10 +244,12 @@ class RunManager {
                        proto::WorkerResponse* reply, bool* applied);
   absl::Status Commit(std::vector<Round>& rounds, proto::WorkerResponse* reply);
   // The commit's local table (buckets assigned) and supplier of initial
-  // parameters, or the local error the rendezvous carries to every daemon.
-  std::vector<proto::TensorSpec> LocalTable(const std::vector<Round>& rounds,
-                                            const Round** supplier,
-                                            std::string* local_error);
+  // parameters (with the CRC32C of those its workers set as the run's, not
+  // offered), or the local error the rendezvous carries to every daemon
+  // (workers that set different ones, among others).
+  std::vector<proto::TensorSpec> LocalTable(
+      const std::vector<Round>& rounds, const Round** supplier,
+      std::optional<uint32_t>* initial_crc32c, std::string* local_error);
   // The run begun with the group: its memory, version 0 of its parameters.
   // `*first_step`: where its workers begin (0, or the version of the
   // durable checkpoint of begun.resume_run_id it goes on from).

@@ -5,6 +5,7 @@
 #define STARLING_SERVER_NODE_RUN_RUN_RENDEZVOUS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,12 @@ class RunRendezvous {
   // Blocks until every daemon of the group began (all answered alike), or
   // fails (mismatched tables: InvalidArgument naming both; `local_error`
   // of some daemon; DeadlineExceeded naming the daemons that did not).
+  // `initial_crc32c`: the CRC32C of the initial parameters this daemon's
+  // workers set as the run's (not offered), if any.
   virtual absl::StatusOr<Begun> BeginRun(
       const std::vector<proto::TensorSpec>& tensors,
-      const std::string& local_error, int local_workers, uint64_t next_op_seq,
-      absl::Time deadline) = 0;
+      const std::string& local_error, std::optional<uint32_t> initial_crc32c,
+      int local_workers, uint64_t next_op_seq, absl::Time deadline) = 0;
   // Reports a run's end; never blocks.
   virtual void EndRun(const proto::RunStatus& run) = 0;
 };

@@ -1,5 +1,6 @@
 #include "server/node/run/shared_rounds.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "server/collective/reduce_kernels.h"
 #include "server/node/run/float_bytes.h"
 #include "server/shard/finite_check.h"
+#include "server/transport/crc32c.h"
 
 namespace starling {
 namespace node {
@@ -100,6 +102,76 @@ absl::Status SharedRounds::CheckInitialParameters(
   return absl::OkStatus();
 }
 
+absl::StatusOr<SharedRounds::InitialValues> SharedRounds::InitialValuesOf(
+    const Round& supplier, const std::vector<proto::TensorSpec>& tensors) {
+  InitialValues values;
+  for (const proto::PoolSlice& slice :
+       supplier.request.commit_tensors().initial_parameters()) {
+    size_t index = 0;
+    while (index < tensors.size() && tensors[index].name() != slice.tensor()) {
+      ++index;
+    }
+    if (index == tensors.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "initial parameters of undeclared tensor '", slice.tensor(), "'"));
+    }
+    const proto::TensorSpec& spec = tensors[index];
+    STARLING_ASSIGN_OR_RETURN(const DataType type,
+                              proto::DataTypeFromProto(spec.dtype()));
+    STARLING_ASSIGN_OR_RETURN(
+        absl::Span<std::byte> bytes,
+        supplier.worker.pool->Bytes(slice, proto::ElementBytes(spec.dtype())));
+    std::vector<float> floats(slice.elements());
+    collective::ToFloat32(type, bytes.data(), floats.data(), floats.size());
+    values.emplace_back(index, std::move(floats));
+  }
+  std::sort(values.begin(), values.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return values;
+}
+
+uint32_t SharedRounds::InitialCrc32c(const InitialValues& values) {
+  uint32_t crc = 0;
+  for (const auto& [index, floats] : values) {
+    const uint64_t tensor = index;
+    crc = transport::Crc32cExtend(crc, &tensor, sizeof(tensor));
+    crc = transport::Crc32cExtend(crc, floats.data(),
+                                  floats.size() * sizeof(float));
+  }
+  return crc;
+}
+
+absl::Status SharedRounds::CompareInitialValues(
+    const InitialValues& a, absl::string_view a_name, const InitialValues& b,
+    absl::string_view b_name, const std::vector<proto::TensorSpec>& tensors) {
+  const std::string rule =
+      " (every worker that sets the run's initial parameters must set the "
+      "same, bit for bit; or offer them, and the first offer is taken)";
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i >= a.size() || i >= b.size() || a[i].first != b[i].first) {
+      const bool a_has =
+          i < a.size() && (i >= b.size() || a[i].first < b[i].first);
+      const size_t tensor = a_has ? a[i].first : b[i].first;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "workers ", a_name, " and ", b_name,
+          " set different initial parameters: tensor '", tensors[tensor].name(),
+          "' is set by ", a_has ? a_name : b_name, " only", rule));
+    }
+    const std::vector<float>& x = a[i].second;
+    const std::vector<float>& y = b[i].second;
+    for (size_t e = 0; e < x.size(); ++e) {
+      if (std::memcmp(&x[e], &y[e], sizeof(float)) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "workers ", a_name, " and ", b_name,
+            " set different initial parameters: tensor '",
+            tensors[a[i].first].name(), "' element ", e, " is ", x[e], " from ",
+            a_name, " and ", y[e], " from ", b_name, rule));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SharedRounds::InitializeParameters(
     const Round* supplier, Run& run, const collective::CallOptions& call) {
   absl::Span<float> params = run.store->parameters();
@@ -117,12 +189,20 @@ absl::Status SharedRounds::InitializeParameters(
     }
   }
   if (comm_->size() > 1) {
-    // The lowest rank with a supplier broadcasts.
-    int32_t root = supplier != nullptr ? comm_->rank() : INT32_MAX;
+    // The lowest rank whose workers set the run's own broadcasts, or else
+    // the lowest that offered some: one all-reduce of the minimum of
+    // (rank) for the first, (size + rank) for the second.
+    const int32_t size = static_cast<int32_t>(comm_->size());
+    int32_t root =
+        supplier == nullptr
+            ? INT32_MAX
+            : (supplier->request.commit_tensors().offered() ? size : 0) +
+                  static_cast<int32_t>(comm_->rank());
     STARLING_RETURN_IF_ERROR(Annotate(
         comm_->AllReduce({reinterpret_cast<std::byte*>(&root), sizeof(root)},
                          DataType::kInt32, collective::ReduceOp::kMin, call),
         "agreeing on the initial parameters' supplier"));
+    if (root != INT32_MAX && root >= size) root -= size;
     if (root != INT32_MAX && !params.empty()) {
       STARLING_RETURN_IF_ERROR(Annotate(
           comm_->Broadcast(AsBytes(params), DataType::kFloat32, root, call),

@@ -18,10 +18,14 @@
 #ifndef STARLING_SERVER_NODE_RUN_SHARED_ROUNDS_H_
 #define STARLING_SERVER_NODE_RUN_SHARED_ROUNDS_H_
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/common.pb.h"
 #include "server/collective/communicator.h"
 #include "server/node/run/round.h"
@@ -52,10 +56,27 @@ class SharedRounds {
   static absl::Status CheckInitialParameters(
       const Round& supplier, const std::vector<proto::TensorSpec>& tensors);
 
+  // The initial parameters `supplier` gives, as float32: for each tensor
+  // of `tensors` it gives, in table order, the tensor's index and values.
+  // REQUIRES: `supplier` passed CheckInitialParameters.
+  using InitialValues = std::vector<std::pair<size_t, std::vector<float>>>;
+  static absl::StatusOr<InitialValues> InitialValuesOf(
+      const Round& supplier, const std::vector<proto::TensorSpec>& tensors);
+  // CRC32C over `values` (each tensor's index and float32 bytes).
+  static uint32_t InitialCrc32c(const InitialValues& values);
+  // OK when `a` (from worker `a_name`) and `b` are the same, bit for bit;
+  // else InvalidArgument naming both workers, the tensor and its first
+  // element that differs (or the tensor only one of them set).
+  static absl::Status CompareInitialValues(
+      const InitialValues& a, absl::string_view a_name, const InitialValues& b,
+      absl::string_view b_name, const std::vector<proto::TensorSpec>& tensors);
+
   // Version 0 of a new run on every daemon: the values of the first
-  // supplier in (rank, worker index) order, `supplier` being this daemon's
-  // (null if none of its workers supplied any), agreed by a one-integer
-  // all-reduce and broadcast from that rank; zeros when no daemon has one.
+  // worker in (rank, worker index) order that set the run's own (not
+  // offered: CommitTensorsRequest.offered), or else of the first that
+  // offered some, `supplier` being this daemon's (null if none of its
+  // workers gave any), agreed by a one-integer all-reduce and broadcast
+  // from that rank; zeros when no daemon has one.
   // Fills run.store->parameters() (the engine takes its master from there:
   // RunEngine::ParametersReady). REQUIRES: `supplier` passed
   // CheckInitialParameters; the parameters are the caller's.

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,8 @@ class FakeRendezvous : public RunRendezvous {
  public:
   explicit FakeRendezvous(int total_workers) : total_workers_(total_workers) {}
   absl::StatusOr<Begun> BeginRun(const std::vector<proto::TensorSpec>&,
-                                 const std::string& local_error, int,
+                                 const std::string& local_error,
+                                 std::optional<uint32_t>, int,
                                  uint64_t next_op_seq, absl::Time) override {
     if (!local_error.empty()) return absl::InvalidArgumentError(local_error);
     return Begun{++runs_, next_op_seq, total_workers_};

@@ -328,8 +328,9 @@ class _DistributedBase:
             if slot.zero_copy:
                 p.data = slot.value  # the parameter lives in the pool
         # Every worker offers its parameters; the daemons take the first
-        # supplier's (rank 0, worker 0) and every worker pulls version 0.
-        session.client.set_initial_parameters(
+        # offer (rank 0, worker 0), as Horovod's broadcast_parameters does,
+        # and every worker pulls version 0.
+        session.client.offer_initial_parameters(
             [tensor_arg(s.name, s.value) for s in self._slots])
         session.data_op()
         session.client.pull_parameters(
