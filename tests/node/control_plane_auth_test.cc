@@ -201,6 +201,22 @@ TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
       replay.Call(&proto::Coordinator::Stub::EndRun, "EndRun", end, &ended);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
+  // Status and admin calls without an operator's credential get nothing,
+  // from the coordinator or a daemon's admin service.
+  cluster.set_operator_secret("");
+  EXPECT_FALSE(cluster.JobStatus(&job, &error));
+  EXPECT_THAT(error, HasSubstr("GetJobStatus from node-cluster-test refused: "
+                               "it carries no credential"));
+  proto::NodeStatusReply node_status;
+  EXPECT_FALSE(cluster.NodeStatus(0, &node_status, &error));
+  EXPECT_THAT(error, HasSubstr("NodeAdmin.GetStatus from node-cluster-test "
+                               "refused: it carries no credential"));
+  cluster.set_operator_secret("another secret, 16 bytes or more");
+  EXPECT_FALSE(cluster.NodeStatus(0, &node_status, &error));
+  EXPECT_THAT(error, HasSubstr("not under this service's secret"));
+  cluster.set_operator_secret(kSecret);
+  EXPECT_TRUE(cluster.NodeStatus(0, &node_status, &error)) << error;
+
   // None of it reached the job: the group is whole and trains.
   ASSERT_TRUE(cluster.JobStatus(&job, &error)) << error;
   EXPECT_THAT(job.last_error(), Not(HasSubstr("disk on fire")));
