@@ -8,11 +8,13 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "server/base/coordinator_answers.h"
 #include "server/base/job_config_checks.h"
+#include "server/base/listen_address.h"
 #include "server/base/logging.h"
 #include "server/base/optimizer_names.h"
 #include "server/base/printable.h"
@@ -25,6 +27,7 @@ namespace coordinator {
 namespace {
 
 using internal::kCancelPollInterval;
+using internal::kMaxHostnameBytes;
 using internal::kMaxLocalWorkers;
 using internal::LocalWorkers;
 using internal::Seconds;
@@ -130,8 +133,9 @@ absl::Status Coordinator::CheckJobId(absl::string_view job_id,
 
 absl::Status Coordinator::CheckNodeLocked(const proto::JoinRequest& request,
                                           absl::string_view what) const {
-  const std::string who = absl::StrCat("node ", request.hostname(), " (",
-                                       request.data_address(), ")");
+  const std::string who =
+      absl::StrCat("node ", BoundedPrintable(request.hostname(), 64), " (",
+                   BoundedPrintable(request.data_address(), 64), ")");
   STARLING_RETURN_IF_ERROR(
       CheckJobId(request.job_id(), absl::StrCat(what, " from ", who)));
   if (request.version() != options_.version) {
@@ -143,6 +147,35 @@ absl::Status Coordinator::CheckNodeLocked(const proto::JoinRequest& request,
   if (request.hostname().empty() || request.data_address().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, " from ", who, " must give a hostname and a data address"));
+  }
+  // What a node calls itself reaches status, logs and the operator's
+  // terminal: a host name's letters only, and addresses that are ones.
+  const absl::string_view host = request.hostname();
+  const bool host_ok =
+      host.size() <= kMaxHostnameBytes &&
+      std::all_of(host.begin(), host.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+               c == '-' || c == '_';
+      });
+  if (!host_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " from ", who, ": the hostname must be at most ",
+                     kMaxHostnameBytes, " letters, digits, '.', '-' or '_'"));
+  }
+  for (const auto& [address, field] :
+       {std::pair<absl::string_view, const char*>{request.data_address(),
+                                                  "data address"},
+        {request.admin_address(), "admin address"}}) {
+    if (address.empty() && std::string_view(field) == "admin address") {
+      continue;
+    }
+    absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+    if (!parsed.ok() || parsed->port == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " from ", who, ": its ", field, " '",
+                       BoundedPrintable(address, 64),
+                       "' is not HOST:PORT with a port in 1..65535"));
+    }
   }
   const int workers = request.capabilities().local_workers();
   if (workers < 0 || workers > kMaxLocalWorkers) {

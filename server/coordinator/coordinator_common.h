@@ -7,6 +7,7 @@
 #define STARLING_SERVER_COORDINATOR_COORDINATOR_COMMON_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include "absl/time/time.h"
@@ -18,6 +19,8 @@ namespace internal {
 
 // Most local workers one node may declare; more is a garbled request.
 inline constexpr int kMaxLocalWorkers = 4096;
+// The longest hostname a node may give (DNS's bound on a name).
+inline constexpr size_t kMaxHostnameBytes = 253;
 // How often a Join or BeginRun with a cancellation check looks at it.
 inline constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
 

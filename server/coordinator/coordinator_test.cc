@@ -217,6 +217,45 @@ TEST_F(CoordinatorTest, JoinToAFullGroupIsRefusedButARetryIsAnswered) {
   EXPECT_NE(restarted.group_key(), first.group_key());
 }
 
+// What a node calls itself reaches status, logs and terminals: a hostname
+// that is not one (an escape sequence, a space, 254 bytes) or an address
+// that is none is refused, the error quoting it printable; the group
+// still forms with proper nodes.
+TEST_F(CoordinatorTest, JoinsWithHostnamesOrAddressesThatAreNoneAreRefused) {
+  Create(1);
+  const struct {
+    const char* hostname;
+    const char* data_address;
+    const char* admin_address;
+    const char* error;
+  } cases[] = {
+      {"node\x1b[2J", "10.0.0.9:29500", "", "the hostname must be at most 253"},
+      {"node 9", "10.0.0.9:29500", "", "the hostname must be"},
+      {"", "10.0.0.9:29500", "", "must give a hostname"},
+      {"node-9", "10.0.0.9", "",
+       "its data address '10.0.0.9' is not HOST:PORT"},
+      {"node-9", "10.0.0.9:0", "", "is not HOST:PORT with a port in 1..65535"},
+      {"node-9", "10.0.0.9:29500", "evil\x07:1", "its admin address 'evil?:1'"},
+  };
+  for (const auto& c : cases) {
+    proto::JoinRequest join = JoinRequestFor(9);
+    join.set_hostname(c.hostname);
+    join.set_data_address(c.data_address);
+    join.set_admin_address(c.admin_address);
+    const absl::StatusOr<proto::JoinResponse> joined =
+        coordinator_->Join(join, Soon());
+    EXPECT_THAT(joined.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr(c.error)))
+        << c.hostname << " " << c.data_address;
+    EXPECT_EQ(joined.status().message().find('\x1b'), std::string::npos);
+  }
+  proto::JoinRequest long_name = JoinRequestFor(9);
+  long_name.set_hostname(std::string(254, 'a'));
+  EXPECT_THAT(coordinator_->Join(long_name, Soon()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(coordinator_->Join(JoinRequestFor(0), Soon()).status());
+}
+
 TEST_F(CoordinatorTest, JoinPastItsDeadlineSaysHowManyJoined) {
   Create(3);
   EXPECT_THAT(coordinator_->Join(JoinRequestFor(0),
