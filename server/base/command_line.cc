@@ -163,13 +163,16 @@ absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(
     // "--name value", "--name=" (empty) or a lone "--name".
     setting.has_value = equals || !rest.empty();
     setting.value = std::string(rest);
-    // A flag set again wins (overrides appended to an installed file), and
-    // says so: ApplyConfigFile warns naming both lines.
+    // One setting per flag in a file: a second one is a mistake to say,
+    // not a value to keep silently (later --config files and the command
+    // line still win over earlier ones).
     const auto [first, inserted] =
         first_line.emplace(setting.name, line_number);
     if (!inserted) {
-      setting.overrides_line = first->second;
-      first->second = line_number;
+      return LineError(
+          file, line_number,
+          absl::StrCat("--", setting.name, " is set again (first on line ",
+                       first->second, "); set it once"));
     }
     settings.push_back(std::move(setting));
   }
@@ -208,12 +211,6 @@ absl::Status ApplyConfigFile(const std::string& path) {
       return LineError(
           path, setting.line,
           absl::StrCat("unknown flag '", setting.name, "' (try --help)"));
-    }
-    if (setting.overrides_line > 0) {
-      STARLING_LOG(WARNING)
-          << path << ":" << setting.line << ": --" << setting.name
-          << " is set again (before on line " << setting.overrides_line
-          << "); this line's value wins";
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {

@@ -48,9 +48,6 @@ struct ConfigSetting {
   std::string value;
   bool has_value = true;  // false for a lone `--name` (a boolean's true)
   int line = 0;           // 1-based line number in the file
-  // The line that set the same flag before, which this one overrides (0:
-  // none).
-  int overrides_line = 0;
 };
 
 // Parses the text of a config file; `file` only names it in errors. One
@@ -64,10 +61,8 @@ struct ConfigSetting {
 // a line from a '#' that begins the value or follows a space or tab
 // (`job_id = demo   # our job` sets "demo"; `a#b` is a value).
 // InvalidArgument ("FILE:LINE: ...", the line's text escaped and cut) for a
-// line that is no setting or a quote left open. A flag set again in the
-// same file wins (overrides appended to an installed file), noted in
-// ConfigSetting::overrides_line; ApplyConfigFile logs a warning naming both
-// lines, so that it is never silent.
+// line that is no setting, a quote left open, or a flag set a second time
+// in the same file (naming the first line).
 absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(
     absl::string_view text, absl::string_view file);
 

@@ -100,19 +100,13 @@ TEST(ParseConfigText, ACommentAfterAValueIsNotPartOfIt) {
   EXPECT_THAT((*settings)[4], Setting("empty", "", 5));
 }
 
-// A key set twice kept the last value without a word: it still wins
-// (overrides appended to an installed file), and the setting names the
-// line it overrides, which ApplyConfigFile logs.
-TEST(ParseConfigText, AFlagSetAgainNamesTheLineItOverrides) {
-  absl::StatusOr<std::vector<ConfigSetting>> settings = ParseConfigText(
-      "port = 1\n# later\n--port=2\nname = a\nport = 3\n", "/etc/x.conf");
-  ASSERT_THAT(settings, IsOk());
-  ASSERT_EQ(settings->size(), 4u);
-  EXPECT_EQ((*settings)[0].overrides_line, 0);
-  EXPECT_EQ((*settings)[1].overrides_line, 1);
-  EXPECT_EQ((*settings)[2].overrides_line, 0);
-  EXPECT_EQ((*settings)[3].overrides_line, 3);
-  EXPECT_EQ((*settings)[3].value, "3");
+// A key set twice used to keep the last value without a word.
+TEST(ParseConfigText, AFlagSetTwiceInOneFileNamesBothLines) {
+  EXPECT_THAT(
+      ParseConfigText("port = 1\n# later\n--port=2\n", "/etc/x.conf"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("/etc/x.conf:3: --port is set again (first on line "
+                         "1); set it once")));
 }
 
 TEST(ParseConfigText, AnOpenQuoteIsAnError) {
@@ -182,10 +176,9 @@ TEST_F(ApplyConfigFileTest, SetsEveryFlag) {
   EXPECT_TRUE(absl::GetFlag(FLAGS_test_switch));
 }
 
-TEST_F(ApplyConfigFileTest, NegatedBooleanAndLaterLinesWin) {
+TEST_F(ApplyConfigFileTest, NegatedBoolean) {
   absl::SetFlag(&FLAGS_test_switch, true);
-  ASSERT_THAT(ApplyConfigFile(
-                  WriteFile("--notest_switch\ntest_port = 1\ntest_port = 2\n")),
+  ASSERT_THAT(ApplyConfigFile(WriteFile("--notest_switch\ntest_port = 2\n")),
               IsOk());
   EXPECT_FALSE(absl::GetFlag(FLAGS_test_switch));
   EXPECT_EQ(absl::GetFlag(FLAGS_test_port), 2);

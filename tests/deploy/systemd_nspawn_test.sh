@@ -151,11 +151,25 @@ for b in "${BINARIES[@]}"; do cp "$(bin_path "$b")" "$STAGE/${b%%:*}"; done
 "$REPO/deploy/install.sh" --destdir "$ROOT" --bin-dir "$STAGE" > "$RUN/install.log"
 grep -q '^starling:' "$ROOT/etc/passwd" || die "install.sh did not create user starling"
 
-# The test's settings, appended to the installed example configs (a later
-# line wins): one node, a small training run, loopback only.
+# conf_set FILE < SETTINGS: each `key = value` line of SETTINGS replaces
+# the file's own setting of that key (a config file sets a flag once) or
+# is appended; comments and blank lines are appended as they are.
+conf_set() {
+  local file=$1 line key
+  while IFS= read -r line; do
+    if [[ $line =~ ^([a-z_]+)[[:space:]]*= ]]; then
+      key=${BASH_REMATCH[1]}
+      sed -i "/^${key}[[:space:]]*=/d" "$file"
+    fi
+    printf '%s\n' "$line" >> "$file"
+  done
+}
+
+# The test's settings, in the installed example configs: one node, a small
+# training run, loopback only.
 TRAIN=1280
 BATCH=64
-cat >> "$ROOT/etc/starling/coordinator.conf" <<EOF
+conf_set "$ROOT/etc/starling/coordinator.conf" <<EOF
 
 # systemd_nspawn_test.sh
 job_id = nspawn-test
@@ -164,7 +178,7 @@ listen = 127.0.0.1:29400
 epochs = 1
 partitions_per_epoch = $((TRAIN / BATCH))
 EOF
-cat >> "$ROOT/etc/starling/node-0.conf" <<EOF
+conf_set "$ROOT/etc/starling/node-0.conf" <<EOF
 
 # systemd_nspawn_test.sh
 coordinator = 127.0.0.1:29400
@@ -378,7 +392,7 @@ if [[ -d $DATASET ]]; then
   timeout 60 nsenter -t "$INIT" -a systemctl stop starling-node@0.service starling-coordinator.service
   # A new job: the record of the first one is not its own.
   in_ct rm -f /var/lib/starling/coordinator.state
-  cat >> "$ROOT/etc/starling/coordinator.conf" <<EOF
+  conf_set "$ROOT/etc/starling/coordinator.conf" <<EOF
 
 # systemd_nspawn_test.sh, the rejoin demo
 job_id = nspawn-rejoin
@@ -389,7 +403,7 @@ partitions_per_epoch = $(((REJOIN_TRAIN + BATCH - 1) / BATCH))
 EOF
   cp "$ROOT/etc/starling/node-0.conf" "$ROOT/etc/starling/node-1.conf"
   for n in 0 1; do
-    cat >> "$ROOT/etc/starling/node-$n.conf" <<EOF
+    conf_set "$ROOT/etc/starling/node-$n.conf" <<EOF
 
 # systemd_nspawn_test.sh, the rejoin demo
 job_id = nspawn-rejoin
