@@ -151,8 +151,9 @@ if [[ $QUICK == 0 ]]; then
   # (ATEN_CPU_CAPABILITY=default) and glibc's libm and string functions (no
   # AVX, AVX2, FMA or AVX-512 variants). Same binaries; every test reruns
   # but those tagged kernel_independent (membership, restarts and
-  # re-formation: the kernels they run are the ones the other tests check,
-  # and they are the suite's slowest).
+  # re-formation, whose kernels are the ones the other tests check, and the
+  # starling.torch comparisons with PyTorch, both sides on PyTorch's
+  # kernels): the suite's slowest.
   step "bazel test //... on the portable kernels (no AVX, AVX2, AVX-512, F16C or FMA paths)"
   PORTABLE_ENV=(
     --test_env=STARLING_PORTABLE_KERNELS=1

@@ -85,8 +85,9 @@ class Caller {
 };
 
 TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
+  const std::string secret_file = SecretFile("secret", kSecret);
   const std::vector<std::string> secret = {
-      absl::StrCat("--cluster_secret_file=", SecretFile("secret", kSecret))};
+      absl::StrCat("--cluster_secret_file=", secret_file)};
   NodeCluster cluster(FormationOptions());
   cluster.set_operator_secret(kSecret);
   cluster.StartCoordinatorWith("coordinator", secret);
@@ -216,6 +217,26 @@ TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
   EXPECT_THAT(error, HasSubstr("not under this service's secret"));
   cluster.set_operator_secret(kSecret);
   EXPECT_TRUE(cluster.NodeStatus(0, &node_status, &error)) << error;
+  // starlingctl signs its calls with --secret_file: status and inflight
+  // (which asks every daemon's admin service) answer; without it, the
+  // coordinator's refusal says how to sign.
+  for (const char* command : {"status", "inflight"}) {
+    const coordinator::RunResult signed_call = coordinator::RunBinary(
+        {BinaryPath("server/coordinator/starlingctl"), command,
+         absl::StrCat("--coordinator=", cluster.coordinator_address()),
+         "--timeout=5s", absl::StrCat("--secret_file=", secret_file)},
+        20);
+    EXPECT_EQ(signed_call.exit_code, 0) << signed_call.output;
+    EXPECT_THAT(signed_call.output, HasSubstr("node1")) << command;
+  }
+  const coordinator::RunResult unsigned_call = coordinator::RunBinary(
+      {BinaryPath("server/coordinator/starlingctl"), "status",
+       absl::StrCat("--coordinator=", cluster.coordinator_address()),
+       "--timeout=5s"},
+      20);
+  EXPECT_EQ(unsigned_call.exit_code, 1) << unsigned_call.output;
+  EXPECT_THAT(unsigned_call.output,
+              HasSubstr("(starlingctl --secret_file signs the calls)"));
 
   // None of it reached the job: the group is whole and trains.
   ASSERT_TRUE(cluster.JobStatus(&job, &error)) << error;
