@@ -302,6 +302,12 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
                    " and dropped again before its answer; it joins again"));
 }
 
+bool Coordinator::AliveLocked(const Member& m) const {
+  return m.health != proto::NODE_HEALTH_LOST && m.heard_from &&
+         m.suspected_at == absl::InfiniteFuture() &&
+         clock_->Now() - m.last_heartbeat < 2 * HeartbeatInterval(options_);
+}
+
 absl::Status Coordinator::AwaitMemberSilenceLocked(
     const proto::JoinRequest& request, absl::Time deadline,
     const std::function<bool()>& cancelled) {
@@ -311,12 +317,8 @@ absl::Status Coordinator::AwaitMemberSilenceLocked(
     if (rank < 0) return absl::OkStatus();
     const Member& m = members_[rank];
     // Not heard from yet: the same node asking again (LateJoinLocked).
-    if (m.health == proto::NODE_HEALTH_LOST || !m.heard_from ||
-        m.suspected_at != absl::InfiniteFuture()) {
-      return absl::OkStatus();
-    }
+    if (!AliveLocked(m)) return absl::OkStatus();
     const absl::Duration silent = clock_->Now() - m.last_heartbeat;
-    if (silent >= quiet) return absl::OkStatus();
     const absl::Time now = absl::Now();
     if (now >= deadline || shutdown_ || (cancelled && cancelled())) {
       metrics_.calls_refused->WithLabels({"Join"})->Increment();
@@ -735,6 +737,28 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
     AdoptGroupLocked(request);
   } else {
     STARLING_RETURN_IF_ERROR(CheckSameGroupLocked(request));
+    // A live member re-registers as it is (its heartbeat was refused, say);
+    // an entry that differs (another admin address, say) while the member
+    // lives is someone else's.
+    const Member& m = members_[rank];
+    const proto::JoinRequest& entry = m.join;
+    const bool same = entry.hostname() == node.hostname() &&
+                      entry.data_address() == node.data_address() &&
+                      entry.admin_address() == node.admin_address() &&
+                      entry.version() == node.version() &&
+                      LocalWorkers(entry) == LocalWorkers(node);
+    if (m.registered && !same && AliveLocked(m)) {
+      metrics_.calls_refused->WithLabels({"Rejoin"})->Increment();
+      const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
+          "re-registration of ", DescribeLocked(rank), " with admin address '",
+          BoundedPrintable(node.admin_address(), 64),
+          "' refused: that member "
+          "is alive (heartbeating, none of its peers saw it vanish) and "
+          "registered with admin address '",
+          entry.admin_address(), "'; a live member's entry is not rewritten"));
+      STARLING_LOG(WARNING) << "refused: " << refused.message();
+      return refused;
+    }
   }
   const proto::NodeHealth was = members_[rank].health;
   const bool was_registered = members_[rank].registered;

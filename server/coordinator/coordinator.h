@@ -289,6 +289,9 @@ class Coordinator {
                                            absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether member `m` is alive: heard from in its epoch, heartbeating
+  // within two periods, not reported vanished by a peer, not LOST.
+  bool AliveLocked(const Member& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A Join naming a member's hostname and data address while that member
   // is alive (heartbeating within two periods, not reported vanished by a
   // peer) waits for it to fall silent, until `deadline`: then

@@ -18,6 +18,7 @@ namespace starling {
 namespace coordinator {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
@@ -119,6 +120,31 @@ TEST_F(CoordinatorRejoinTest, ARestartedCoordinatorAdoptsTheRunningGroup) {
   status = Status();
   ASSERT_THAT(status.recent_runs(), SizeIs(1));
   EXPECT_EQ(status.recent_runs(0).run_id(), 1u);
+}
+
+// A live member's entry is not rewritten: a re-registration in its name
+// with another admin address (where `starlingctl inflight` would then ask)
+// is refused while the member heartbeats; the member re-registering as it
+// is, is taken; once it fell silent, a re-registration may change it.
+TEST_F(CoordinatorRejoinTest, ALiveMembersEntryIsNotRewritten) {
+  FormThenRestart(3);
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_OK(coordinator_->Rejoin(RejoinFor(rank)).status());
+  }
+  ASSERT_OK(coordinator_->Heartbeat(coordinator::Beat(1, 1)).status());
+  proto::RejoinRequest elsewhere = RejoinFor(1);
+  elsewhere.mutable_node()->set_admin_address("10.6.6.6:29601");
+  EXPECT_THAT(coordinator_->Rejoin(elsewhere),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("admin address '10.6.6.6:29601' "
+                                       "refused: that member is alive"),
+                             HasSubstr("registered with admin address "
+                                       "'10.0.0.1:29501'"))));
+  EXPECT_EQ(Status().nodes(1).peer().admin_address(), "10.0.0.1:29501");
+  ASSERT_OK(coordinator_->Rejoin(RejoinFor(1)).status());
+  clock_.Advance(2 * HeartbeatInterval(coordinator_->options()));
+  ASSERT_OK(coordinator_->Rejoin(elsewhere).status());
+  EXPECT_EQ(Status().nodes(1).peer().admin_address(), "10.6.6.6:29601");
 }
 
 TEST_F(CoordinatorRejoinTest, AnotherGroupIsRefusedNamingBoth) {
