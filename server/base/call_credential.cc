@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "server/base/logging.h"
+#include "server/base/printable.h"
 
 namespace starling {
 namespace {
@@ -169,6 +170,34 @@ absl::Status CallVerifier::Verify(absl::Span<const absl::string_view> secrets,
   seen_.insert(std::string(parts[3]));
   order_.emplace_back(at + options_.window, std::string(parts[3]));
   return absl::OkStatus();
+}
+
+absl::Status CallVerifier::VerifyOperator(
+    absl::string_view operator_secret, absl::string_view cluster_secret,
+    absl::string_view label, absl::string_view method, absl::string_view host,
+    absl::string_view credential, absl::string_view service, absl::Time now) {
+  if (operator_secret.empty() && cluster_secret.empty()) {
+    return absl::OkStatus();
+  }
+  const absl::string_view secrets[] = {operator_secret, cluster_secret};
+  const absl::Status verified =
+      Verify(secrets, CallRole::kOperator, method, "",
+             CallIdentity{std::string(host), ""}, credential, now);
+  if (verified.ok()) return verified;
+  return absl::Status(
+      verified.code(),
+      absl::StrCat(label, " from ",
+                   host.empty() ? std::string("a caller that did not say who "
+                                              "it is")
+                                : BoundedPrintable(host, 64),
+                   " refused: ", verified.message(),
+                   credential.empty()
+                       ? absl::StrCat("; ", service,
+                                      " takes operators' calls with a "
+                                      "credential only: give starlingctl "
+                                      "--secret_file (the operator secret, or "
+                                      "the cluster secret)")
+                       : ""));
 }
 
 }  // namespace starling

@@ -86,6 +86,19 @@ class CallVerifier {
                       absl::string_view scope, const CallIdentity& caller,
                       absl::string_view credential, absl::Time now);
 
+  // An operator's call (status, a node's admin service): OK when both
+  // secrets are empty, or when `credential` is a fresh operator credential
+  // for `method` under either. Else Verify's refusal as "LABEL from HOST
+  // refused: why", with, for a call that carries no credential at all, how
+  // to sign one (`service`, "this coordinator" or "this node", takes them
+  // only so).
+  absl::Status VerifyOperator(absl::string_view operator_secret,
+                              absl::string_view cluster_secret,
+                              absl::string_view label, absl::string_view method,
+                              absl::string_view host,
+                              absl::string_view credential,
+                              absl::string_view service, absl::Time now);
+
   // Nonces remembered now.
   size_t remembered() const;
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace starling {
 namespace {
@@ -104,6 +105,29 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
   options.pem_private_key = pems->key;
   options.pem_cert_chain = pems->cert;
   return grpc::SslCredentials(options);
+}
+
+absl::Status SignContext(grpc::ClientContext* context, absl::string_view secret,
+                         CallRole role, absl::string_view method,
+                         absl::string_view scope, const CallIdentity& caller) {
+  context->AddMetadata(kCallerHostKey, caller.host);
+  if (!caller.address.empty()) {
+    context->AddMetadata(kCallerAddressKey, caller.address);
+  }
+  if (secret.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> credential =
+      SignCall(secret, role, method, scope, caller, absl::Now());
+  if (!credential.ok()) return credential.status();
+  context->AddMetadata(kCallCredentialKey, *credential);
+  return absl::OkStatus();
+}
+
+std::string CallMetadata(const grpc::ServerContext& context,
+                         absl::string_view key) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(grpc::string_ref(key.data(), key.size()));
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> ServeGrpc(

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/grpcpp.h"
+#include "server/base/call_credential.h"
 
 namespace starling {
 
@@ -44,6 +45,18 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 // the client's certificate. Errors as ServerCredentialsFor's.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     const TlsFiles& tls);
+
+// Puts who `caller` is into `context`'s metadata (its host; its address
+// when it has one) and, with a `secret`, a fresh credential of `role` for
+// `method` and `scope` (server/base/call_credential.h). Internal if the
+// random generator fails.
+absl::Status SignContext(grpc::ClientContext* context, absl::string_view secret,
+                         CallRole role, absl::string_view method,
+                         absl::string_view scope, const CallIdentity& caller);
+
+// One metadata value the client sent with the call ("" if none).
+std::string CallMetadata(const grpc::ServerContext& context,
+                         absl::string_view key);
 
 // Serves `service` (borrowed: it must outlive the server) on `address`
 // ("HOST:PORT") with `credentials` (null: insecure). Unavailable "cannot

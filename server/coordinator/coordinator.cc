@@ -1188,23 +1188,10 @@ absl::Status Coordinator::CheckCaller(absl::string_view call,
 
 absl::Status Coordinator::CheckOperator(absl::string_view call,
                                         const Caller& caller) {
-  if (options_.cluster_secret.empty() && options_.operator_secret.empty()) {
-    return absl::OkStatus();
-  }
-  const absl::string_view secrets[] = {options_.operator_secret,
-                                       options_.cluster_secret};
-  absl::Status refused = verifier_.Verify(secrets, CallRole::kOperator, call,
-                                          "", CallIdentity{caller.host, ""},
-                                          caller.credential, absl::Now());
+  const absl::Status refused = verifier_.VerifyOperator(
+      options_.operator_secret, options_.cluster_secret, call, call,
+      caller.host, caller.credential, "this coordinator", absl::Now());
   if (refused.ok()) return refused;
-  refused = absl::Status(
-      refused.code(),
-      absl::StrCat(call, " from ", Who(caller), " refused: ", refused.message(),
-                   caller.credential.empty()
-                       ? "; this coordinator takes operators' calls with a "
-                         "credential only: give starlingctl --secret_file "
-                         "(the operator secret, or the cluster secret)"
-                       : ""));
   metrics_.calls_refused->WithLabels({std::string(call)})->Increment();
   STARLING_LOG(WARNING) << "refused: " << refused.message();
   return refused;

@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "server/base/call_credential.h"
+#include "server/base/grpc_server.h"
 #include "server/base/grpc_status.h"
 #include "server/base/printable.h"
 
@@ -75,24 +76,16 @@ constexpr size_t kMaxErrorBytes = 4096;
 constexpr int kMaxListedWorkers = 4096;
 constexpr size_t kMaxNameBytes = 256;
 
-// One metadata value of the call ("" if it has none).
-std::string Metadata(const grpc::ServerContext* context, const char* key) {
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find(key);
-  if (it == metadata.end()) return "";
-  return std::string(it->second.data(), it->second.size());
-}
-
 // The caller as the call's metadata describes it; `node` (a Join's or
 // Rejoin's) names the identity instead when given.
 Coordinator::Caller CallerOf(const grpc::ServerContext* context,
                              const proto::JoinRequest* node = nullptr) {
   Coordinator::Caller caller;
-  caller.host =
-      node != nullptr ? node->hostname() : Metadata(context, kCallerHostKey);
+  caller.host = node != nullptr ? node->hostname()
+                                : CallMetadata(*context, kCallerHostKey);
   caller.address = node != nullptr ? node->data_address()
-                                   : Metadata(context, kCallerAddressKey);
-  caller.credential = Metadata(context, kCallCredentialKey);
+                                   : CallMetadata(*context, kCallerAddressKey);
+  caller.credential = CallMetadata(*context, kCallCredentialKey);
   // A verified client certificate (mutual TLS) names the host it may be.
   const std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
   if (auth != nullptr && auth->IsPeerAuthenticated()) {

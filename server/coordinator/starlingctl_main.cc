@@ -93,14 +93,8 @@ absl::StatusOr<Access> AccessFromFlags() {
 absl::Status Prepare(const Access& access, absl::string_view method,
                      absl::Duration timeout, grpc::ClientContext* context) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  context->AddMetadata(kCallerHostKey, access.host);
-  if (access.secret.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> credential =
-      SignCall(access.secret, CallRole::kOperator, method, "",
-               CallIdentity{access.host, ""}, absl::Now());
-  if (!credential.ok()) return credential.status();
-  context->AddMetadata(kCallCredentialKey, *credential);
-  return absl::OkStatus();
+  return SignContext(context, access.secret, CallRole::kOperator, method, "",
+                     CallIdentity{access.host, ""});
 }
 
 // The coordinator's JobStatus, or the exit status after a one-line error.

@@ -29,6 +29,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/node_admin.grpc.pb.h"
 #include "server/base/call_credential.h"
+#include "server/base/grpc_server.h"
 #include "server/base/logging.h"
 #include "server/coordinator/test_binaries.h"
 #include "tests/node/test_params.h"
@@ -235,13 +236,9 @@ std::unique_ptr<grpc::ClientContext> NodeCluster::OperatorContext(
     absl::string_view method) const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  context->AddMetadata(kCallerHostKey, "node-cluster-test");
-  if (!operator_secret_.empty()) {
-    absl::StatusOr<std::string> credential =
-        SignCall(operator_secret_, CallRole::kOperator, method, "",
-                 CallIdentity{"node-cluster-test", ""}, absl::Now());
-    if (credential.ok()) context->AddMetadata(kCallCredentialKey, *credential);
-  }
+  // Only the random generator can fail: the call then goes unsigned.
+  (void)SignContext(context.get(), operator_secret_, CallRole::kOperator,
+                    method, "", CallIdentity{"node-cluster-test", ""});
   return context;
 }
 

@@ -66,16 +66,11 @@ Latency Summarise(std::vector<double> us) {
 void Sign(const Config& config, CallRole role, const char* method,
           grpc::ClientContext* context) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  context->AddMetadata(kCallerHostKey, kHost);
-  if (role == CallRole::kMember) {
-    context->AddMetadata(kCallerAddressKey, kAddress);
-  }
-  if (!config.hmac) return;
-  const std::string scope = role == CallRole::kMember ? kJob : "";
-  const CallIdentity who{kHost, role == CallRole::kMember ? kAddress : ""};
-  context->AddMetadata(
-      kCallCredentialKey,
-      SignCall(kSecret, role, method, scope, who, absl::Now()).value());
+  const bool member = role == CallRole::kMember;
+  const absl::Status signed_call = SignContext(
+      context, config.hmac ? kSecret : "", role, method, member ? kJob : "",
+      CallIdentity{kHost, member ? kAddress : ""});
+  STARLING_CHECK(signed_call.ok()) << signed_call;
 }
 
 // Heartbeat and status latencies under `config`.

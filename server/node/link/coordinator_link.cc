@@ -117,17 +117,13 @@ CoordinatorLink::CallResult CoordinatorLink::Call(
     bool cancellable) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
-  context.AddMetadata(kCallerHostKey, options_.hostname);
-  context.AddMetadata(kCallerAddressKey, options_.data_address);
-  if (!options_.cluster_secret.empty()) {
-    // A fresh credential for this call (the coordinator takes each once).
-    absl::StatusOr<std::string> credential = SignCall(
-        options_.cluster_secret, CallRole::kMember, method, options_.job_id,
-        CallIdentity{options_.hostname, options_.data_address}, absl::Now());
-    if (!credential.ok()) {
-      return {ToGrpcStatus(credential.status()), Outcome::kFailed};
-    }
-    context.AddMetadata(kCallCredentialKey, *credential);
+  // A fresh credential for this call (the coordinator takes each once).
+  if (absl::Status signed_call =
+          SignContext(&context, options_.cluster_secret, CallRole::kMember,
+                      method, options_.job_id,
+                      CallIdentity{options_.hostname, options_.data_address});
+      !signed_call.ok()) {
+    return {ToGrpcStatus(signed_call), Outcome::kFailed};
   }
   if (cancellable) {
     absl::MutexLock lock(&mu_);
