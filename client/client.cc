@@ -686,20 +686,89 @@ absl::Status Client::CheckParametersView(int64_t version) const {
   return CheckVersion(*shared->header, version);
 }
 
-Future Client::AllReduceAsync(absl::Span<float> data) {
-  const std::string what =
-      absl::StrCat("all_reduce of ", data.size(), " floats");
+namespace {
+
+// "all_reduce (sum) of 12 float32", "broadcast from slot 2 of 3 int64", ...
+std::string DescribeCollective(const proto::CollectiveRequest& c, DataType type,
+                               size_t elements) {
+  const std::string of =
+      absl::StrCat(" of ", elements, " ", DataTypeName(type));
+  absl::StatusOr<ReduceOp> op = proto::ReduceOpFromProto(c.op());
+  const std::string op_name =
+      op.ok() ? absl::StrCat(" (", ReduceOpName(*op), ")") : std::string();
+  switch (c.kind()) {
+    case proto::CollectiveRequest::KIND_BROADCAST:
+      return absl::StrCat("broadcast from slot ", c.root(), of);
+    case proto::CollectiveRequest::KIND_ALL_GATHER:
+      return absl::StrCat("all_gather", of);
+    case proto::CollectiveRequest::KIND_REDUCE_SCATTER:
+      return absl::StrCat("reduce_scatter", op_name, of);
+    default:
+      return absl::StrCat("all_reduce", op_name, of);
+  }
+}
+
+}  // namespace
+
+Future Client::Collective(proto::CollectiveRequest collective,
+                          absl::Span<std::byte> data, DataType type) {
+  const size_t element_bytes = DataTypeBytes(type);
+  const size_t elements = data.size() / element_bytes;
+  const std::string what = DescribeCollective(collective, type, elements);
+  if (data.size() % element_bytes != 0) {
+    return Failed(absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", data.size(), " bytes are not a whole number of ",
+        DataTypeName(type), " elements (", connection_->where(), ")")));
+  }
   absl::Status status = connection_->EnsureCommitted();
   if (!status.ok()) return Failed(Annotate(status, what));
-  absl::StatusOr<proto::PoolSlice> slice = SliceOf(
-      connection_.get(), what, "(all_reduce buffer)",
-      absl::MakeConstSpan(reinterpret_cast<const std::byte*>(data.data()),
-                          data.size() * sizeof(float)),
-      data.size());
+  absl::StatusOr<proto::PoolSlice> slice =
+      SliceOf(connection_.get(), what, "(collective buffer)", data, elements);
   if (!slice.ok()) return Failed(slice.status());
+  collective.set_dtype(proto::DataTypeToProto(type));
+  *collective.mutable_slice() = *slice;
   proto::WorkerRequest request;
-  *request.mutable_all_reduce()->mutable_slice() = *slice;
+  *request.mutable_collective() = std::move(collective);
   return Future(connection_->Send(std::move(request), what));
+}
+
+Future Client::AllReduceAsync(absl::Span<std::byte> data, DataType type,
+                              ReduceOp op) {
+  proto::CollectiveRequest collective;
+  collective.set_kind(proto::CollectiveRequest::KIND_ALL_REDUCE);
+  collective.set_op(proto::ReduceOpToProto(op));
+  return Collective(std::move(collective), data, type);
+}
+
+Future Client::BroadcastAsync(absl::Span<std::byte> data, DataType type,
+                              int root) {
+  proto::CollectiveRequest collective;
+  collective.set_kind(proto::CollectiveRequest::KIND_BROADCAST);
+  collective.set_root(root);
+  return Collective(std::move(collective), data, type);
+}
+
+Future Client::AllGatherAsync(absl::Span<std::byte> data, DataType type) {
+  proto::CollectiveRequest collective;
+  collective.set_kind(proto::CollectiveRequest::KIND_ALL_GATHER);
+  return Collective(std::move(collective), data, type);
+}
+
+Future Client::ReduceScatterAsync(absl::Span<std::byte> data, DataType type,
+                                  ReduceOp op) {
+  proto::CollectiveRequest collective;
+  collective.set_kind(proto::CollectiveRequest::KIND_REDUCE_SCATTER);
+  collective.set_op(proto::ReduceOpToProto(op));
+  return Collective(std::move(collective), data, type);
+}
+
+int Client::slot() const { return rank() * local_workers() + worker_index(); }
+
+Future Client::AllReduceAsync(absl::Span<float> data) {
+  return AllReduceAsync(
+      absl::MakeSpan(reinterpret_cast<std::byte*>(data.data()),
+                     data.size() * sizeof(float)),
+      DataType::kFloat32, ReduceOp::kSum);
 }
 
 absl::Status Client::AllReduce(absl::Span<float> data) {

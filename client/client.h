@@ -105,13 +105,20 @@
 #include "server/base/data_type.h"
 
 namespace starling {
+namespace proto {
+class CollectiveRequest;
+}  // namespace proto
+
 namespace client {
 
 // The element types (kFloat32, kFloat64, kFloat16, kBFloat16, kInt32,
-// kInt64) and their names ("float32", ...), defined once for the client and
-// the daemons in server/base/data_type.h.
+// kInt64) and their names ("float32", ...), and the reduction operators,
+// defined once for the client and the daemons in server/base/data_type.h.
 using ::starling::DataType;
 using ::starling::DataTypeName;
+// kSum, kMin, kMax, kAverage, kProduct (server/base/data_type.h).
+using ::starling::ReduceOp;
+using ::starling::ReduceOpName;
 
 struct ClientOptions {
   // The daemon's worker socket (starling-node --worker_socket). Required.
@@ -415,6 +422,34 @@ class Client {
   // Returns once every worker of the job entered the barrier.
   absl::Status Barrier();
 
+  // Collectives on any element type, over every worker of the job, in
+  // place on `data` (inside this worker's pool, a whole number of `type`
+  // elements, the same length, type and op on every worker: a difference
+  // fails the op on every worker, naming both calls). Workers are
+  // numbered by slot(). The Future completes when this worker's `data`
+  // holds the result; a failed op leaves it as it was.
+  // - AllReduce: data = op over every worker's data, element-wise. kSum of
+  //   integers wraps modulo 2^bits; kAverage is the sum divided by
+  //   total_workers() (integers truncate toward zero).
+  // - Broadcast: data = the data of the worker in slot `root`.
+  // - AllGather: data is total_workers() equal blocks; each worker supplies
+  //   block slot(), and every worker ends with every block.
+  // - ReduceScatter: data is total_workers() equal blocks; block slot()
+  //   becomes op over every worker's block slot(); the other blocks stay
+  //   as they were.
+  // Broadcast, AllGather and ReduceScatter need every daemon to have as
+  // many workers (FailedPrecondition naming the counts otherwise); a
+  // length that total_workers() does not divide is InvalidArgument.
+  Future AllReduceAsync(absl::Span<std::byte> data, DataType type, ReduceOp op);
+  Future BroadcastAsync(absl::Span<std::byte> data, DataType type, int root);
+  Future AllGatherAsync(absl::Span<std::byte> data, DataType type);
+  Future ReduceScatterAsync(absl::Span<std::byte> data, DataType type,
+                            ReduceOp op);
+  // This worker's place among every worker of the job, 0 ..
+  // total_workers() - 1: rank() * local_workers() + worker_index() (every
+  // daemon having as many workers). Final once the declarations ended.
+  int slot() const;
+
   // After an op failed because the group of daemons re-formed around a
   // lost daemon ("run R stopped at step S: ...; reconnect to resume"):
   // reconnects to this worker's daemon (the same pool: every buffer stays
@@ -473,6 +508,9 @@ class Client {
   // PushGradientsPartAsync.
   Future Push(int64_t step, const std::vector<Tensor>& gradients,
               bool complete_step);
+  // The collectives: `collective` with its kind (and op or root) set.
+  Future Collective(proto::CollectiveRequest collective,
+                    absl::Span<std::byte> data, DataType type);
 
   std::unique_ptr<Connection> connection_;
   // The step whose parts are being pushed, and step times not sent yet.

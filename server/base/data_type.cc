@@ -75,4 +75,32 @@ bool IsFloatingPoint(DataType type) {
   return info != nullptr && info->floating_point;
 }
 
+absl::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kProduct:
+      return "product";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "sum") return ReduceOp::kSum;
+  if (lower == "min") return ReduceOp::kMin;
+  if (lower == "max") return ReduceOp::kMax;
+  if (lower == "average" || lower == "avg") return ReduceOp::kAverage;
+  if (lower == "product" || lower == "prod") return ReduceOp::kProduct;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown reduce op \"", name,
+                   "\" (want sum, min, max, average or product)"));
+}
+
 }  // namespace starling

@@ -1,6 +1,7 @@
-// The element types of tensors: the one definition that the client API, the
-// collectives, the shards and the control plane's wire enum (mapped in
-// proto/data_type.h) all use, with each type's name, size and kind.
+// The element types of tensors and the reduction operators: the one
+// definition that the client API, the collectives, the shards and the
+// control plane's wire enums (mapped in proto_data_type.h) all use, with
+// each type's name, size and kind.
 // Immutable data and free functions; thread-safe.
 #ifndef STARLING_SERVER_BASE_DATA_TYPE_H_
 #define STARLING_SERVER_BASE_DATA_TYPE_H_
@@ -26,6 +27,19 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name);
 
 // True for kFloat32, kFloat64, kFloat16, kBFloat16.
 bool IsFloatingPoint(DataType type);
+
+// Reduction operators of the collectives. kAverage is the sum divided by
+// the number of contributors once, at the end; for integers the division
+// truncates toward zero (C++ `/`), and integer sums and products wrap
+// modulo 2^bits (two's complement) instead of overflowing.
+enum class ReduceOp { kSum, kMin, kMax, kAverage, kProduct };
+
+// "sum", "min", "max", "average", "product".
+absl::string_view ReduceOpName(ReduceOp op);
+
+// Inverse of ReduceOpName, any case ("avg" and "prod" accepted).
+// InvalidArgument otherwise.
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
 }  // namespace starling
 

@@ -30,6 +30,23 @@ TEST(ProtoDataType, UnspecifiedAndUnknownWireValuesAreInvalid) {
             DATA_TYPE_UNSPECIFIED);
 }
 
+TEST(ProtoDataType, EveryReduceOpRoundTripsAndUnknownOnesAreInvalid) {
+  for (::starling::ReduceOp op :
+       {::starling::ReduceOp::kSum, ::starling::ReduceOp::kMin,
+        ::starling::ReduceOp::kMax, ::starling::ReduceOp::kAverage,
+        ::starling::ReduceOp::kProduct}) {
+    const ReduceOp wire = ReduceOpToProto(op);
+    EXPECT_NE(wire, REDUCE_OP_UNSPECIFIED);
+    ASSERT_OK_AND_ASSIGN(::starling::ReduceOp back, ReduceOpFromProto(wire));
+    EXPECT_EQ(back, op);
+  }
+  EXPECT_EQ(ReduceOpToProto(::starling::ReduceOp::kProduct), REDUCE_OP_PRODUCT);
+  EXPECT_THAT(ReduceOpFromProto(REDUCE_OP_UNSPECIFIED),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ReduceOpFromProto(static_cast<ReduceOp>(42)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace proto
 }  // namespace starling

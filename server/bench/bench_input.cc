@@ -77,6 +77,9 @@ double ReducedValue(DataType t, ReduceOp reduce, int ranks, size_t i) {
       return n * K(i);
     case ReduceOp::kAverage:
       return collective::IsFloatingPoint(t) ? sum / n : std::trunc(sum / n);
+    case ReduceOp::kProduct:
+      // Rank r contributes (r + 1) K(i): n! K(i)^n.
+      return std::tgamma(n + 1) * std::pow(K(i), n);
   }
   return 0;
 }

@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, algo, "auto",
           "comma-separated: auto, butterfly, ring, tree, reduce_bcast, or all");
 ABSL_FLAG(std::string, dtype, "float32",
           "float32, float64, float16, bfloat16, int32 or int64");
-ABSL_FLAG(std::string, reduce, "sum", "sum, min, max or average");
+ABSL_FLAG(std::string, reduce, "sum", "sum, min, max, average or product");
 ABSL_FLAG(std::string, sizes, "1e3,1e4,1e5,1e6,1e7",
           "comma-separated element counts (1e6 or 1000000)");
 ABSL_FLAG(int, iters, 0,

@@ -202,10 +202,14 @@ absl::Status CheckCollective(
       expected[i] = ElementAt(c.type, inputs[root], i);
       continue;
     }
-    double sum = 0, abs_sum = 0;
+    double sum = 0, abs_sum = 0, product = 1;
+    // Integer products wrap modulo 2^bits: kept in uint64 and narrowed.
+    uint64_t int_product = 1;
     double lo = ElementAt(c.type, inputs[0], i), hi = lo;
     for (int r = 0; r < n; ++r) {
       const double x = ElementAt(c.type, inputs[r], i);
+      product *= x;
+      int_product *= static_cast<uint64_t>(static_cast<int64_t>(x));
       sum += x;
       abs_sum += std::fabs(x);
       lo = std::min(lo, x);
@@ -230,6 +234,17 @@ absl::Status CheckCollective(
           tolerance[i] = bound / n + 2 * u * std::fabs(expected[i]);
         } else {
           expected[i] = static_cast<double>(static_cast<int64_t>(sum) / n);
+        }
+        break;
+      case ReduceOp::kProduct:
+        if (IsFloatingPoint(c.type)) {
+          expected[i] = product;
+          tolerance[i] = 2 * n * u * std::fabs(product);
+        } else if (c.type == DataType::kInt32) {
+          expected[i] =
+              static_cast<int32_t>(static_cast<uint32_t>(int_product));
+        } else {
+          expected[i] = static_cast<double>(static_cast<int64_t>(int_product));
         }
         break;
     }

@@ -24,16 +24,11 @@ using ::starling::DataTypeName;
 using ::starling::IsFloatingPoint;
 using ::starling::ParseDataType;
 
-// kAverage is the sum divided by the group size once, at the end. For
-// integers the division truncates toward zero (C++ `/`); integer sums wrap
-// modulo 2^bits (two's complement) instead of overflowing.
-enum class ReduceOp { kSum, kMin, kMax, kAverage };
-
-// "sum", "min", "max", "average".
-absl::string_view ReduceOpName(ReduceOp op);
-
-// Inverse of ReduceOpName ("avg" accepted). InvalidArgument otherwise.
-absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
+// kSum, kMin, kMax, kAverage (divided by the group size), kProduct: the
+// one definition, with names and parsing, is server/base/data_type.h's.
+using ::starling::ParseReduceOp;
+using ::starling::ReduceOp;
+using ::starling::ReduceOpName;
 
 // The 16-bit float conversions: server/base/float16.h.
 using ::starling::BFloat16ToFloat;

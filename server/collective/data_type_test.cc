@@ -45,12 +45,12 @@ TEST(DataType, SizesNamesAndParsingRoundTrip) {
   EXPECT_EQ(DataTypeBytes(DataType::kInt64), 8u);
   EXPECT_THAT(ParseDataType("float128"),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  for (ReduceOp op :
-       {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAverage}) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                      ReduceOp::kAverage, ReduceOp::kProduct}) {
     ASSERT_OK_AND_ASSIGN(ReduceOp parsed, ParseReduceOp(ReduceOpName(op)));
     EXPECT_EQ(parsed, op);
   }
-  EXPECT_THAT(ParseReduceOp("product"),
+  EXPECT_THAT(ParseReduceOp("bitwise_and"),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

@@ -88,7 +88,7 @@ absl::StatusOr<OpDescriptor> OpDescriptor::Decode(
   const uint8_t op = Get<uint8_t>(&wire[27]);
   if (kind < 1 || kind > 6 || algorithm > 4 ||
       dtype > static_cast<uint8_t>(DataType::kInt64) ||
-      op > static_cast<uint8_t>(ReduceOp::kAverage)) {
+      op > static_cast<uint8_t>(ReduceOp::kProduct)) {
     return absl::InvalidArgumentError(
         absl::StrCat("op descriptor with unknown kind ", kind, ", algorithm ",
                      algorithm, ", dtype ", dtype, " or reduce op ", op));

@@ -28,6 +28,11 @@ void MaxLoop(T* __restrict a, const T* __restrict b, size_t n) {
 }
 
 template <typename T>
+void ProductLoop(T* __restrict a, const T* __restrict b, size_t n) {
+  for (size_t i = 0; i < n; ++i) a[i] *= b[i];
+}
+
+template <typename T>
 void DivideLoop(T* __restrict a, size_t n, T divisor) {
   for (size_t i = 0; i < n; ++i) a[i] /= divisor;
 }
@@ -46,6 +51,9 @@ void Combine16(ReduceOp op, uint16_t* __restrict a,
         break;
       case ReduceOp::kMax:
         r = x < y ? y : x;
+        break;
+      case ReduceOp::kProduct:
+        r = x * y;
         break;
       default:
         r = x + y;
@@ -73,14 +81,19 @@ void ApplyTyped(ReduceOp op, T* a, const T* b, size_t n) {
     case ReduceOp::kMax:
       MaxLoop(a, b, n);
       return;
+    case ReduceOp::kProduct:
+      ProductLoop(a, b, n);
+      return;
   }
 }
 
-// Integer sums run on the unsigned type so that overflow wraps (defined)
-// instead of being undefined behaviour.
+// Integer sums and products run on the unsigned type so that overflow
+// wraps (defined) instead of being undefined behaviour.
 template <typename S, typename U>
 void ApplyInt(ReduceOp op, void* a, const void* b, size_t n) {
-  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
+  if (op == ReduceOp::kProduct) {
+    ProductLoop(static_cast<U*>(a), static_cast<const U*>(b), n);
+  } else if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
     SumLoop(static_cast<U*>(a), static_cast<const U*>(b), n);
   } else {
     ApplyTyped(op, static_cast<S*>(a), static_cast<const S*>(b), n);

@@ -4,9 +4,10 @@
 // (the library builds with -O2 -ftree-vectorize); float32 sum is the hot loop
 // of every all-reduce. fp16/bf16 are widened to fp32, combined and rounded
 // back (round-to-nearest-even) per call, so a value reduced over k hops is
-// rounded k times. Integer sums wrap modulo 2^bits. Min/max of a NaN follow
-// the comparison `in < inout` and are unspecified. Buffers need no alignment
-// (misaligned ones take a slower copying path). Free functions; thread-safe.
+// rounded k times. Integer sums and products wrap modulo 2^bits. Min/max of a
+// NaN follow the comparison `in < inout` and are unspecified. Buffers need no
+// alignment (misaligned ones take a slower copying path). Free functions;
+// thread-safe.
 #ifndef STARLING_SERVER_COLLECTIVE_REDUCE_KERNELS_H_
 #define STARLING_SERVER_COLLECTIVE_REDUCE_KERNELS_H_
 

@@ -60,6 +60,36 @@ TEST(ReduceKernels, IntegerSumsWrapInsteadOfOverflowing) {
             (std::vector<int32_t>{-1, 9}));
 }
 
+TEST(ReduceKernels, ProductsOfEveryTypeIntegersWrapping) {
+  EXPECT_EQ(Apply(DataType::kFloat32, ReduceOp::kProduct,
+                  std::vector<float>{1.5f, -2, 0}, std::vector<float>{4, 3, 7}),
+            (std::vector<float>{6, -6, 0}));
+  EXPECT_EQ(
+      Apply(DataType::kFloat64, ReduceOp::kProduct,
+            std::vector<double>{0.5, 1e200}, std::vector<double>{8, 1e200}),
+      (std::vector<double>{4, std::numeric_limits<double>::infinity()}));
+  // 2^31 wraps to INT32_MIN; -3 * 5 stays exact.
+  EXPECT_EQ(Apply(DataType::kInt32, ReduceOp::kProduct,
+                  std::vector<int32_t>{1 << 16, -3},
+                  std::vector<int32_t>{1 << 15, 5}),
+            (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), -15}));
+  EXPECT_EQ(Apply(DataType::kInt64, ReduceOp::kProduct,
+                  std::vector<int64_t>{int64_t{1} << 40, -7},
+                  std::vector<int64_t>{int64_t{1} << 30, 6}),
+            (std::vector<int64_t>{0, -42}));
+  // 16-bit floats: combined in float32 and rounded back.
+  std::vector<uint16_t> a = {FloatToHalf(1.5f), FloatToBFloat16(3.0f)};
+  std::vector<uint16_t> b = {FloatToHalf(-2.0f), FloatToBFloat16(0.5f)};
+  std::vector<uint16_t> h = {a[0]}, hb = {b[0]};
+  ASSERT_OK(
+      Reduce(DataType::kFloat16, ReduceOp::kProduct, Bytes(h), Bytes(hb)));
+  EXPECT_EQ(HalfToFloat(h[0]), -3.0f);
+  std::vector<uint16_t> f = {a[1]}, fb = {b[1]};
+  ASSERT_OK(
+      Reduce(DataType::kBFloat16, ReduceOp::kProduct, Bytes(f), Bytes(fb)));
+  EXPECT_EQ(BFloat16ToFloat(f[0]), 1.5f);
+}
+
 TEST(ReduceKernels, IntegerAverageTruncatesTowardZero) {
   std::vector<int32_t> v = {7, -7, 6};
   ASSERT_OK(FinishAverage(DataType::kInt32, Bytes(v), 2));

@@ -961,7 +961,7 @@ void NodeDaemon::Handle(const WorkerHandle& worker,
       runs->Declare(worker, request);
       return;
     case proto::WorkerRequest::kCommitTensors:
-    case proto::WorkerRequest::kAllReduce:
+    case proto::WorkerRequest::kCollective:
     case proto::WorkerRequest::kBarrier:
     case proto::WorkerRequest::kFinish:
       runs->Submit(worker, request);

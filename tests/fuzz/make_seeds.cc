@@ -259,12 +259,15 @@ proto::WorkerRequest PullRequest(uint64_t id, int64_t version) {
   return request;
 }
 
-proto::WorkerRequest AllReduceRequest(uint64_t id, uint64_t offset_bytes,
-                                      uint64_t elements) {
+proto::WorkerRequest CollectiveRequest(uint64_t id, uint64_t offset_bytes,
+                                       uint64_t elements) {
   proto::WorkerRequest request;
   request.set_id(id);
-  AddSlice(request.mutable_all_reduce()->mutable_slice(), "", offset_bytes,
-           elements);
+  proto::CollectiveRequest* collective = request.mutable_collective();
+  collective->set_kind(proto::CollectiveRequest::KIND_ALL_REDUCE);
+  collective->set_dtype(proto::DATA_TYPE_FLOAT32);
+  collective->set_op(proto::REDUCE_OP_SUM);
+  AddSlice(collective->mutable_slice(), "", offset_bytes, elements);
   return request;
 }
 
@@ -303,7 +306,7 @@ void WorkerRequestSeeds(const std::string& dir) {
        {WorkerFrame(PushRequest(5, 0)), WorkerFrame(PullRequest(6, 1)),
         WorkerFrame(PushRequest(7, 1)), WorkerFrame(PullRequest(8, 2))});
   Save(dir + "allreduce_barrier_finish", kStream,
-       {WorkerFrame(AllReduceRequest(9, 4096, 1024)),
+       {WorkerFrame(CollectiveRequest(9, 4096, 1024)),
         WorkerFrame(Empty(10, WorkerRequest::kBarrier)),
         WorkerFrame(Empty(11, WorkerRequest::kFinish))});
   Save(dir + "declare_payload", kPayload,
@@ -314,14 +317,14 @@ void WorkerRequestSeeds(const std::string& dir) {
   // At the bounds: the largest slice a pool can hold, and one that ends
   // exactly at the end of the largest pool.
   Save(dir + "largest_slice", kPayload,
-       {Payload(AllReduceRequest(23, 0, node::kMaxElements))});
+       {Payload(CollectiveRequest(23, 0, node::kMaxElements))});
   Save(dir + "slice_at_pool_end", kStream,
-       {WorkerFrame(AllReduceRequest(24, node::kMaxPoolBytes - 4096, 1024))});
+       {WorkerFrame(CollectiveRequest(24, node::kMaxPoolBytes - 4096, 1024))});
   // Found by the fuzzer: a slice starting inside the largest pool but ending
   // past it was accepted (CheckSlice() bounded the offset and the length,
   // not their sum).
   Save(dir + "slice_past_pool_end", kStream,
-       {WorkerFrame(AllReduceRequest(24, node::kMaxPoolBytes - 4096, 8320))});
+       {WorkerFrame(CollectiveRequest(24, node::kMaxPoolBytes - 4096, 8320))});
   // Malformed.
   Save(dir + "frame_too_long", kStream,
        {Bytes{0x01, 0x00, 0x00, 0x01}, Payload(Empty(14, 0))});

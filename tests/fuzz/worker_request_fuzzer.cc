@@ -58,7 +58,8 @@ bool PrintableName(const std::string& name, size_t max_bytes) {
   return true;
 }
 
-void CheckSlice(const proto::PoolSlice& slice, bool named) {
+void CheckSlice(const proto::PoolSlice& slice, bool named,
+                uint64_t element_bytes = sizeof(float)) {
   Check(PrintableName(slice.tensor(), node::kMaxTensorNameBytes),
         "accepted a slice whose tensor name is not printable or too long");
   Check(!named || !slice.tensor().empty(),
@@ -67,8 +68,7 @@ void CheckSlice(const proto::PoolSlice& slice, bool named) {
         "accepted a slice of more than kMaxElements");
   uint64_t bytes = 0;
   uint64_t end = 0;
-  Check(!__builtin_mul_overflow(slice.elements(), uint64_t{sizeof(float)},
-                                &bytes) &&
+  Check(!__builtin_mul_overflow(slice.elements(), element_bytes, &bytes) &&
             !__builtin_add_overflow(slice.offset_bytes(), bytes, &end),
         "an accepted slice's end overflows 64 bits");
   Check(end <= node::kMaxPoolBytes,
@@ -145,9 +145,26 @@ void CheckAccepted(const proto::WorkerRequest& request) {
             "accepted a negative version");
       CheckSlices(request.pull_parameters().slices());
       break;
-    case proto::WorkerRequest::kAllReduce:
-      CheckSlice(request.all_reduce().slice(), /*named=*/false);
+    case proto::WorkerRequest::kCollective: {
+      const proto::CollectiveRequest& c = request.collective();
+      Check(proto::CollectiveRequest::Kind_IsValid(c.kind()) &&
+                c.kind() != proto::CollectiveRequest::KIND_UNSPECIFIED,
+            "accepted a collective of an unknown kind");
+      Check(proto::DataType_IsValid(c.dtype()) &&
+                c.dtype() != proto::DATA_TYPE_UNSPECIFIED,
+            "accepted a collective on an unknown data type");
+      if (c.kind() == proto::CollectiveRequest::KIND_ALL_REDUCE ||
+          c.kind() == proto::CollectiveRequest::KIND_REDUCE_SCATTER) {
+        Check(proto::ReduceOp_IsValid(c.op()) &&
+                  c.op() != proto::REDUCE_OP_UNSPECIFIED,
+              "accepted a reduction with an unknown op");
+      }
+      Check(
+          c.kind() != proto::CollectiveRequest::KIND_BROADCAST || c.root() >= 0,
+          "accepted a broadcast from a negative slot");
+      CheckSlice(c.slice(), /*named=*/false, proto::ElementBytes(c.dtype()));
       break;
+    }
     case proto::WorkerRequest::kCommitTensors:
       CheckSlices(request.commit_tensors().initial_parameters());
       break;

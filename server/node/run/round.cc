@@ -1,6 +1,9 @@
 #include "server/node/run/round.h"
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "server/base/data_type.h"
+#include "server/base/proto_data_type.h"
 
 namespace starling {
 namespace node {
@@ -13,14 +16,36 @@ const char* KindName(const proto::WorkerRequest& request) {
       return "end of declarations";
     case proto::WorkerRequest::kPushGradients:
       return "push_gradients";
-    case proto::WorkerRequest::kAllReduce:
-      return "all_reduce";
+    case proto::WorkerRequest::kCollective:
+      return "collective";
     case proto::WorkerRequest::kBarrier:
       return "barrier";
     case proto::WorkerRequest::kFinish:
       return "finish";
     default:
       return "request";
+  }
+}
+
+std::string DescribeCollective(const proto::CollectiveRequest& c) {
+  absl::StatusOr<DataType> type = proto::DataTypeFromProto(c.dtype());
+  const std::string of = absl::StrCat(
+      " of ", c.slice().elements(), " ",
+      type.ok() ? DataTypeName(*type) : absl::string_view("elements"));
+  absl::StatusOr<ReduceOp> op = proto::ReduceOpFromProto(c.op());
+  const std::string op_name = absl::StrCat(
+      " (", op.ok() ? ReduceOpName(*op) : absl::string_view("no op"), ")");
+  switch (c.kind()) {
+    case proto::CollectiveRequest::KIND_ALL_REDUCE:
+      return absl::StrCat("all_reduce", op_name, of);
+    case proto::CollectiveRequest::KIND_BROADCAST:
+      return absl::StrCat("broadcast from slot ", c.root(), of);
+    case proto::CollectiveRequest::KIND_ALL_GATHER:
+      return absl::StrCat("all_gather", of);
+    case proto::CollectiveRequest::KIND_REDUCE_SCATTER:
+      return absl::StrCat("reduce_scatter", op_name, of);
+    default:
+      return absl::StrCat("collective", of);
   }
 }
 
@@ -40,10 +65,9 @@ std::string DescribeRequest(const proto::WorkerRequest& request,
       return absl::StrCat("end of declarations (bucket_bytes ",
                           request.commit_tensors().bucket_bytes(), ") on ",
                           self);
-    case proto::WorkerRequest::kAllReduce:
-      return absl::StrCat("all_reduce of ",
-                          request.all_reduce().slice().elements(),
-                          " floats on ", self);
+    case proto::WorkerRequest::kCollective:
+      return absl::StrCat(DescribeCollective(request.collective()), " on ",
+                          self);
     default:
       return absl::StrCat(KindName(request), " on ", self);
   }
@@ -63,9 +87,12 @@ absl::Status CheckSameRequests(const std::vector<Round>& rounds,
       same = first.commit_tensors().bucket_bytes() ==
              other.commit_tensors().bucket_bytes();
     }
-    if (same && first.has_all_reduce()) {
-      same = first.all_reduce().slice().elements() ==
-             other.all_reduce().slice().elements();
+    if (same && first.has_collective()) {
+      const proto::CollectiveRequest& a = first.collective();
+      const proto::CollectiveRequest& b = other.collective();
+      same = a.kind() == b.kind() &&
+             a.slice().elements() == b.slice().elements() &&
+             a.dtype() == b.dtype() && a.op() == b.op() && a.root() == b.root();
     }
     if (!same) {
       return absl::InvalidArgumentError(absl::StrCat(

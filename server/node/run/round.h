@@ -25,13 +25,14 @@ struct Round {
   absl::Time submitted;
 };
 
-// "step 7 on rank 0 (...)", "all_reduce of 12 floats on ...", "barrier on
+// "step 7 on rank 0 (...)", "all_reduce (sum) of 12 float32 on ...", "barrier on
 // ...": `request` in messages, `self` naming the daemon.
 std::string DescribeRequest(const proto::WorkerRequest& request,
                             const std::string& self);
 
 // InvalidArgument naming the first two local workers that made different
-// collective calls (kind, push step, all-reduce length) in `rounds`.
+// collective calls (kind, push step, a collective's kind, length, type,
+// op or root) in `rounds`.
 // REQUIRES: !rounds.empty().
 absl::Status CheckSameRequests(const std::vector<Round>& rounds,
                                const std::string& self);

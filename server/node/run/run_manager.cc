@@ -396,9 +396,9 @@ absl::Status RunManager::Execute(std::vector<Round>& rounds,
       case proto::WorkerRequest::kPushGradients:
         status = engine_->PushRound(rounds, *run, applied);
         break;
-      case proto::WorkerRequest::kAllReduce:
-        status =
-            shared_.AllReduce(rounds, Describe(rounds[0].request), Call(*run));
+      case proto::WorkerRequest::kCollective:
+        status = shared_.Collective(rounds, run->total_workers,
+                                    Describe(rounds[0].request), Call(*run));
         break;
       case proto::WorkerRequest::kBarrier:
         status = Annotate(comm_->Barrier(Call(*run)),

@@ -23,48 +23,167 @@ namespace starling {
 namespace node {
 
 using collective::DataType;
+using collective::ReduceOp;
 
 SharedRounds::SharedRounds(collective::Communicator* comm, NodeMetrics* metrics)
     : comm_(comm), metrics_(metrics) {}
 
-absl::Status SharedRounds::AllReduce(const std::vector<Round>& rounds,
-                                     const std::string& where,
-                                     const collective::CallOptions& call) {
-  const size_t elements = rounds[0].request.all_reduce().slice().elements();
-  // The workers' buffers are summed (one pass) into scratch_, which the
-  // collective sends and reduces in place, and the result is copied back
-  // into each buffer; a failed collective leaves the workers' buffers as
-  // they were.
-  scratch_.resize(elements);
-  std::vector<absl::Span<const std::byte>> inputs;
-  std::vector<absl::Span<float>> buffers;
-  for (const Round& round : rounds) {
-    absl::StatusOr<absl::Span<float>> src =
-        round.worker.pool->Floats(round.request.all_reduce().slice());
-    if (!src.ok()) return Annotate(src.status(), where);
-    inputs.push_back(AsConstBytes(*src));
-    buffers.push_back(*src);
+absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
+                                      int total_workers,
+                                      const std::string& where,
+                                      const collective::CallOptions& call) {
+  const proto::CollectiveRequest& request = rounds[0].request.collective();
+  // Checked with the request (CheckWorkerRequest); a bad value here is ours.
+  absl::StatusOr<DataType> parsed_type =
+      proto::DataTypeFromProto(request.dtype());
+  if (!parsed_type.ok()) return Annotate(parsed_type.status(), where);
+  const DataType type = *parsed_type;
+  const proto::CollectiveRequest::Kind kind = request.kind();
+  const bool reduces = kind == proto::CollectiveRequest::KIND_ALL_REDUCE ||
+                       kind == proto::CollectiveRequest::KIND_REDUCE_SCATTER;
+  ReduceOp op = ReduceOp::kSum;
+  if (reduces) {
+    absl::StatusOr<ReduceOp> parsed_op = proto::ReduceOpFromProto(request.op());
+    if (!parsed_op.ok()) return Annotate(parsed_op.status(), where);
+    op = *parsed_op;
   }
-  absl::Span<std::byte> sum = AsBytes(absl::MakeSpan(scratch_));
-  STARLING_RETURN_IF_ERROR(
-      Annotate(collective::ReduceMany(collective::DataType::kFloat32,
-                                      collective::ReduceOp::kSum, sum, inputs),
-               where));
-  metrics_->allreduce_staging_copied_bytes->Increment((inputs.size() + 1.0) *
-                                                      sum.size());
+  const size_t element_bytes = DataTypeBytes(type);
+  const size_t elements = request.slice().elements();
+  const size_t bytes = elements * element_bytes;
+  const int local = static_cast<int>(rounds.size());
+  const int daemons = comm_->size();
+  const int first_slot = comm_->rank() * local;
+
+  // Slots number the job's workers daemon by daemon, which needs every
+  // daemon to have as many: the blocks of all-gather and reduce-scatter
+  // are then each daemon's workers' blocks side by side.
+  if (kind != proto::CollectiveRequest::KIND_ALL_REDUCE) {
+    if (total_workers != daemons * local) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": the job has ", total_workers, " workers, but ", daemons,
+          " daemons x ", local, " local workers of this one make ",
+          daemons * local,
+          "; broadcast, all_gather and reduce_scatter number workers by slot "
+          "(rank x local workers + worker index) and need every daemon to "
+          "have as many workers (starling-node --local_workers)"));
+    }
+  }
+  if ((kind == proto::CollectiveRequest::KIND_ALL_GATHER ||
+       kind == proto::CollectiveRequest::KIND_REDUCE_SCATTER) &&
+      elements % static_cast<size_t>(total_workers) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", elements, " elements are not ", total_workers,
+                     " equal blocks, one per worker"));
+  }
+  if (kind == proto::CollectiveRequest::KIND_BROADCAST &&
+      request.root() >= total_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": root slot ", request.root(),
+                     " is not a worker's (the job has ", total_workers, ")"));
+  }
+
+  std::vector<absl::Span<std::byte>> buffers;
+  for (const Round& round : rounds) {
+    absl::StatusOr<absl::Span<std::byte>> buffer =
+        round.worker.pool->Bytes(request.slice(), element_bytes);
+    if (!buffer.ok()) return Annotate(buffer.status(), where);
+    buffers.push_back(*buffer);
+  }
+  // The collective runs in scratch_ (8-byte aligned for every type) and the
+  // result is copied into the workers' buffers only once it succeeded: a
+  // failed op leaves them as they were.
+  scratch_.resize((bytes + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+  absl::Span<std::byte> data(reinterpret_cast<std::byte*>(scratch_.data()),
+                             bytes);
+  const size_t block_bytes =
+      total_workers > 0 ? bytes / static_cast<size_t>(total_workers) : 0;
+  double copied = 0;
   const absl::Time start = absl::Now();
-  STARLING_RETURN_IF_ERROR(
-      Annotate(comm_->AllReduce(sum, collective::DataType::kFloat32,
-                                collective::ReduceOp::kSum, call),
-               where));
+  switch (kind) {
+    case proto::CollectiveRequest::KIND_ALL_REDUCE:
+    case proto::CollectiveRequest::KIND_REDUCE_SCATTER: {
+      // The workers' buffers combined in one pass, then across daemons.
+      std::vector<absl::Span<const std::byte>> inputs(buffers.begin(),
+                                                      buffers.end());
+      const ReduceOp local_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+      STARLING_RETURN_IF_ERROR(Annotate(
+          collective::ReduceMany(type, local_op, data, inputs), where));
+      copied += (inputs.size() + 1.0) * bytes;
+      if (kind == proto::CollectiveRequest::KIND_ALL_REDUCE) {
+        STARLING_RETURN_IF_ERROR(
+            Annotate(comm_->AllReduce(data, type, local_op, call), where));
+        if (op == ReduceOp::kAverage) {
+          STARLING_RETURN_IF_ERROR(Annotate(
+              collective::FinishAverage(type, data, total_workers), where));
+        }
+        for (absl::Span<std::byte> dst : buffers) {
+          std::memcpy(dst.data(), data.data(), bytes);
+        }
+        copied += 2.0 * buffers.size() * bytes;
+      } else {
+        // Block r of ShardLayout(elements, daemons) is daemon r's workers'
+        // blocks: every block is elements / daemons long.
+        STARLING_RETURN_IF_ERROR(
+            Annotate(comm_->ReduceScatter(data, type, local_op, call), where));
+        for (size_t i = 0; i < rounds.size(); ++i) {
+          const size_t offset =
+              static_cast<size_t>(first_slot + rounds[i].worker.index) *
+              block_bytes;
+          absl::Span<std::byte> block = data.subspan(offset, block_bytes);
+          if (op == ReduceOp::kAverage) {
+            STARLING_RETURN_IF_ERROR(Annotate(
+                collective::FinishAverage(type, block, total_workers), where));
+          }
+          std::memcpy(buffers[i].data() + offset, block.data(), block_bytes);
+        }
+        copied += 2.0 * bytes / daemons;
+      }
+      break;
+    }
+    case proto::CollectiveRequest::KIND_BROADCAST: {
+      const int root_daemon = request.root() / local;
+      if (root_daemon == comm_->rank()) {
+        const int root_index = request.root() % local;
+        for (size_t i = 0; i < rounds.size(); ++i) {
+          if (rounds[i].worker.index == root_index) {
+            std::memcpy(data.data(), buffers[i].data(), bytes);
+          }
+        }
+        copied += 2.0 * bytes;
+      }
+      STARLING_RETURN_IF_ERROR(
+          Annotate(comm_->Broadcast(data, type, root_daemon, call), where));
+      for (absl::Span<std::byte> dst : buffers) {
+        std::memcpy(dst.data(), data.data(), bytes);
+      }
+      copied += 2.0 * buffers.size() * bytes;
+      break;
+    }
+    case proto::CollectiveRequest::KIND_ALL_GATHER: {
+      for (size_t i = 0; i < rounds.size(); ++i) {
+        const size_t offset =
+            static_cast<size_t>(first_slot + rounds[i].worker.index) *
+            block_bytes;
+        std::memcpy(data.data() + offset, buffers[i].data() + offset,
+                    block_bytes);
+      }
+      copied += 2.0 * bytes / daemons;
+      STARLING_RETURN_IF_ERROR(
+          Annotate(comm_->AllGather(data, type, call), where));
+      for (absl::Span<std::byte> dst : buffers) {
+        std::memcpy(dst.data(), data.data(), bytes);
+      }
+      copied += 2.0 * buffers.size() * bytes;
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": not a collective this daemon runs"));
+  }
   metrics_->allreduce_seconds->Observe(
       absl::ToDoubleSeconds(absl::Now() - start));
-  metrics_->collective_bytes->Increment(elements * sizeof(float));
-  for (absl::Span<float> dst : buffers) {
-    std::memcpy(dst.data(), scratch_.data(), sum.size());
-  }
-  metrics_->allreduce_staging_copied_bytes->Increment(2.0 * buffers.size() *
-                                                      sum.size());
+  metrics_->collective_bytes->Increment(static_cast<double>(bytes));
+  metrics_->allreduce_staging_copied_bytes->Increment(copied);
   return absl::OkStatus();
 }
 

@@ -1,8 +1,9 @@
 // SharedRounds: the bytes of the rounds every training mode has, between
 // the workers' pools, a staging buffer and the other daemons:
-//   - a worker all-reduce: the workers' buffers summed locally into the
-//     staging buffer (one pass), all-reduced across daemons and copied back
-//     into each worker's buffer;
+//   - a worker collective (all-reduce, broadcast, all-gather,
+//     reduce-scatter): the workers' buffers combined locally into the
+//     staging buffer (one pass), the collective across daemons there, and
+//     the result copied back into each worker's buffer;
 //   - a run's initial parameters (version 0): one worker's commit supplies
 //     them, checked against the run's tables (CheckInitialParameters), and
 //     every daemon takes the first supplier's in (rank, worker index) order
@@ -42,12 +43,18 @@ class SharedRounds {
   SharedRounds(const SharedRounds&) = delete;
   SharedRounds& operator=(const SharedRounds&) = delete;
 
-  // A worker all-reduce round: the sum of the workers' buffers, across
-  // daemons, into each buffer; a failed collective leaves the buffers as
-  // they were. Errors are annotated with `where`.
-  absl::Status AllReduce(const std::vector<Round>& rounds,
-                         const std::string& where,
-                         const collective::CallOptions& call);
+  // A worker collective round (proto::CollectiveRequest: all-reduce,
+  // broadcast, all-gather or reduce-scatter, of any element type and
+  // reduce op), over the run's `total_workers` workers numbered by slot:
+  // the local workers' buffers combined into the staging buffer, the
+  // collective across daemons there, the result copied into each buffer.
+  // A failed collective leaves the buffers as they were. Errors are
+  // annotated with `where`; FailedPrecondition for the slot-numbered kinds
+  // when daemons have unequal worker counts, InvalidArgument for a length
+  // the workers do not divide into blocks or a root that is no worker's.
+  absl::Status Collective(const std::vector<Round>& rounds, int total_workers,
+                          const std::string& where,
+                          const collective::CallOptions& call);
 
   // OK when the commit `supplier` carries initial parameters that `tensors`
   // (the local table) can take: each names a declared tensor, has its size
@@ -86,7 +93,7 @@ class SharedRounds {
  private:
   collective::Communicator* const comm_;
   NodeMetrics* const metrics_;
-  std::vector<float> scratch_;  // all-reduce sums
+  std::vector<uint64_t> scratch_;  // collectives' staging buffer
 };
 
 }  // namespace node

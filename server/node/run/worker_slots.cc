@@ -192,7 +192,7 @@ std::vector<Round> WorkerSlots::TakeRound(int buckets) {
     rounds.push_back(std::move(slot.queue.front()));
     slot.queue.pop_front();
     const proto::WorkerRequest& request = rounds.back().request;
-    if (request.kind_case() == proto::WorkerRequest::kAllReduce ||
+    if (request.kind_case() == proto::WorkerRequest::kCollective ||
         request.kind_case() == proto::WorkerRequest::kBarrier) {
       ++slot.collectives_since_step;
     }

@@ -290,7 +290,11 @@ TEST_F(SyncEngineTest, WorkerAllReduceSumsIntoEveryBuffer) {
     w1.at(kSum)[i] = 1.0f;
   }
   proto::WorkerRequest request;
-  *request.mutable_all_reduce()->mutable_slice() = Slice("", kSum, n);
+  request.mutable_collective()->set_kind(
+      proto::CollectiveRequest::KIND_ALL_REDUCE);
+  request.mutable_collective()->set_dtype(proto::DATA_TYPE_FLOAT32);
+  request.mutable_collective()->set_op(proto::REDUCE_OP_SUM);
+  *request.mutable_collective()->mutable_slice() = Slice("", kSum, n);
   for (auto& w : workers_) runs_->Submit(w->handle(), request);
   for (auto& w : workers_) ASSERT_OK(w->NextReply());
   for (TestWorker* w : {&w0, &w1}) {

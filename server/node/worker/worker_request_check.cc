@@ -63,19 +63,50 @@ absl::Status CheckSpec(const proto::TensorSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSlice(const proto::PoolSlice& slice, bool named) {
+absl::Status CheckSlice(const proto::PoolSlice& slice, bool named,
+                        size_t element_bytes = sizeof(float)) {
   STARLING_RETURN_IF_ERROR(CheckName("the slice's tensor name", slice.tensor(),
                                      kMaxTensorNameBytes, !named));
   // The whole buffer, not just its start, must fit in the largest pool. The
   // first two tests keep the last one from overflowing.
   if (slice.elements() > kMaxElements || slice.offset_bytes() > kMaxPoolBytes ||
-      slice.elements() * sizeof(float) > kMaxPoolBytes - slice.offset_bytes()) {
+      slice.elements() * element_bytes > kMaxPoolBytes - slice.offset_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "buffer of tensor '", slice.tensor(), "' (", slice.elements(),
-        " floats at pool offset ", slice.offset_bytes(),
+        "buffer of tensor '", slice.tensor(), "' (", slice.elements(), " x ",
+        element_bytes, " bytes at pool offset ", slice.offset_bytes(),
         ") does not fit in any pool (at most ", kMaxPoolBytes, " bytes)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckCollective(const proto::CollectiveRequest& collective) {
+  const auto kind = collective.kind();
+  if (kind != proto::CollectiveRequest::KIND_ALL_REDUCE &&
+      kind != proto::CollectiveRequest::KIND_BROADCAST &&
+      kind != proto::CollectiveRequest::KIND_ALL_GATHER &&
+      kind != proto::CollectiveRequest::KIND_REDUCE_SCATTER) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "collective of kind ", static_cast<int>(kind), ", not a known one"));
+  }
+  absl::StatusOr<DataType> type = proto::DataTypeFromProto(collective.dtype());
+  if (!type.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "collective on data type ", static_cast<int>(collective.dtype()),
+        ", not a known one"));
+  }
+  const bool reduces = kind == proto::CollectiveRequest::KIND_ALL_REDUCE ||
+                       kind == proto::CollectiveRequest::KIND_REDUCE_SCATTER;
+  if (reduces && !proto::ReduceOpFromProto(collective.op()).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective with reduce op ",
+                     static_cast<int>(collective.op()), ", not a known one"));
+  }
+  if (kind == proto::CollectiveRequest::KIND_BROADCAST &&
+      collective.root() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "broadcast from slot ", collective.root(), ": slots are >= 0"));
+  }
+  return CheckSlice(collective.slice(), false, DataTypeBytes(*type));
 }
 
 absl::Status CheckSlices(
@@ -152,8 +183,8 @@ absl::Status CheckWorkerRequest(const proto::WorkerRequest& request) {
       STARLING_RETURN_IF_ERROR(CheckStep("pull of parameter version",
                                          request.pull_parameters().version()));
       return CheckSlices(request.pull_parameters().slices());
-    case proto::WorkerRequest::kAllReduce:
-      return CheckSlice(request.all_reduce().slice(), false);
+    case proto::WorkerRequest::kCollective:
+      return CheckCollective(request.collective());
     case proto::WorkerRequest::kSchedule:
       return CheckStep("schedule request from iteration",
                        request.schedule().next_iteration());

@@ -118,7 +118,11 @@ TEST(WorkerRequestCheck, ChecksScheduleRequests) {
 proto::WorkerRequest AllReduce(uint64_t offset_bytes, uint64_t elements) {
   proto::WorkerRequest request;
   request.set_id(5);
-  proto::PoolSlice* slice = request.mutable_all_reduce()->mutable_slice();
+  proto::CollectiveRequest* collective = request.mutable_collective();
+  collective->set_kind(proto::CollectiveRequest::KIND_ALL_REDUCE);
+  collective->set_dtype(proto::DATA_TYPE_FLOAT32);
+  collective->set_op(proto::REDUCE_OP_SUM);
+  proto::PoolSlice* slice = collective->mutable_slice();
   slice->set_offset_bytes(offset_bytes);
   slice->set_elements(elements);
   return request;
