@@ -5,6 +5,7 @@
 #
 #   deploy/setup.sh           build + test + demo packages
 #   deploy/setup.sh --bench   also what ../shared/peerbench needs (Gloo, Open MPI, iperf3)
+#                             and torchvision for tests/bench/ddp_bench.sh
 #   deploy/setup.sh --check   only report what is missing (exit 1 if anything)
 set -euo pipefail
 
@@ -29,8 +30,11 @@ PACKAGES=(
   # The linear SVM's reference: LIBLINEAR 2.3.0 (liblinear-train/-predict).
   liblinear-tools
   # The Python package (client/python): pybind11 and Python's headers to
-  # build it, PyTorch 1.13 (CPU) and NumPy for /usr/bin/python3.
+  # build it, PyTorch 1.13 (CPU) and NumPy for /usr/bin/python3, and
+  # libtorch's C++ headers for its torch.distributed backend
+  # (bazel/torch_configure.bzl).
   python3-dev pybind11-dev python3-pybind11 python3-torch python3-numpy
+  libtorch-dev
   python3-pyflakes  # the Python files' check in tests/run_all.sh
   # The deploy suites in tests/run_all.sh: a local Slurm cluster (slurmctld,
   # slurmd, munged) and the systemd units booted in a systemd-nspawn
@@ -40,14 +44,16 @@ PACKAGES=(
   # etcd on loopback (the package's own service is not needed).
   etcd-server
 )
-BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping)
+BENCH_PACKAGES=(libgloo-dev openmpi-bin libopenmpi-dev iperf3 iputils-ping
+  # tests/bench/ddp_bench.sh: torchvision's ResNet-18 (0.14, for Debian's torch 1.13).
+  python3-torchvision)
 
 mode=install
 for arg in "$@"; do
   case "$arg" in
     --bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
     --check) mode=check ;;
-    -h|--help) sed -n 2,8p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

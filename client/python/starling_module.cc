@@ -9,6 +9,7 @@
 //   c.declare_tensor("fc1.weight", [256, 784], "float32")
 //   buf = c.allocate(nbytes)           # writable buffer in the shared pool
 //   c.push_gradients_part_async(step, [("fc1.weight", ptr, nbytes, 4)])
+//   api = c.collective_api()           # capsule for other extension modules
 //
 // Tensors cross as (name, address, bytes, element bytes) tuples: the address
 // of a torch tensor's storage (tensor.data_ptr()) or of a pool buffer. The
@@ -22,6 +23,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -34,8 +36,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/python/collective_api.h"
 #include "server/base/job_config_checks.h"
 #include "server/base/optimizer_names.h"
 #include "server/base/version.h"
@@ -134,11 +138,19 @@ class PyFuture {
   absl::Duration default_timeout_;
 };
 
+// Thread-compatible, as Python uses it (under the GIL); the collective
+// table (collective_api.h) it hands out is thread-safe.
 class PyClient {
  public:
   PyClient(const std::string& socket_path, int worker_index, double timeout_s,
            size_t pool_bytes, size_t bucket_bytes,
            const std::string& worker_name, double connect_timeout_s) {
+    api_.version = STARLING_COLLECTIVE_API_VERSION;
+    api_.client = this;
+    api_.total_workers = &PyClient::ApiTotalWorkers;
+    api_.slot = &PyClient::ApiSlot;
+    api_.allocate = &PyClient::ApiAllocate;
+    api_.start = &PyClient::ApiStart;
     ClientOptions options;
     options.socket_path = socket_path;
     options.worker_index = worker_index;
@@ -165,12 +177,22 @@ class PyClient {
     return *client_;
   }
 
-  // Drops the connection (the daemon frees the worker's index).
+  // Drops the connection (the daemon frees the worker's index). Waits for
+  // calls of the collective table in progress on other threads; later ones
+  // fail with FailedPrecondition.
   void Close() {
-    std::unique_ptr<Client> client = std::move(client_);
     py::gil_scoped_release release;
+    std::unique_ptr<Client> client;
+    {
+      absl::MutexLock lock(&api_mutex_);
+      client = std::move(client_);
+    }
     client.reset();
   }
+
+  // The collective table of this client (collective_api.h); valid while
+  // this object lives.
+  const StarlingCollectiveApi* collective_api() const { return &api_; }
 
   PoolBuffer Allocate(size_t bytes) {
     absl::Span<float> floats =
@@ -230,9 +252,132 @@ class PyClient {
   }
 
  private:
+  // The functions of api_: `self` is api_.client. Each holds api_mutex_
+  // shared while it uses client_, so that Close() cannot destroy the client
+  // under it.
+  static int ApiTotalWorkers(void* self);
+  static int ApiSlot(void* self);
+  static void* ApiAllocate(void* self, size_t bytes, char* error,
+                           size_t error_bytes);
+  static void ApiStart(void* self, int kind, void* data, size_t bytes,
+                       int dtype, int op, int root, StarlingDone done,
+                       void* arg);
+
+  // Set by the Python thread (constructor, Close) under api_mutex_ held
+  // exclusively; read there without it, and by the table's functions on
+  // any thread under api_mutex_ held shared.
   std::unique_ptr<Client> client_;
   absl::Duration timeout_;  // ClientOptions::timeout
+  absl::Mutex api_mutex_;
+  StarlingCollectiveApi api_;
 };
+
+void ReportDone(StarlingDone done, void* arg, const absl::Status& status) {
+  const std::string message(status.message());
+  done(arg, static_cast<int>(status.code()), message.c_str());
+}
+
+absl::Status ClosedError() {
+  return absl::FailedPreconditionError(
+      "this Starling client was closed (starling.shutdown())");
+}
+
+int PyClient::ApiTotalWorkers(void* self) {
+  PyClient& c = *static_cast<PyClient*>(self);
+  absl::ReaderMutexLock lock(&c.api_mutex_);
+  return c.client_ == nullptr ? 0 : c.client_->total_workers();
+}
+
+int PyClient::ApiSlot(void* self) {
+  PyClient& c = *static_cast<PyClient*>(self);
+  absl::ReaderMutexLock lock(&c.api_mutex_);
+  if (c.client_ == nullptr || c.client_->total_workers() == 0) return -1;
+  return c.client_->slot();
+}
+
+void* PyClient::ApiAllocate(void* self, size_t bytes, char* error,
+                            size_t error_bytes) {
+  PyClient& c = *static_cast<PyClient*>(self);
+  absl::Status status;
+  {
+    absl::ReaderMutexLock lock(&c.api_mutex_);
+    if (c.client_ == nullptr) {
+      status = ClosedError();
+    } else {
+      const size_t elements =
+          std::max<size_t>(1, (bytes + sizeof(float) - 1) / sizeof(float));
+      absl::StatusOr<absl::Span<float>> floats = c.client_->Allocate(elements);
+      if (floats.ok()) return floats->data();
+      status = floats.status();
+    }
+  }
+  if (error != nullptr && error_bytes > 0) {
+    const std::string text(status.message());
+    const size_t n = std::min(text.size(), error_bytes - 1);
+    text.copy(error, n);
+    error[n] = '\0';
+  }
+  return nullptr;
+}
+
+void PyClient::ApiStart(void* self, int kind, void* data, size_t bytes,
+                        int dtype, int op, int root, StarlingDone done,
+                        void* arg) {
+  PyClient& c = *static_cast<PyClient*>(self);
+  if (dtype < STARLING_FLOAT32 || dtype > STARLING_INT64) {
+    ReportDone(done, arg,
+               absl::InvalidArgumentError(absl::StrCat(
+                   "collective_api: unknown element type ", dtype)));
+    return;
+  }
+  const bool reduces =
+      kind == STARLING_ALL_REDUCE || kind == STARLING_REDUCE_SCATTER;
+  if (reduces && (op < STARLING_SUM || op > STARLING_PRODUCT)) {
+    ReportDone(done, arg,
+               absl::InvalidArgumentError(absl::StrCat(
+                   "collective_api: unknown reduction operator ", op)));
+    return;
+  }
+  // The enums of collective_api.h follow starling::DataType and ReduceOp.
+  const auto type = static_cast<DataType>(dtype);
+  const auto reduce_op = static_cast<ReduceOp>(op);
+  const absl::Span<std::byte> span(static_cast<std::byte*>(data), bytes);
+  // Held shared for the whole call: the barrier blocks in it (up to the
+  // client's timeout), which only delays a Close() on another thread.
+  absl::ReaderMutexLock lock(&c.api_mutex_);
+  if (c.client_ == nullptr) {
+    ReportDone(done, arg, ClosedError());
+    return;
+  }
+  Client& client = *c.client_;
+  Future future;
+  switch (kind) {
+    case STARLING_ALL_REDUCE:
+      future = client.AllReduceAsync(span, type, reduce_op);
+      break;
+    case STARLING_BROADCAST:
+      future = client.BroadcastAsync(span, type, root);
+      break;
+    case STARLING_ALL_GATHER:
+      future = client.AllGatherAsync(span, type);
+      break;
+    case STARLING_REDUCE_SCATTER:
+      future = client.ReduceScatterAsync(span, type, reduce_op);
+      break;
+    case STARLING_BARRIER:
+      // The client's barrier is synchronous: done on this thread.
+      ReportDone(done, arg, client.Barrier());
+      return;
+    default:
+      ReportDone(done, arg,
+                 absl::InvalidArgumentError(absl::StrCat(
+                     "collective_api: unknown collective kind ", kind)));
+      return;
+  }
+  future.Then([done, arg](const absl::Status& status) {
+    ReportDone(done, arg, status);
+  });
+}
 
 void DefineModule(py::module_& m) {
   m.doc() =
@@ -289,6 +434,17 @@ void DefineModule(py::module_& m) {
            py::arg("timeout_s"), py::arg("pool_bytes"), py::arg("bucket_bytes"),
            py::arg("worker_name") = "", py::arg("connect_timeout_s") = 0.0)
       .def("close", &PyClient::Close)
+      .def(
+          "collective_api",
+          [](PyClient& c) {
+            return py::capsule(c.collective_api(),
+                               STARLING_COLLECTIVE_API_CAPSULE);
+          },
+          "The client's collectives as a capsule "
+          "named " STARLING_COLLECTIVE_API_CAPSULE
+          " holding a StarlingCollectiveApi* (client/python/collective_api.h) "
+          "for other extension modules (the torch.distributed backend); "
+          "valid while this Client lives: keep a reference to it.")
       .def_property_readonly("rank",
                              [](PyClient& c) { return c.client().rank(); })
       .def_property_readonly(

@@ -5,7 +5,9 @@
 
 starts a starling-coordinator and --nodes starling-node daemons on 127.0.0.1
 (or, with --attach, uses daemons already running), then N workers, N/K per
-daemon, each with the STARLING_* environment the `starling` package reads.
+daemon, each with the STARLING_* environment the `starling` package reads
+and torch.distributed's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) for init_process_group("starling").
 Each line a worker prints is prefixed with its global rank. The exit status
 is 0 when every worker exits 0, otherwise the first non-zero worker status
 (128+S for a worker killed by signal S). Everything started is stopped, by
@@ -301,13 +303,23 @@ class Launcher:
         base_env.update({"STARLING_LOCAL_SIZE": str(local),
                          "STARLING_NODES": str(k),
                          "STARLING_SIZE": str(args.np)})
+        # torch.distributed's env:// rendezvous, as torchrun sets it up
+        # (ranks are Starling's): init_process_group("starling") works.
+        base_env.update({"WORLD_SIZE": str(args.np),
+                         "LOCAL_WORLD_SIZE": str(local)})
+        if not base_env.get("MASTER_ADDR"):
+            base_env["MASTER_ADDR"] = "127.0.0.1"
+        if not base_env.get("MASTER_PORT"):
+            base_env["MASTER_PORT"] = str(free_ports(1)[0])
         for rank in range(args.np):
             d, index = divmod(rank, local)
             env = dict(base_env)
             env.update({"STARLING_SOCKET": sockets[d],
                         "STARLING_WORKER_INDEX": str(index),
                         "STARLING_NODE_RANK": str(d),
-                        "STARLING_RANK": str(rank)})
+                        "STARLING_RANK": str(rank),
+                        "RANK": str(rank),
+                        "LOCAL_RANK": str(index)})
             try:
                 # Its own session and process group: stopping signals the
                 # group, so children (DataLoader workers) go too. Rank 0

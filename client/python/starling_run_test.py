@@ -181,6 +181,28 @@ class StarlingRunTest(unittest.TestCase):
                                         "worker3"])
         self.assert_all_gone(pids.values(), timeout_s=1)
 
+    def test_torch_distributed_environment(self):
+        """env:// works under the launcher: RANK etc. per worker, one
+        MASTER_ADDR/MASTER_PORT for all, and a MASTER_PORT given is kept."""
+        worker = ('echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE '
+                  '$MASTER_ADDR $MASTER_PORT"')
+        rc, out, err, _ = self.launch("-np", "4", "--nodes", "2", "--quiet",
+                                      "/bin/sh", "-c", worker)
+        self.assertEqual(rc, 0, err)
+        fields = sorted(line.split() for line in out.splitlines())
+        ports = {f[6] for f in fields}
+        self.assertEqual(len(ports), 1, out)
+        port = ports.pop()
+        self.assertTrue(0 < int(port) < 65536, port)
+        self.assertEqual(fields, [["[%d]" % r, str(r), str(r % 2), "4", "2",
+                                   "127.0.0.1", port] for r in range(4)])
+        env = dict(os.environ, MASTER_PORT="29555")
+        result = subprocess.run(
+            [LAUNCHER, "-np", "1", "--quiet", "/bin/sh", "-c",
+             'echo "$MASTER_ADDR:$MASTER_PORT"'], stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
+        self.assertEqual(result.stdout, "[0] 127.0.0.1:29555\n", result.stderr)
+
     def test_bucket_bytes_exported(self):
         """--bucket_bytes reaches the workers as STARLING_BUCKET_BYTES."""
         rc, out, err, _ = self.launch(

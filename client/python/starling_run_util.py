@@ -71,7 +71,11 @@ def build_parser():
             "[ARGS...] N times, N/K per daemon, with STARLING_SOCKET, "
             "STARLING_WORKER_INDEX, STARLING_LOCAL_SIZE, STARLING_NODE_RANK, "
             "STARLING_NODES, STARLING_RANK, STARLING_SIZE set and PYTHONPATH "
-            "holding the starling package. Each output line is prefixed with "
+            "holding the starling package, and torch.distributed's RANK, "
+            "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR "
+            "(127.0.0.1) and MASTER_PORT (a free port) unless MASTER_ADDR "
+            "and MASTER_PORT are set, so that init_process_group"
+            "(\"starling\") works. Each output line is prefixed with "
             "the worker's rank. Exit status: 0 if every worker exits 0, else "
             "the first non-zero one (128+S if killed by signal S); 130 on "
             "Ctrl-C; 1 if the launch itself failed."),

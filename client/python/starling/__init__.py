@@ -76,6 +76,10 @@ class Session:
         self.size_checked = False
         self.declared = 0  # tensors declared for the next run
         self._scratch = None  # (PoolBuffer, bytes) for broadcasts etc.
+        # Run once, last added first, before the run finishes and the
+        # client closes (on_close): the torch.distributed backend stops its
+        # thread there.
+        self._close_hooks = []
 
     # --- runs -------------------------------------------------------------
     def begin_declarations(self):
@@ -158,8 +162,22 @@ class Session:
             self.size_checked = False
             self.declared = 0
 
+    def on_close(self, hook):
+        """Runs hook() once before this session ends its run and closes
+        (shutdown(), or at exit): users of the client on other threads stop
+        there."""
+        self._close_hooks.append(hook)
+
+    def run_close_hooks(self):
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in reversed(hooks):
+            hook()
+
     def close(self):
-        self.client.close()
+        try:
+            self.run_close_hooks()
+        finally:
+            self.client.close()
 
 
 def init(socket=None, worker_index=None, *, timeout=None, pool_bytes=None,
@@ -266,6 +284,7 @@ def shutdown():
         return
     session, _session = _session, None
     try:
+        session.run_close_hooks()
         if not session.failed:
             session.finish()
     finally:

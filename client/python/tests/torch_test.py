@@ -143,7 +143,7 @@ class SyncTest(Base):
         self.assertEqual(sorted(errors), [0, 1, 2, 3])
         self.assertIn("INVALID_ARGUMENT", errors[1])
         self.assertIn("made different collective calls", errors[1])
-        self.assertIn("all_reduce of 5 floats", errors[1])
+        self.assertIn("all_reduce (sum) of 5 float32", errors[1])
 
     def test_half_and_bfloat16_parameters(self):
         for dtype in ("float16", "bfloat16"):

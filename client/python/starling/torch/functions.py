@@ -15,6 +15,7 @@ import pickle
 import torch
 
 import starling
+from starling.torch import collectives
 
 # Floats per all-reduce when a broadcast is cut into pieces (64 MiB).
 _CHUNK_FLOATS = 16 << 20
@@ -26,6 +27,7 @@ def _session():
 
 def _all_reduce(session, flat):
     """Sums the float32 pool tensor `flat` over every worker, in place."""
+    collectives.drain()
     session.all_reduce_async(flat.data_ptr(), flat.numel()).wait()
     session.check_size()
 

@@ -34,7 +34,7 @@ import time
 import torch
 
 import starling
-from starling.torch import functions
+from starling.torch import collectives, functions
 from starling.torch.pool import (DTYPES, PoolBlock, check_dtype, dtype_name,
                                  tensor_arg)
 
@@ -94,6 +94,10 @@ class _DistributedBase:
                         backward_passes_per_step, bucket_bytes, on_regroup,
                         rejoins):
         self._session = starling.session()
+        self._summed = False  # op=Sum: the gradients are not averaged
+        self._predivide = 1.0  # gradient_predivide_factor
+        self._skip_synchronize = False
+        self._reduced = None  # the step synchronize() reduced into .grad
         self._on_regroup = on_regroup
         self._rejoins = max(0, int(rejoins))
         client = self._session.client
@@ -400,6 +404,8 @@ class _DistributedBase:
         call per bucket): an all-reduce of the bucket's block worker-side,
         a push of its tensors daemon-side."""
         which = self._step_index % self._sets
+        if self._next_bucket == 0:
+            collectives.drain()  # this module's async ops go first
         while (self._next_bucket < len(self._buckets) and
                self._buckets[self._next_bucket].pending == 0):
             bucket = self._buckets[self._next_bucket]
@@ -408,18 +414,49 @@ class _DistributedBase:
                     self._step_index, bucket.grad_args[which])
             else:
                 block = bucket.blocks[which]
+                if self._predivide != 1.0:
+                    with torch.no_grad():
+                        block.flat.div_(self._predivide)
                 future = self._session.all_reduce_async(block.address,
                                                         block.elements)
             self._futures.setdefault(self._step_index, []).append(future)
             self._next_bucket += 1
 
-    def synchronize(self):
+    def _hand_over_rest(self):
         """Hands over the gradients backward did not produce (zeros, or
         param.grad as it is) so that every bucket of this step is sent."""
         self._session.data_op()
         for slot in self._slots:
             if not slot.ready:
                 self._hand_over(slot)
+
+    def synchronize(self):
+        """Sends every gradient of this step (those backward did not produce
+        as zeros) and, where the workers step synchronously (--optimizer
+        none, staleness 0), waits for their average and puts it in each
+        parameter's .grad, so that it can be clipped or inspected before
+        step() (then call step() inside skip_synchronize(), as with
+        Horovod)."""
+        self._hand_over_rest()
+        if (not self._daemon_side and self._staleness == 0 and
+                self._step_index >= self._pipeline_start):
+            self._reduce_into_grads(self._step_index)
+            self._reduced = self._step_index
+
+    def skip_synchronize(self):
+        """A context manager in which step() does not synchronize again:
+        for a step() after an explicit synchronize()."""
+        optimizer = self
+
+        class _Skip:
+
+            def __enter__(self):
+                optimizer._skip_synchronize = True
+
+            def __exit__(self, *unused):
+                optimizer._skip_synchronize = False
+
+        return _Skip()
 
     def _wait(self, step):
         for future in self._futures.pop(step, []):
@@ -431,7 +468,8 @@ class _DistributedBase:
             with torch.enable_grad():
                 loss = closure()
         compute_end = time.monotonic()
-        self.synchronize()
+        if not self._skip_synchronize:
+            self._hand_over_rest()
         t = self._step_index
         self._computed += 1
         if self._daemon_side:
@@ -456,15 +494,16 @@ class _DistributedBase:
         self._last_step_end = end
         return loss
 
-    def _worker_step(self, t, inner_step):
-        applied = t - self._staleness
-        if applied < self._pipeline_start:
-            return  # the pipeline fills: nothing reduced yet
+    def _reduce_into_grads(self, applied):
+        """Waits for step `applied`'s all-reduces and puts the average (or
+        sum) into each parameter's .grad."""
         self._wait(applied)
         which = applied % self._sets
         with torch.no_grad():
-            for bucket in self._buckets:
-                bucket.blocks[which].flat.div_(float(self._world))
+            if not self._summed:
+                for bucket in self._buckets:
+                    bucket.blocks[which].flat.div_(
+                        float(self._world) / self._predivide)
             for slot in self._slots:
                 view = slot.grad[which]
                 if slot.zero_copy:
@@ -474,6 +513,14 @@ class _DistributedBase:
                                               slot.param.dtype).clone()
                 else:
                     slot.param.grad.copy_(view.reshape(slot.param.grad.shape))
+
+    def _worker_step(self, t, inner_step):
+        applied = t - self._staleness
+        if applied < self._pipeline_start:
+            return  # the pipeline fills: nothing reduced yet
+        if self._reduced != applied:
+            self._reduce_into_grads(applied)
+        self._reduced = None
         inner_step()
         self._applied += 1
 
@@ -656,19 +703,37 @@ class Regrouped:
                                      self.size, self.rolled_back))
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
-                         backward_passes_per_step=1, bucket_bytes=None,
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
+                         backward_passes_per_step=1, op=None,
+                         gradient_predivide_factor=1.0, num_groups=0,
+                         groups=None, sparse_as_dense=False, process_set=None,
+                         *, staleness=None, bucket_bytes=None,
                          on_regroup=None, rejoins=3):
     """Wraps `optimizer` so that step() applies gradients averaged over
-    every worker of the job (see the module's documentation).
+    every worker of the job (see the module's documentation). Takes
+    Horovod's arguments in Horovod's order.
 
     named_parameters: model.named_parameters(); names appear in errors
         (a model that differs across workers is named by parameter). Every
         worker must pass the same parameters in the same order.
-    staleness: worker-side placement only; default the job's (--mode
-        async_sgd --staleness s), else 0 (synchronous).
+    compression: Compression.none (the default). Compression.fp16 raises:
+        the gradients cross in the parameters' type, so a float16 or
+        bfloat16 model's cross in 16 bits; for float32 models with fp16
+        gradients, use DistributedDataParallel on the starling backend
+        with its fp16 compression hook.
     backward_passes_per_step: backward passes accumulated before a step's
         gradients leave (gradient accumulation).
+    op: Average (the default) or Sum (worker-side placement: the summed
+        gradients are applied); Adasum, Min, Max and Product raise.
+    gradient_predivide_factor: f scales the gradients by 1/f before the
+        sum and by f/size() after it (Horovod's split of the average);
+        with op=Average only.
+    num_groups, groups: Horovod's grouping of all-reduces; Starling groups
+        gradients into buckets of bucket_bytes, so these are accepted and
+        have no effect. sparse_as_dense: accepted (gradients are dense).
+    process_set: the global set only.
+    staleness: worker-side placement only; default the job's (--mode
+        async_sgd --staleness s), else 0 (synchronous).
     bucket_bytes: gradient bucket size (default $STARLING_BUCKET_BYTES or
         256 KiB).
     on_regroup: called with a Regrouped after a daemon of the group was
@@ -686,6 +751,35 @@ def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
     The returned object is an instance of the wrapped optimizer's class and
     shares its parameter groups and state. Call starling.init() first.
     """
+    from starling.torch import collectives
+    collectives._check_process_set(process_set, "DistributedOptimizer")
+    op = collectives._resolve_op(None, op, "DistributedOptimizer")
+    if op not in (collectives.Average, collectives.Sum):
+        raise starling._error(
+            "INVALID_ARGUMENT",
+            "DistributedOptimizer: op=%s; gradients are averaged (Average, "
+            "the default) or summed (Sum)" % op.name)
+    if gradient_predivide_factor != 1.0 and op is not collectives.Average:
+        raise starling._error(
+            "INVALID_ARGUMENT",
+            "DistributedOptimizer: gradient_predivide_factor goes with "
+            "op=Average only")
+    if not gradient_predivide_factor > 0:
+        raise starling._error(
+            "INVALID_ARGUMENT",
+            "DistributedOptimizer: gradient_predivide_factor %r must be > 0" %
+            (gradient_predivide_factor,))
+    if compression is not None and compression not in (
+            collectives.Compression.none, collectives.NoneCompressor):
+        raise starling._error(
+            "UNIMPLEMENTED",
+            "DistributedOptimizer: compression=%s is not supported: the "
+            "gradients cross in the parameters' type (a float16 or bfloat16 "
+            "model's in 16 bits); for a float32 model with 16-bit gradients "
+            "use DistributedDataParallel on the starling backend with "
+            "torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
+            "fp16_compress_hook" % getattr(compression, "__name__",
+                                           compression))
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedBase, base), {})
     wrapped = cls.__new__(cls)
@@ -693,4 +787,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, *, staleness=None,
     wrapped._starling_setup(named_parameters, staleness,
                             backward_passes_per_step, bucket_bytes, on_regroup,
                             rejoins)
+    if wrapped._daemon_side and (op is not collectives.Average or
+                                 gradient_predivide_factor != 1.0):
+        raise starling._error(
+            "INVALID_ARGUMENT",
+            "DistributedOptimizer: the daemons own the optimizer (--optimizer"
+            " %s) and apply the average of the gradients: op=Sum and "
+            "gradient_predivide_factor need --optimizer none" %
+            wrapped._job["optimizer"])
+    wrapped._summed = op is collectives.Sum
+    wrapped._predivide = float(gradient_predivide_factor)
     return wrapped
