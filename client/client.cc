@@ -17,6 +17,7 @@
 #include "client/future_state.h"
 #include "proto/common.pb.h"
 #include "proto/worker.pb.h"
+#include "server/base/describe_collective.h"
 #include "server/base/float16.h"
 #include "server/base/job_config_checks.h"
 #include "server/base/proto_data_type.h"
@@ -686,35 +687,13 @@ absl::Status Client::CheckParametersView(int64_t version) const {
   return CheckVersion(*shared->header, version);
 }
 
-namespace {
-
-// "all_reduce (sum) of 12 float32", "broadcast from slot 2 of 3 int64", ...
-std::string DescribeCollective(const proto::CollectiveRequest& c, DataType type,
-                               size_t elements) {
-  const std::string of =
-      absl::StrCat(" of ", elements, " ", DataTypeName(type));
-  absl::StatusOr<ReduceOp> op = proto::ReduceOpFromProto(c.op());
-  const std::string op_name =
-      op.ok() ? absl::StrCat(" (", ReduceOpName(*op), ")") : std::string();
-  switch (c.kind()) {
-    case proto::CollectiveRequest::KIND_BROADCAST:
-      return absl::StrCat("broadcast from slot ", c.root(), of);
-    case proto::CollectiveRequest::KIND_ALL_GATHER:
-      return absl::StrCat("all_gather", of);
-    case proto::CollectiveRequest::KIND_REDUCE_SCATTER:
-      return absl::StrCat("reduce_scatter", op_name, of);
-    default:
-      return absl::StrCat("all_reduce", op_name, of);
-  }
-}
-
-}  // namespace
-
 Future Client::Collective(proto::CollectiveRequest collective,
                           absl::Span<std::byte> data, DataType type) {
   const size_t element_bytes = DataTypeBytes(type);
   const size_t elements = data.size() / element_bytes;
-  const std::string what = DescribeCollective(collective, type, elements);
+  collective.set_dtype(proto::DataTypeToProto(type));
+  collective.mutable_slice()->set_elements(elements);
+  const std::string what = DescribeCollective(collective);
   if (data.size() % element_bytes != 0) {
     return Failed(absl::InvalidArgumentError(absl::StrCat(
         what, ": ", data.size(), " bytes are not a whole number of ",
@@ -725,7 +704,6 @@ Future Client::Collective(proto::CollectiveRequest collective,
   absl::StatusOr<proto::PoolSlice> slice =
       SliceOf(connection_.get(), what, "(collective buffer)", data, elements);
   if (!slice.ok()) return Failed(slice.status());
-  collective.set_dtype(proto::DataTypeToProto(type));
   *collective.mutable_slice() = *slice;
   proto::WorkerRequest request;
   *request.mutable_collective() = std::move(collective);

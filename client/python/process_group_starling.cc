@@ -53,23 +53,6 @@ absl::Status ReduceTensors(Context& context, const std::vector<Staged>& tensors,
   return absl::OkStatus();
 }
 
-std::string ReduceOpName(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return "SUM";
-    case c10d::ReduceOp::AVG:
-      return "AVG";
-    case c10d::ReduceOp::PRODUCT:
-      return "PRODUCT";
-    case c10d::ReduceOp::MIN:
-      return "MIN";
-    case c10d::ReduceOp::MAX:
-      return "MAX";
-    default:
-      return "?";
-  }
-}
-
 // What creation learns: every rank's slot.
 struct Membership {
   std::vector<int> slot_of_rank;
@@ -216,7 +199,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::allreduce(
   std::vector<Staged> staged = {StageIn(tensor)};
   return Enqueue(c10d::OpType::ALLREDUCE,
                  absl::StrCat("allreduce (", Describe(tensor), ", ",
-                              ReduceOpName(opts.reduceOp), ")"),
+                              ReduceOpName(opts.reduceOp.op_), ")"),
                  {tensor}, opts.timeout, [staged, plan](Context& context) {
                    return ReduceTensors(context, staged, plan, /*keep=*/true);
                  });
@@ -243,7 +226,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::allreduce_coalesced(
   return Enqueue(c10d::OpType::ALLREDUCE_COALESCED,
                  absl::StrCat("allreduce_coalesced (", tensors.size(),
                               " tensors, ", DtypeName(tensors[0].scalar_type()),
-                              ", ", ReduceOpName(opts.reduceOp), ")"),
+                              ", ", ReduceOpName(opts.reduceOp.op_), ")"),
                  tensors, opts.timeout, [staged, plan](Context& context) {
                    return ReduceTensors(context, staged, plan, /*keep=*/true);
                  });
@@ -258,13 +241,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::reduce(
       PlanOrThrow("reduce", tensor.scalar_type(), opts.reduceOp);
   std::vector<Staged> staged = {StageIn(tensor)};
   const bool keep = opts.rootRank == rank_;
-  return Enqueue(
-      c10d::OpType::REDUCE,
-      absl::StrCat("reduce (", Describe(tensor), ", ",
-                   ReduceOpName(opts.reduceOp), ", root ", opts.rootRank, ")"),
-      {tensor}, opts.timeout, [staged, plan, keep](Context& context) {
-        return ReduceTensors(context, staged, plan, keep);
-      });
+  return Enqueue(c10d::OpType::REDUCE,
+                 absl::StrCat("reduce (", Describe(tensor), ", ",
+                              ReduceOpName(opts.reduceOp.op_), ", root ",
+                              opts.rootRank, ")"),
+                 {tensor}, opts.timeout,
+                 [staged, plan, keep](Context& context) {
+                   return ReduceTensors(context, staged, plan, keep);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::broadcast(

@@ -78,6 +78,23 @@ absl::StatusOr<absl::Span<std::byte>> GatherBlocks(
   return scratch;
 }
 
+// allgather's and gather's all-gather of `in` (one block per worker, at its
+// slot `slots[r]` for rank r), unpacked into `out` in rank order (none: the
+// blocks are only sent).
+absl::Status GatherInto(Context& context, const Staged& in,
+                        const std::vector<Staged>& out, int slot,
+                        const std::vector<int>& slots) {
+  const size_t block = PaddedBytes(in.host.nbytes());
+  absl::StatusOr<absl::Span<std::byte>> blocks = GatherBlocks(
+      context, slot, block, [&](std::byte* to) { PackBytes(in.host, to); });
+  if (!blocks.ok()) return blocks.status();
+  for (size_t r = 0; r < out.size(); ++r) {
+    UnpackBytes(blocks->data() + block * slots[r], out[r].host);
+    WriteBack(out[r]);
+  }
+  return absl::OkStatus();
+}
+
 std::vector<int64_t> EqualSplits(const std::string& op, const char* what,
                                  int64_t rows, int size) {
   if (rows % size != 0) {
@@ -141,21 +158,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::allgather(
   const Staged in = StageIn(input);
   const int slot = slot_of_rank_[rank_];
   const std::vector<int> slots = slot_of_rank_;
-  return Enqueue(
-      c10d::OpType::ALLGATHER,
-      absl::StrCat("allgather (", Describe(input), ")"), Users(out),
-      opts.timeout, [in, out, slot, slots](Context& context) {
-        const size_t block = PaddedBytes(in.host.nbytes());
-        absl::StatusOr<absl::Span<std::byte>> blocks =
-            GatherBlocks(context, slot, block,
-                         [&](std::byte* to) { PackBytes(in.host, to); });
-        if (!blocks.ok()) return blocks.status();
-        for (size_t r = 0; r < out.size(); ++r) {
-          UnpackBytes(blocks->data() + block * slots[r], out[r].host);
-          WriteBack(out[r]);
-        }
-        return absl::OkStatus();
-      });
+  return Enqueue(c10d::OpType::ALLGATHER,
+                 absl::StrCat("allgather (", Describe(input), ")"), Users(out),
+                 opts.timeout, [in, out, slot, slots](Context& context) {
+                   return GatherInto(context, in, out, slot, slots);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::_allgather_base(
@@ -270,16 +277,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::gather(
       absl::StrCat("gather (", Describe(input), ", root ", opts.rootRank, ")"),
       Users(out), opts.timeout, [in, out, slot, slots](Context& context) {
         // An all-gather: every worker receives what the root keeps.
-        const size_t block = PaddedBytes(in.host.nbytes());
-        absl::StatusOr<absl::Span<std::byte>> blocks =
-            GatherBlocks(context, slot, block,
-                         [&](std::byte* to) { PackBytes(in.host, to); });
-        if (!blocks.ok()) return blocks.status();
-        for (size_t r = 0; r < out.size(); ++r) {
-          UnpackBytes(blocks->data() + block * slots[r], out[r].host);
-          WriteBack(out[r]);
-        }
-        return absl::OkStatus();
+        return GatherInto(context, in, out, slot, slots);
       });
 }
 

@@ -9,9 +9,7 @@
 
 namespace starling {
 namespace torch_backend {
-namespace {
-
-const char* OpName(c10d::ReduceOp::RedOpType op) {
+const char* ReduceOpName(c10d::ReduceOp::RedOpType op) {
   switch (op) {
     case c10d::ReduceOp::SUM:
       return "SUM";
@@ -35,6 +33,8 @@ const char* OpName(c10d::ReduceOp::RedOpType op) {
       return "UNUSED";
   }
 }
+
+namespace {
 
 // The pool's element type for `wire`.
 StarlingDataType TypeOf(at::ScalarType wire) {
@@ -89,7 +89,7 @@ absl::StatusOr<ReductionPlan> PlanReduction(const std::string& op_name,
           "multiply the tensor by the factor and use ReduceOp.SUM"));
     default:
       return absl::InvalidArgumentError(absl::StrCat(
-          op_name, ": ReduceOp.", OpName(kind),
+          op_name, ": ReduceOp.", ReduceOpName(kind),
           " is not supported by the starling backend (it reduces with SUM, "
           "AVG, PRODUCT, MIN and MAX); for bool tensors MIN is a logical and "
           "and MAX a logical or; for bitwise operators use a gloo group: "
@@ -123,8 +123,8 @@ absl::StatusOr<ReductionPlan> PlanReduction(const std::string& op_name,
     case at::kComplexHalf:
       if (kind != c10d::ReduceOp::SUM && kind != c10d::ReduceOp::AVG) {
         return absl::InvalidArgumentError(absl::StrCat(
-            op_name, ": ReduceOp.", OpName(kind), " of a complex tensor (",
-            DtypeName(dtype),
+            op_name, ": ReduceOp.", ReduceOpName(kind),
+            " of a complex tensor (", DtypeName(dtype),
             ") is not defined; complex tensors reduce with SUM and AVG"));
       }
       plan.complex = true;

@@ -97,6 +97,8 @@ ReductionPlan PlanOrThrow(const std::string& op, at::ScalarType dtype,
 
 // The name torch gives `dtype` ("torch.float32").
 std::string DtypeName(at::ScalarType dtype);
+// "SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", ... (torch's names).
+const char* ReduceOpName(c10d::ReduceOp::RedOpType op);
 // "[2, 3] torch.float32"
 std::string Describe(const at::Tensor& tensor);
 
