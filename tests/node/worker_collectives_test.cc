@@ -373,7 +373,8 @@ TEST(WorkerCollectivesErrors, LengthsThatDifferAcrossDaemonsFailEveryWorker) {
       });
   for (const absl::Status& status : results) {
     EXPECT_FALSE(status.ok());
-    EXPECT_THAT(std::string(status.message()), HasSubstr("mismatched collective calls"))
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("mismatched collective calls"))
         << status;
   }
 }

@@ -25,7 +25,8 @@ struct Round {
   absl::Time submitted;
 };
 
-// "step 7 on rank 0 (...)", "all_reduce (sum) of 12 float32 on ...", "barrier on
+// "step 7 on rank 0 (...)", "all_reduce (sum) of 12 float32 on ...", "barrier
+// on
 // ...": `request` in messages, `self` naming the daemon.
 std::string DescribeRequest(const proto::WorkerRequest& request,
                             const std::string& self);
