@@ -21,11 +21,12 @@
 # Each worker: torch SGD momentum 0.9, one torch thread, W untimed steps,
 # then S timed steps; tests/bench/ddp_bench_worker.py. The report
 # (tests/bench/ddp_bench_report.py) prints the table and writes the CSV:
-# median step time over the steps (the slowest worker's), its spread over
-# the repetitions, bytes per step (the gradient's, and what each host's nic
-# sent), and the ratios starling/gloo and starling/dopt.
+# the median of every worker's timed steps, its spread over the
+# repetitions, bytes per step (the gradient's, what each host's nic sent,
+# what its daemon sent), CPU per step, and the ratios starling/gloo and
+# starling/dopt.
 #
-#   tests/bench/ddp_bench.sh                     # the recorded table (~12 min)
+#   tests/bench/ddp_bench.sh --quiet-wait 900    # tests/bench/DDP.md (~12 min)
 #   tests/bench/ddp_bench.sh --models lenet --reps 1 --lenet-steps 100
 #   tests/bench/ddp_bench.sh --hosts 2 --rate 10gbit --modes "gloo starling"
 #
@@ -40,12 +41,15 @@
 # server/coordinator/starling-coordinator, server/node/starling-node and
 # client/python/starling-run's runfiles; default: built here, --config=opt)
 # --keep (leave the logs) --step-bound S (5: each run's `timeout` is 60 s +
-# S per step). The machine may be shared (other builds and tests on its
-# cores): --quiet-wait S (300) --quiet-busy F (0.15): before each run, wait
-# up to S seconds for 2 s in which it is less than F busy; --max-other F
-# (0.1) --retries K (2): repeat a run, up to K times, while the CPU time
-# that its workers and daemons were not charged for exceeds F of the
-# machine over its timed steps (the CSV keeps that share, other_busy).
+# S per step) --trace (DDP modes: all-reduce through a comm hook equal to
+# DDP's default that records when each bucket is launched and done; the
+# report adds a table of the buckets' timing). The machine may be shared
+# (other builds and tests on its cores): --quiet-wait S (300) --quiet-busy
+# F (0.15): before each run, wait up to S seconds for 2 s in which it is
+# less than F busy; --max-other F (0.1) --retries K (2): repeat a run, up
+# to K times, while the CPU time that its workers and daemons were not
+# charged for exceeds F of the machine over its timed steps (the attempt
+# least disturbed is kept; the CSV keeps that share, other_busy).
 #
 # Needs root (ip netns, tc), iproute2 and ping (deploy/setup.sh --bench).
 # Every process runs under `timeout` and is stopped by its pid; the
@@ -57,7 +61,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 HOSTS=4 RATE=1gbit REPS=3 MODELS="lenet resnet18" MODES="gloo starling dopt local"
 LENET_STEPS=300 LENET_BATCH=32 RESNET_STEPS=20 RESNET_BATCH=16 IMAGE=32
 LENET_WARMUP=20 RESNET_WARMUP=3 BUCKET_MB="" PIN=off BIN="" KEEP=0
-QUIET_WAIT=300 QUIET_BUSY=0.15 MAX_OTHER=0.1 RETRIES=2 STEP_BOUND=5
+QUIET_WAIT=300 QUIET_BUSY=0.15 MAX_OTHER=0.1 RETRIES=2 STEP_BOUND=5 TRACE=0
 OUT=$REPO/tests/bench/results/ddp_bench.csv
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -83,6 +87,7 @@ while [[ $# -gt 0 ]]; do
     --max-other) MAX_OTHER=$2; shift 2 ;;
     --retries) RETRIES=$2; shift 2 ;;
     --step-bound) STEP_BOUND=$2; shift 2 ;;
+    --trace) TRACE=1; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/{exit} NR > 1' "$0"; exit 0 ;;
     *) echo "ddp_bench.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
@@ -277,6 +282,7 @@ run_once() {
   fi
   local wpids=() pin=() bucket=()
   [[ -n $BUCKET_MB ]] && bucket=(--bucket_mb "$BUCKET_MB")
+  ((TRACE)) && bucket+=(--trace_buckets)
   for ((i = 0; i < N; i++)); do
     [[ $PIN == on ]] && pin=(taskset -c $((i % NCPU)))
     timeout -k 5 "$bound" ip netns exec "$PREFIX$i" env \
@@ -320,5 +326,6 @@ done
 echo "== $(($(date +%s) - START)) s of runs, $FAILED failed"
 mkdir -p "$(dirname "$OUT")"
 "$PY" "$WORK/ddp_bench_report.py" --csv "$OUT" --max_other "$MAX_OTHER" \
-  --context "hosts=$N rate=$RATE pin=$PIN cores=$NCPU" "$WORK"/runs/*.json
+  --context "hosts=$N rate=$RATE pin=$PIN cores=$NCPU bucket_mb=${BUCKET_MB:-default} resnet_input=3x${IMAGE}x${IMAGE} trace=$TRACE" \
+  "$WORK"/runs/*.json
 ((FAILED == 0)) || exit 1

@@ -33,6 +33,12 @@ Per run (model, mode, repetition):
               bench's processes (softirq, ksoftirqd); ddp_bench.sh repeats
               a run whose other_busy exceeds its --max-other
   busy_before   the machine's busy fraction in the 2 s before the run
+  trace_*     with ddp_bench.sh --trace: the DDP bucket trace (see
+              summarize_trace)
+  daemon_allreduce_ms, daemon_allreduces_per_step, daemon_algorithms
+              starling and dopt: the daemon's all-reduces per step, their
+              time (starling_node_allreduce_seconds) and the algorithms
+              its starling_collective_duration_seconds names
 Per (model, mode), a summary row (rep "median"): the medians over the
 repetitions, with the smallest and largest repetition median (spread), and
 vs_gloo, vs_dopt as ratios of the medians.
@@ -96,9 +102,68 @@ def summarize_run(workers):
                             if all(d is not None for d in daemon) else None)
     ours = sum(w["worker_cpu_s"] + (w["daemon_cpu_s"] or 0) for w in workers)
     zero = min(workers, key=lambda w: w["rank"])
+    row.update(summarize_trace(workers))
+    metrics = [w.get("daemon_metrics") for w in workers]
+    if all(m is not None for m in metrics):
+        row["daemon_allreduce_ms"] = statistics.mean(
+            1000 * m.get("allreduce_s", 0.0) / first["steps"] for m in metrics)
+        row["daemon_allreduces_per_step"] = statistics.mean(
+            m.get("allreduces", 0.0) / first["steps"] for m in metrics)
+        row["daemon_algorithms"] = "+".join(sorted({
+            k.split("/", 1)[1] for m in metrics for k, v in m.items()
+            if k.startswith("collectives/") and v > 0}))
     row["machine_busy"] = zero["machine_busy_s"] / zero["machine_total_s"]
     row["other_busy"] = max(0.0, zero["machine_busy_s"] - ours) / zero["machine_total_s"]
     return row
+
+
+def summarize_trace(workers):
+    """The DDP bucket trace (ddp_bench_worker.py --trace_buckets), medians
+    over every worker's timed steps: buckets per step; comm_span_ms, from
+    the first bucket's launch to the last one's completion; idle_ms, the
+    parts of that span with no all-reduce in flight (the next bucket not
+    yet launched); tail_ms, from the last bucket's launch to its completion
+    (communication left after backward launched it); backward_ms, the
+    step's start to backward()'s return (compute and the wait for the
+    buckets); active_ms, span - idle (some all-reduce in flight);
+    busbw_mb_s, 2(N-1)/N x the step's bucket bytes / active, the bus
+    bandwidth while some all-reduce was in flight. For the starling
+    backend, the report sets beside it the daemons' own all-reduce time
+    per step (starling_node_allreduce_seconds): in flight minus that is
+    the backend's time outside the daemons' collectives (staging copies,
+    hand-offs, the wait for the previous bucket's)."""
+    steps = [(w["world"], s) for w in workers for s in (w.get("bucket_trace") or [])
+             if s["buckets"] and all(b[2] is not None for b in s["buckets"])]
+    if not steps:
+        return {}
+    counts, spans, idles, tails, backwards, busbws = [], [], [], [], [], []
+    actives = []
+    for world, step in steps:
+        buckets = sorted(step["buckets"], key=lambda b: b[1])
+        idle, done = 0.0, buckets[0][1]
+        for _, launch, finish in buckets:
+            idle += max(0.0, launch - done)
+            done = max(done, finish)
+        span = done - buckets[0][1]
+        counts.append(len(buckets))
+        spans.append(span)
+        idles.append(idle)
+        tails.append(done - buckets[-1][1])
+        if "backward_done_ms" in step:
+            backwards.append(step["backward_done_ms"])
+        active = span - idle
+        actives.append(active)
+        if active > 0:
+            bus = 2.0 * (world - 1) / world * sum(b[0] for b in buckets)
+            busbws.append(bus / 1e6 / (active / 1000))
+    median = statistics.median
+    return {
+        "trace_buckets": median(counts), "trace_comm_span_ms": median(spans),
+        "trace_idle_ms": median(idles), "trace_tail_ms": median(tails),
+        "trace_active_ms": median(actives),
+        "trace_backward_ms": median(backwards) if backwards else None,
+        "trace_busbw_mb_s": median(busbws) if busbws else None,
+    }
 
 
 def load(paths):
@@ -202,6 +267,10 @@ def main():
                "rx_bytes_per_step", "daemon_sent_bytes_per_step",
                "tx_per_gradient_byte", "vs_gloo", "vs_dopt", "identical",
                "worker_cpu_ms", "daemon_cpu_ms", "machine_busy", "other_busy",
+               "trace_buckets", "trace_comm_span_ms", "trace_idle_ms",
+               "trace_tail_ms", "trace_backward_ms", "trace_busbw_mb_s",
+               "trace_active_ms", "daemon_allreduce_ms",
+               "daemon_allreduces_per_step", "daemon_algorithms",
                "busy_before", "attempts", "loss_last", "workers_reported",
                "context"]
 
@@ -283,6 +352,25 @@ def main():
                 "%s %s rep %s (%d attempts)" % (r["model"], r["mode"], r["rep"],
                                                 r["attempts"])
                 for r in sorted(retried, key=key)))
+    traced = [r for r in sorted(runs.values(), key=key) if "trace_buckets" in r]
+    if traced:
+        print()
+        print("DDP bucket trace (medians over every worker's timed steps; ms "
+              "since the step began; busbw: while an all-reduce was in flight):")
+        print()
+        print("| model | mode | rep | step ms | buckets | comm span ms | idle in span ms "
+              "| in flight ms | daemons' all-reduce ms (algorithm) "
+              "| tail ms (last launch to done) | backward ms | busbw MB/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in traced:
+            daemon = ("-" if r.get("daemon_allreduce_ms") is None else "%.1f (%s)" % (
+                r["daemon_allreduce_ms"], r["daemon_algorithms"] or "-"))
+            print("| %s | %s | %s | %.1f | %d | %.1f | %.1f | %.1f | %s | %.1f | %s | %s |" % (
+                r["model"], r["mode"], r["rep"], r["step_ms"], r["trace_buckets"],
+                r["trace_comm_span_ms"], r["trace_idle_ms"], r["trace_active_ms"],
+                daemon, r["trace_tail_ms"],
+                "-" if r["trace_backward_ms"] is None else "%.1f" % r["trace_backward_ms"],
+                "-" if r["trace_busbw_mb_s"] is None else "%.1f" % r["trace_busbw_mb_s"]))
     origins = sorted({med["origin"] for med in summary.values()})
     print()
     print("Models: %s." % "; ".join(origins))

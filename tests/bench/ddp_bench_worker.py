@@ -33,6 +33,7 @@ processes of other people took during the run.
 """
 
 import argparse
+import collections
 import importlib
 import json
 import os
@@ -57,6 +58,10 @@ parser.add_argument("--bucket_mb", type=float, default=None,
                     help="DDP's bucket_cap_mb and DistributedOptimizer's "
                     "bucket_bytes (default: each one's own, 25 MB and 256 KiB)")
 parser.add_argument("--threads", type=int, default=1, help="torch threads")
+parser.add_argument("--trace_buckets", action="store_true",
+                    help="DDP modes: all-reduce through a comm hook equal to "
+                    "DDP's default that records each bucket's launch and "
+                    "completion (bucket_trace in the JSON)")
 parser.add_argument("--nic", default="nic0",
                     help="this host's network interface (byte counters)")
 parser.add_argument("--metrics_url", default="",
@@ -136,9 +141,20 @@ def nic_bytes():
         return int(tx.read()), int(rx.read())
 
 
-def daemon_sent_bytes():
-    """The daemon's starling_transport_sent_bytes_total (summed over its
-    label sets), or None without --metrics_url or an answer."""
+# The daemon's counters read around the timed steps (summed over their
+# label sets; the collective durations also by algorithm).
+_DAEMON_SERIES = {
+    "sent_bytes": "starling_transport_sent_bytes_total",
+    "allreduce_s": "starling_node_allreduce_seconds_sum",
+    "allreduces": "starling_node_allreduce_seconds_count",
+}
+
+
+def daemon_metrics():
+    """{name: value} of _DAEMON_SERIES, plus "collective_s/ALGO" and
+    "collectives/ALGO" (starling_collective_duration_seconds' sum and
+    count for all-reduces by algorithm), or None without --metrics_url or
+    an answer."""
     if not args.metrics_url:
         return None
     try:
@@ -146,9 +162,28 @@ def daemon_sent_bytes():
             text = answer.read().decode()
     except OSError:
         return None
-    values = re.findall(r"^starling_transport_sent_bytes_total(?:\{[^}]*\})? "
-                        r"(\S+)$", text, re.M)
-    return sum(float(v) for v in values) if values else None
+    values = collections.defaultdict(float)
+    for name, labels, value in re.findall(
+            r"^([a-z_]+)(?:\{([^}]*)\})? (\S+)$", text, re.M):
+        for key, series in _DAEMON_SERIES.items():
+            if name == series:
+                values[key] += float(value)
+        if name.startswith("starling_collective_duration_seconds_"):
+            label = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            if label.get("op") not in ("allreduce", "all_reduce"):
+                continue
+            algo = label.get("algorithm", "?")
+            if name.endswith("_sum"):
+                values["collective_s/" + algo] += float(value)
+            elif name.endswith("_count"):
+                values["collectives/" + algo] += float(value)
+    return dict(values)
+
+
+def delta(after, before):
+    if after is None or before is None:
+        return None
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
 
 def machine_jiffies():
@@ -194,6 +229,55 @@ def process_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class _Trace:
+    """Per step (--trace_buckets): when backward returned and, per DDP
+    bucket, its bytes, when DDP launched its all-reduce and when that
+    completed, in ms since the step began."""
+
+    def __init__(self):
+        self.steps = []
+        self.start = 0.0
+        self.backward_done = None
+
+    def now(self):
+        return 1000 * (time.perf_counter() - self.start)
+
+    def begin(self):
+        if self.steps and self.backward_done is not None:
+            self.steps[-1]["backward_done_ms"] = self.backward_done
+        self.start = time.perf_counter()
+        self.backward_done = None
+        self.steps.append({"buckets": []})
+
+    def finish(self):
+        if self.steps and self.backward_done is not None:
+            self.steps[-1]["backward_done_ms"] = self.backward_done
+
+
+TRACE = _Trace()
+
+
+def traced_allreduce_hook(world):
+    """DDP's default all-reduce hook (torch's allreduce_hook: divide by the
+    world size, all-reduce, use the result) that also records each
+    bucket's launch and completion times in TRACE."""
+    import torch.distributed as dist
+
+    def hook(unused_state, bucket):
+        tensor = bucket.buffer()
+        record = [tensor.numel() * tensor.element_size(), TRACE.now(), None]
+        TRACE.steps[-1]["buckets"].append(record)
+        tensor.div_(world)
+
+        def done(future):
+            record[2] = TRACE.now()
+            return future.value()[0]
+
+        return dist.all_reduce(tensor, async_op=True).get_future().then(done)
+
+    return hook
+
+
 def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)  # the same initial parameters everywhere
@@ -223,24 +307,29 @@ def main():
         else:
             ddp = {} if args.bucket_mb is None else {"bucket_cap_mb": args.bucket_mb}
             net = nn.parallel.DistributedDataParallel(model, **ddp)
+            if args.trace_buckets:
+                net.register_comm_hook(None, traced_allreduce_hook(world))
 
     generator = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn((args.batch,) + shape, generator=generator)
     y = torch.randint(0, classes, (args.batch,), generator=generator)
 
     def step():
+        TRACE.begin()
         optimizer.zero_grad()
         loss = F.cross_entropy(net(x), y)
         loss.backward()
+        TRACE.backward_done = TRACE.now()
         optimizer.step()
         return loss
 
     losses = []
     for _ in range(args.warmup):
         losses.append(step().item())
+    TRACE.steps.clear()
     daemon = daemon_pid() if args.mode in ("starling", "dopt") else None
     barrier()
-    sent0, (tx0, rx0) = daemon_sent_bytes(), nic_bytes()
+    metrics0, (tx0, rx0) = daemon_metrics(), nic_bytes()
     jiffies0, daemon_cpu0 = machine_jiffies(), process_cpu_s(daemon)
     cpu0 = time.process_time()
     times = []
@@ -252,8 +341,10 @@ def main():
         losses.append(loss.item())  # outside the timed part
     wall = time.perf_counter() - start
     cpu = time.process_time() - cpu0
+    TRACE.finish()
     barrier()
-    sent1, (tx1, rx1) = daemon_sent_bytes(), nic_bytes()
+    metrics1, (tx1, rx1) = daemon_metrics(), nic_bytes()
+    daemon_delta = delta(metrics1, metrics0)
     jiffies1, daemon_cpu1 = machine_jiffies(), process_cpu_s(daemon)
     params = list(model.parameters())
     with torch.no_grad():
@@ -268,13 +359,15 @@ def main():
         "bucket_mb": args.bucket_mb,
         "step_ms": [1000 * t for t in times], "wall_s": wall,
         "tx_bytes": tx1 - tx0, "rx_bytes": rx1 - rx0,
-        "daemon_sent_bytes": (None if sent0 is None or sent1 is None else
-                              sent1 - sent0),
+        "daemon_sent_bytes": (daemon_delta or {}).get("sent_bytes"),
+        # Over the timed steps and the barrier that ends them.
+        "daemon_metrics": daemon_delta,
         "worker_cpu_s": cpu,
         "daemon_cpu_s": (None if daemon_cpu0 is None or daemon_cpu1 is None
                          else daemon_cpu1 - daemon_cpu0),
         "machine_busy_s": (jiffies1[0] - jiffies0[0]) / os.sysconf("SC_CLK_TCK"),
         "machine_total_s": (jiffies1[1] - jiffies0[1]) / os.sysconf("SC_CLK_TCK"),
+        "bucket_trace": TRACE.steps if args.trace_buckets else None,
         "loss_first": losses[0], "loss_last": losses[-1],
         "checksum": checksum,
     }
