@@ -14,13 +14,17 @@ The workers assert every result against their own references and print
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# starling-run's helpers (free_ports) sit one folder up; torch_test's
+# parsing of the workers' `[rank] text` lines beside this file.
+sys.path.insert(0, os.path.dirname(HERE))
+from starling_run_util import free_ports  # noqa: E402
+from torch_test import lines_by_rank, values  # noqa: E402
 WORKER = os.path.join(HERE, "torch_backend_worker.py")
 
 
@@ -42,26 +46,6 @@ NODE_BIN = os.path.join(RUNFILES, "server", "node", "starling-node")
 COORDINATOR_BIN = os.path.join(RUNFILES, "server", "coordinator",
                                "starling-coordinator")
 RUN_TIMEOUT_S = 120
-
-
-def lines_by_rank(output):
-    """{rank: [lines]} from starling-run's `[rank] text` lines."""
-    lines = {}
-    for line in output.splitlines():
-        match = re.match(r"\[(\d+)\] (.*)", line)
-        if match:
-            lines.setdefault(int(match.group(1)), []).append(match.group(2))
-    return lines
-
-
-def values(lines, key):
-    """{rank: the rest of the line starting with KEY}."""
-    out = {}
-    for rank, rank_lines in lines.items():
-        for line in rank_lines:
-            if line.startswith(key + " "):
-                out[rank] = line[len(key) + 1:]
-    return out
 
 
 def launch(case, np, nodes, flags=(), args=(), env=None):
@@ -169,19 +153,6 @@ class ErrorsTest(Base):
             self.assertLess(elapsed, 5.0 + 5.0, text)  # + scheduling slack
             self.assertIn("did not complete within 5s", text)
             self.assertIn("DEADLINE_EXCEEDED", text)
-
-
-def free_ports(count):
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class TorchrunTest(Base):

@@ -44,11 +44,16 @@ def run(case, flags=(), args=(), env=None, expect_rc=0):
         raise AssertionError("%s exited %d (expected %d):\n%s" %
                              (" ".join(command), result.returncode, expect_rc,
                               result.stdout[-6000:]))
+    return lines_by_rank(result.stdout)
+
+
+def lines_by_rank(output):
+    """{rank: [lines]} from starling-run's `[rank] text` lines."""
     lines = {}
-    for line in result.stdout.splitlines():
-        m = re.match(r"\[(\d+)\] (.*)", line)
-        if m:
-            lines.setdefault(int(m.group(1)), []).append(m.group(2))
+    for line in output.splitlines():
+        match = re.match(r"\[(\d+)\] (.*)", line)
+        if match:
+            lines.setdefault(int(match.group(1)), []).append(match.group(2))
     return lines
 
 
