@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 
@@ -30,6 +31,34 @@ struct FakeApi {
   bool hold = false;
   std::vector<std::pair<StarlingDone, void*>> held;
   int started = 0;
+  // What happened, in order: "start B" for a collective of B bytes, and
+  // what the tests' ops add.
+  std::vector<std::string> log;
+  std::vector<void*> started_data;
+
+  void Log(std::string event) {
+    absl::MutexLock lock(&mu);
+    log.push_back(std::move(event));
+  }
+  // Waits (bounded) until `n` collectives were started.
+  bool AwaitStarted(int n) {
+    absl::MutexLock lock(&mu);
+    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return started >= n;
+    };
+    return mu.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(30));
+  }
+  // Completes the oldest held collective with `code`.
+  void ReleaseOldest(int release_code = 0) {
+    std::pair<StarlingDone, void*> first;
+    {
+      absl::MutexLock lock(&mu);
+      ASSERT_FALSE(held.empty());
+      first = held.front();
+      held.erase(held.begin());
+    }
+    first.first(first.second, release_code, release_code == 0 ? "" : "failed");
+  }
 
   FakeApi() {
     api.version = STARLING_COLLECTIVE_API_VERSION;
@@ -48,7 +77,7 @@ struct FakeApi {
       f.memory.push_back(std::make_unique<char[]>(bytes));
       return f.memory.back().get();
     };
-    api.start = [](void* self, int, void*, size_t, int, int, int,
+    api.start = [](void* self, int, void* data, size_t bytes, int, int, int,
                    StarlingDone done, void* arg) {
       FakeApi& f = *static_cast<FakeApi*>(self);
       int code;
@@ -56,6 +85,8 @@ struct FakeApi {
       {
         absl::MutexLock lock(&f.mu);
         ++f.started;
+        f.log.push_back("start " + std::to_string(bytes));
+        f.started_data.push_back(data);
         if (f.hold) {
           f.held.emplace_back(done, arg);
           return;
@@ -121,6 +152,155 @@ TEST(CollectiveExecutor, RunsOpsInSubmissionOrder) {
     EXPECT_EQ(ran[i], i);
     EXPECT_EQ(finished[i], i);
   }
+}
+
+// An op that stages `bytes` (filled with `fill`) and launches an all-reduce
+// whose finish and done are logged as "finish B" and "done B <code>".
+CollectiveExecutor::Op LaunchOp(FakeApi& fake, size_t bytes,
+                                absl::Notification* ended = nullptr) {
+  CollectiveExecutor::Op op;
+  op.name = "op " + std::to_string(bytes);
+  op.body = [&fake, bytes](CollectiveExecutor::Context& c) {
+    absl::StatusOr<absl::Span<std::byte>> s = c.Scratch(bytes);
+    if (!s.ok()) return s.status();
+    std::memset(s->data(), static_cast<int>(bytes), bytes);
+    fake.Log("body " + std::to_string(bytes));
+    return c.Launch(STARLING_ALL_REDUCE, *s, STARLING_FLOAT32, STARLING_SUM, 0,
+                    [&fake, bytes, data = s->data()] {
+                      // Its region was nobody else's meanwhile.
+                      for (size_t i = 0; i < bytes; ++i) {
+                        if (data[i] != static_cast<std::byte>(bytes)) {
+                          return absl::DataLossError("scratch overwritten");
+                        }
+                      }
+                      fake.Log("finish " + std::to_string(bytes));
+                      return absl::OkStatus();
+                    });
+  };
+  op.done = [&fake, bytes, ended](const absl::Status& status) {
+    fake.Log("done " + std::to_string(bytes) + " " +
+             std::string(absl::StatusCodeToString(status.code())));
+    if (ended != nullptr) ended->Notify();
+  };
+  return op;
+}
+
+TEST(CollectiveExecutor, TheNextOpRunsWhileALaunchedCollectiveIsInFlight) {
+  FakeApi fake;
+  fake.hold = true;
+  CollectiveExecutor executor(&fake.api, nullptr, SmallOptions());
+  absl::Notification ended[3];
+  executor.Submit(LaunchOp(fake, 8, &ended[0]));
+  executor.Submit(LaunchOp(fake, 16, &ended[1]));
+  executor.Submit(LaunchOp(fake, 24, &ended[2]));
+  // All three are staged and started before the first completes.
+  ASSERT_TRUE(fake.AwaitStarted(3));
+  {
+    absl::MutexLock lock(&fake.mu);
+    EXPECT_EQ(fake.log,
+              (std::vector<std::string>{"body 8", "start 8", "body 16",
+                                        "start 16", "body 24", "start 24"}));
+    // Each in its own scratch region.
+    EXPECT_NE(fake.started_data[0], fake.started_data[1]);
+    EXPECT_NE(fake.started_data[1], fake.started_data[2]);
+    EXPECT_NE(fake.started_data[0], fake.started_data[2]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    fake.ReleaseOldest();
+    ended[i].WaitForNotification();
+  }
+  absl::MutexLock lock(&fake.mu);
+  EXPECT_EQ(
+      std::vector<std::string>(fake.log.begin() + 6, fake.log.end()),
+      (std::vector<std::string>{"finish 8", "done 8 OK", "finish 16",
+                                "done 16 OK", "finish 24", "done 24 OK"}));
+}
+
+TEST(CollectiveExecutor, AtMostMaxInFlightAndOpsEndInSubmissionOrder) {
+  FakeApi fake;
+  fake.hold = true;
+  CollectiveExecutor::Options options = SmallOptions();
+  options.max_in_flight = 2;
+  CollectiveExecutor executor(&fake.api, nullptr, options);
+  absl::Notification ended[3];
+  for (int i = 0; i < 3; ++i) {
+    executor.Submit(LaunchOp(fake, 8 * (i + 1), &ended[i]));
+  }
+  ASSERT_TRUE(fake.AwaitStarted(2));
+  // The third waits for the first to end; it then reuses its region.
+  fake.ReleaseOldest();
+  ASSERT_TRUE(fake.AwaitStarted(3));
+  fake.ReleaseOldest(static_cast<int>(absl::StatusCode::kInvalidArgument));
+  fake.ReleaseOldest();
+  for (auto& e : ended) e.WaitForNotification();
+  absl::MutexLock lock(&fake.mu);
+  EXPECT_EQ(fake.log,
+            (std::vector<std::string>{
+                "body 8", "start 8", "body 16", "start 16", "finish 8",
+                "done 8 OK", "body 24", "start 24",
+                // A failed collective's op has no finish.
+                "done 16 INVALID_ARGUMENT", "finish 24", "done 24 OK"}));
+  EXPECT_EQ(fake.started_data[2], fake.started_data[0]);
+  EXPECT_EQ(fake.allocations.size(), 2u);
+}
+
+TEST(CollectiveExecutor, AWaitedCollectiveEndsTheOpsInFlightFirst) {
+  FakeApi fake;
+  CollectiveExecutor executor(&fake.api, nullptr, SmallOptions());
+  executor.Submit(LaunchOp(fake, 8));
+  const absl::Status status =
+      RunOp(executor, [&fake](CollectiveExecutor::Context& c) {
+        absl::Status s = c.Collective(STARLING_BARRIER, {}, STARLING_INT32);
+        fake.Log("barrier");
+        return s;
+      });
+  EXPECT_TRUE(status.ok());
+  absl::MutexLock lock(&fake.mu);
+  EXPECT_EQ(fake.log,
+            (std::vector<std::string>{"body 8", "start 8", "finish 8",
+                                      "done 8 OK", "start 0", "barrier"}));
+}
+
+TEST(CollectiveExecutor, ALaunchedCollectiveThatNeverEndsFailsWhatFollows) {
+  FakeApi fake;
+  fake.hold = true;
+  CollectiveExecutor executor(&fake.api, nullptr, SmallOptions());
+  absl::Notification ended[2];
+  executor.Submit(LaunchOp(fake, 8, &ended[0]));
+  executor.Submit(LaunchOp(fake, 16, &ended[1]));
+  for (auto& e : ended) e.WaitForNotification();
+  const absl::Status later = RunOp(
+      executor, [](CollectiveExecutor::Context&) { return absl::OkStatus(); });
+  EXPECT_EQ(later.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(later.message().find("an earlier collective"),
+            absl::string_view::npos);
+  {
+    absl::MutexLock lock(&fake.mu);
+    // No finish ran: the regions may still be written.
+    EXPECT_EQ(fake.log,
+              (std::vector<std::string>{"body 8", "start 8", "body 16",
+                                        "start 16", "done 8 DEADLINE_EXCEEDED",
+                                        "done 16 DEADLINE_EXCEEDED"}));
+  }
+  // The held collectives end after all: their callbacks find their state.
+  fake.ReleaseOldest();
+  fake.ReleaseOldest();
+}
+
+TEST(CollectiveExecutor, ALaunchIsTheBodysLastCollective) {
+  FakeApi fake;
+  CollectiveExecutor executor(&fake.api, nullptr, SmallOptions());
+  const absl::Status status =
+      RunOp(executor, [](CollectiveExecutor::Context& c) {
+        absl::Span<std::byte> s = c.Scratch(8).value();
+        EXPECT_TRUE(c.Launch(STARLING_ALL_REDUCE, s, STARLING_FLOAT32,
+                             STARLING_SUM, 0, nullptr)
+                        .ok());
+        return c.Collective(STARLING_ALL_REDUCE, s, STARLING_FLOAT32);
+      });
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("after it launched"),
+            absl::string_view::npos);
 }
 
 TEST(CollectiveExecutor, ScratchGrowsGeometrically) {

@@ -5,12 +5,15 @@
 // Every op has the same shape: at the call, the arguments are checked and
 // the tensors staged (Staged: inputs that are not dense host tensors are
 // copied now); on the executor thread, its body packs them into the
-// scratch region, runs the collective(s) and unpacks the results.
+// scratch region, runs the collective(s) and unpacks the results. The
+// reductions and broadcast launch their one collective and unpack when it
+// completes, so that the next op is staged and queued meanwhile.
 #include "client/python/process_group_starling.h"
 
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
 #include <stdexcept>
@@ -28,8 +31,9 @@ namespace {
 
 using Context = CollectiveExecutor::Context;
 
-// Packs `tensors` one after the other, all-reduces them and, when
-// `keep`, unpacks and writes back the results.
+// Packs `tensors` one after the other and launches their all-reduce; when
+// it completes and `keep`, the results are unpacked and written back (the
+// next op's body runs meanwhile: see CollectiveExecutor).
 absl::Status ReduceTensors(Context& context, const std::vector<Staged>& tensors,
                            const ReductionPlan& plan, bool keep) {
   size_t bytes = 0;
@@ -41,16 +45,22 @@ absl::Status ReduceTensors(Context& context, const std::vector<Staged>& tensors,
     PackReduction(t.host, plan, at);
     at += ReductionBytes(t.host, plan);
   }
-  absl::Status status =
-      context.Collective(STARLING_ALL_REDUCE, *scratch, plan.type, plan.op);
-  if (!status.ok() || !keep) return status;
-  at = scratch->data();
-  for (const Staged& t : tensors) {
-    UnpackReduction(at, plan, t.host);
-    WriteBack(t);
-    at += ReductionBytes(t.host, plan);
+  std::function<absl::Status()> finish;
+  if (keep) {
+    finish = [tensors, plan, from = scratch->data()] {
+      // Results are written outside autograd, as in the body.
+      at::NoGradGuard no_grad;
+      const std::byte* at = from;
+      for (const Staged& t : tensors) {
+        UnpackReduction(at, plan, t.host);
+        WriteBack(t);
+        at += ReductionBytes(t.host, plan);
+      }
+      return absl::OkStatus();
+    };
   }
-  return absl::OkStatus();
+  return context.Launch(STARLING_ALL_REDUCE, *scratch, plan.type, plan.op,
+                        /*root=*/0, std::move(finish));
 }
 
 // What creation learns: every rank's slot.
@@ -269,13 +279,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::broadcast(
             context.Scratch(PaddedBytes(staged.host.nbytes()));
         if (!scratch.ok()) return scratch.status();
         if (root) PackBytes(staged.host, scratch->data());
-        absl::Status status =
-            context.Collective(STARLING_BROADCAST, *scratch, STARLING_INT32,
-                               STARLING_SUM, root_slot);
-        if (!status.ok() || root) return status;
-        UnpackBytes(scratch->data(), staged.host);
-        WriteBack(staged);
-        return absl::OkStatus();
+        std::function<absl::Status()> finish;
+        if (!root) {
+          finish = [staged, from = scratch->data()] {
+            at::NoGradGuard no_grad;
+            UnpackBytes(from, staged.host);
+            WriteBack(staged);
+            return absl::OkStatus();
+          };
+        }
+        return context.Launch(STARLING_BROADCAST, *scratch, STARLING_INT32,
+                              STARLING_SUM, root_slot, std::move(finish));
       });
 }
 
