@@ -711,18 +711,20 @@ Future Client::Collective(proto::CollectiveRequest collective,
 }
 
 Future Client::AllReduceAsync(absl::Span<std::byte> data, DataType type,
-                              ReduceOp op) {
+                              ReduceOp op, CollectiveOptions options) {
   proto::CollectiveRequest collective;
   collective.set_kind(proto::CollectiveRequest::KIND_ALL_REDUCE);
   collective.set_op(proto::ReduceOpToProto(op));
+  collective.set_scratch(options.scratch);
   return Collective(std::move(collective), data, type);
 }
 
 Future Client::BroadcastAsync(absl::Span<std::byte> data, DataType type,
-                              int root) {
+                              int root, CollectiveOptions options) {
   proto::CollectiveRequest collective;
   collective.set_kind(proto::CollectiveRequest::KIND_BROADCAST);
   collective.set_root(root);
+  collective.set_scratch(options.scratch);
   return Collective(std::move(collective), data, type);
 }
 

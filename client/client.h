@@ -198,6 +198,16 @@ struct Schedule {
   int64_t total_iterations = 0;  // of the training, as planned now
 };
 
+// How a collective (Client::AllReduceAsync, BroadcastAsync) may use its
+// buffer.
+struct CollectiveOptions {
+  // The buffer is scratch memory the caller refills for every op (a
+  // staging area): the daemon may run the collective in it directly,
+  // without the two copies through a buffer of its own (it does so when it
+  // has one worker), so a failed op may leave it changed.
+  bool scratch = false;
+};
+
 namespace internal {
 class FutureState;
 }  // namespace internal
@@ -427,7 +437,8 @@ class Client {
   // elements, the same length, type and op on every worker: a difference
   // fails the op on every worker, naming both calls). Workers are
   // numbered by slot(). The Future completes when this worker's `data`
-  // holds the result; a failed op leaves it as it was.
+  // holds the result; a failed op leaves it as it was (unless
+  // CollectiveOptions::scratch).
   // - AllReduce: data = op over every worker's data, element-wise. kSum of
   //   integers wraps modulo 2^bits; kAverage is the sum divided by
   //   total_workers() (integers truncate toward zero).
@@ -440,8 +451,11 @@ class Client {
   // Broadcast, AllGather and ReduceScatter need every daemon to have as
   // many workers (FailedPrecondition naming the counts otherwise); a
   // length that total_workers() does not divide is InvalidArgument.
-  Future AllReduceAsync(absl::Span<std::byte> data, DataType type, ReduceOp op);
-  Future BroadcastAsync(absl::Span<std::byte> data, DataType type, int root);
+  // `options.scratch`: see CollectiveOptions.
+  Future AllReduceAsync(absl::Span<std::byte> data, DataType type, ReduceOp op,
+                        CollectiveOptions options = {});
+  Future BroadcastAsync(absl::Span<std::byte> data, DataType type, int root,
+                        CollectiveOptions options = {});
   Future AllGatherAsync(absl::Span<std::byte> data, DataType type);
   Future ReduceScatterAsync(absl::Span<std::byte> data, DataType type,
                             ReduceOp op);

@@ -81,7 +81,9 @@ typedef struct StarlingCollectiveApi {
   // Starts a collective on data[0, bytes) (pool memory; data and bytes
   // ignored for a barrier); `root` is the broadcast's slot, `op` a
   // StarlingReduceOp for all-reduce and reduce-scatter. Calls
-  // done(arg, code, message) once when the op ended.
+  // done(arg, code, message) once when the op ended. The data is the
+  // caller's scratch memory (Client's CollectiveOptions::scratch): a
+  // failed op may leave it changed.
   void (*start)(void* client, int kind, void* data, size_t bytes, int dtype,
                 int op, int root, StarlingDone done, void* arg);
 } StarlingCollectiveApi;

@@ -350,13 +350,15 @@ void PyClient::ApiStart(void* self, int kind, void* data, size_t bytes,
     return;
   }
   Client& client = *c.client_;
+  // The table's callers stage into pool memory they refill for every op.
+  constexpr CollectiveOptions kScratch{/*scratch=*/true};
   Future future;
   switch (kind) {
     case STARLING_ALL_REDUCE:
-      future = client.AllReduceAsync(span, type, reduce_op);
+      future = client.AllReduceAsync(span, type, reduce_op, kScratch);
       break;
     case STARLING_BROADCAST:
-      future = client.BroadcastAsync(span, type, root);
+      future = client.BroadcastAsync(span, type, root, kScratch);
       break;
     case STARLING_ALL_GATHER:
       future = client.AllGatherAsync(span, type);

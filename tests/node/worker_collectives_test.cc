@@ -257,36 +257,45 @@ absl::Status EveryCollective(client::Client& c) {
   std::byte* buffer = reinterpret_cast<std::byte*>(pool->data());
   for (DataType type : kTypes) {
     const std::string name(client::DataTypeName(type));
-    for (ReduceOp op : kOps) {
-      for (size_t n : {size_t{0}, size_t{1}, size_t{13}, size_t{4099}}) {
-        for (size_t i = 0; i < n; ++i) {
-          Store(type, Input(type, op, slot, i, workers), buffer, i);
+    // Buffers the daemon copies through its own, and scratch buffers it
+    // runs the collective in when it has one worker.
+    for (bool scratch : {false, true}) {
+      const client::CollectiveOptions options{scratch};
+      const char* how = scratch ? " (scratch)" : "";
+      for (ReduceOp op : kOps) {
+        for (size_t n : {size_t{0}, size_t{1}, size_t{13}, size_t{4099}}) {
+          for (size_t i = 0; i < n; ++i) {
+            Store(type, Input(type, op, slot, i, workers), buffer, i);
+          }
+          const std::string what =
+              absl::StrCat("slot ", slot, " all_reduce ", name, " ",
+                           client::ReduceOpName(op), " of ", n, how);
+          COLLECTIVES_RETURN_IF_ERROR(
+              c.AllReduceAsync(absl::MakeSpan(buffer, n * Bytes(type)), type,
+                               op, options)
+                  .Wait(absl::Seconds(30)));
+          for (size_t i = 0; i < n; ++i) {
+            COLLECTIVES_RETURN_IF_ERROR(Compare(
+                what, type, buffer, i, Reference(type, op, i, workers)));
+          }
         }
-        const std::string what =
-            absl::StrCat("slot ", slot, " all_reduce ", name, " ",
-                         client::ReduceOpName(op), " of ", n);
+      }
+      // Broadcast from the first and the last slot.
+      const size_t n = 37;
+      for (int root : {0, workers - 1}) {
+        for (size_t i = 0; i < n; ++i) {
+          Store(type, Input(type, ReduceOp::kSum, slot, i, workers), buffer, i);
+        }
         COLLECTIVES_RETURN_IF_ERROR(
-            c.AllReduceAsync(absl::MakeSpan(buffer, n * Bytes(type)), type, op)
+            c.BroadcastAsync(absl::MakeSpan(buffer, n * Bytes(type)), type,
+                             root, options)
                 .Wait(absl::Seconds(30)));
         for (size_t i = 0; i < n; ++i) {
-          COLLECTIVES_RETURN_IF_ERROR(
-              Compare(what, type, buffer, i, Reference(type, op, i, workers)));
+          COLLECTIVES_RETURN_IF_ERROR(Compare(
+              absl::StrCat("slot ", slot, " broadcast ", name, " from ", root,
+                           how),
+              type, buffer, i, Input(type, ReduceOp::kSum, root, i, workers)));
         }
-      }
-    }
-    // Broadcast from the first and the last slot.
-    const size_t n = 37;
-    for (int root : {0, workers - 1}) {
-      for (size_t i = 0; i < n; ++i) {
-        Store(type, Input(type, ReduceOp::kSum, slot, i, workers), buffer, i);
-      }
-      COLLECTIVES_RETURN_IF_ERROR(
-          c.BroadcastAsync(absl::MakeSpan(buffer, n * Bytes(type)), type, root)
-              .Wait(absl::Seconds(30)));
-      for (size_t i = 0; i < n; ++i) {
-        COLLECTIVES_RETURN_IF_ERROR(Compare(
-            absl::StrCat("slot ", slot, " broadcast ", name, " from ", root),
-            type, buffer, i, Input(type, ReduceOp::kSum, root, i, workers)));
       }
     }
     // All-gather: blocks of 5, worker s supplying block s.

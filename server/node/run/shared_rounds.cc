@@ -89,6 +89,34 @@ absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
     if (!buffer.ok()) return Annotate(buffer.status(), where);
     buffers.push_back(*buffer);
   }
+  // A worker that says its buffer is scratch memory (a staging area it
+  // refills for every op), alone on this daemon: the all-reduce or
+  // broadcast runs in that buffer, without the two copies below.
+  const bool in_place =
+      buffers.size() == 1 && request.scratch() &&
+      (kind == proto::CollectiveRequest::KIND_ALL_REDUCE ||
+       kind == proto::CollectiveRequest::KIND_BROADCAST) &&
+      reinterpret_cast<uintptr_t>(buffers[0].data()) % alignof(uint64_t) == 0;
+  if (in_place) {
+    const absl::Time start = absl::Now();
+    const absl::Span<std::byte> data = buffers[0];
+    if (kind == proto::CollectiveRequest::KIND_ALL_REDUCE) {
+      const ReduceOp across = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+      STARLING_RETURN_IF_ERROR(
+          Annotate(comm_->AllReduce(data, type, across, call), where));
+      if (op == ReduceOp::kAverage) {
+        STARLING_RETURN_IF_ERROR(Annotate(
+            collective::FinishAverage(type, data, total_workers), where));
+      }
+    } else {
+      STARLING_RETURN_IF_ERROR(Annotate(
+          comm_->Broadcast(data, type, request.root() / local, call), where));
+    }
+    metrics_->allreduce_seconds->Observe(
+        absl::ToDoubleSeconds(absl::Now() - start));
+    metrics_->collective_bytes->Increment(static_cast<double>(bytes));
+    return absl::OkStatus();
+  }
   // The collective runs in scratch_ (8-byte aligned for every type) and the
   // result is copied into the workers' buffers only once it succeeded: a
   // failed op leaves them as they were.

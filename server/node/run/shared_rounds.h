@@ -11,7 +11,8 @@
 //
 // Copies in user space, counted in NodeMetrics::allreduce_staging_copied_
 // bytes: the all-reduce staging reads each buffer once, writes the sum once,
-// then reads it and writes each buffer once per worker.
+// then reads it and writes each buffer once per worker (none of that for
+// one worker's scratch buffer).
 //
 // Thread safety: confined to the run manager's step thread (the staging
 // buffer is shared); no call takes a lock, the collectives block up to the
@@ -48,7 +49,9 @@ class SharedRounds {
   // reduce op), over the run's `total_workers` workers numbered by slot:
   // the local workers' buffers combined into the staging buffer, the
   // collective across daemons there, the result copied into each buffer.
-  // A failed collective leaves the buffers as they were. Errors are
+  // A failed collective leaves the buffers as they were, except that an
+  // all-reduce or broadcast whose one local worker marked its buffer as
+  // scratch (CollectiveRequest.scratch) runs in that buffer. Errors are
   // annotated with `where`; FailedPrecondition for the slot-numbered kinds
   // when daemons have unequal worker counts, InvalidArgument for a length
   // the workers do not divide into blocks or a root that is no worker's.
