@@ -546,14 +546,27 @@ void DefineModule(py::module_& m) {
           py::arg("version"), py::arg("parameters"))
       .def(
           "all_reduce_async",
-          [](PyClient& c, uintptr_t address, size_t elements) {
-            absl::Span<float> data(reinterpret_cast<float*>(address), elements);
-            return c.Async(
-                [&](Client& client) { return client.AllReduceAsync(data); });
+          [](PyClient& c, uintptr_t address, size_t elements,
+             const std::string& dtype) {
+            DataType type = DataType::kFloat32;
+            if (dtype == "float16") {
+              type = DataType::kFloat16;
+            } else if (dtype == "bfloat16") {
+              type = DataType::kBFloat16;
+            } else if (dtype != "float32") {
+              Raise(absl::InvalidArgumentError(
+                  absl::StrCat("all_reduce_async: dtype ", dtype,
+                               " is not float32, float16 or bfloat16")));
+            }
+            absl::Span<std::byte> data(reinterpret_cast<std::byte*>(address),
+                                       elements * DataTypeBytes(type));
+            return c.Async([&](Client& client) {
+              return client.AllReduceAsync(data, type, ReduceOp::kSum);
+            });
           },
-          py::arg("address"), py::arg("elements"),
-          "Sums `elements` float32 at `address` (inside the pool) over every "
-          "worker, in place.")
+          py::arg("address"), py::arg("elements"), py::arg("dtype") = "float32",
+          "Sums `elements` of `dtype` (float32, float16 or bfloat16) at "
+          "`address` (inside the pool) over every worker, in place.")
       .def(
           "report_step_times",
           [](PyClient& c, double compute_s, double step_s) {

@@ -137,7 +137,7 @@ class Session:
         self.client.declare_tensor(name, shape, dtype)
         self.declared += 1
 
-    def all_reduce_async(self, address, elements):
+    def all_reduce_async(self, address, elements, dtype="float32"):
         if not self.running and not self.declared:
             count = self.client.job()["parameter_count"]
             if count:
@@ -149,7 +149,7 @@ class Session:
                     "DistributedOptimizer (which declares the model) before "
                     "broadcasts and all-reduces" % count)
         self.data_op()
-        return self.client.all_reduce_async(address, elements)
+        return self.client.all_reduce_async(address, elements, dtype)
 
     def barrier(self):
         self.data_op()

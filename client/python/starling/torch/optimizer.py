@@ -82,6 +82,9 @@ class _Bucket:
         self.slots = slots
         self.pending = len(slots)
         self.blocks = []  # per gradient set (worker-side): PoolBlock
+        # per gradient set, with Compression.fp16: the float16 PoolBlock
+        # that crosses instead of `blocks`
+        self.halves = []
         self.grad_args = []  # per gradient set (daemon-side): push tuples
 
 
@@ -92,8 +95,10 @@ class _DistributedBase:
     # --- set-up -----------------------------------------------------------
     def _starling_setup(self, named_parameters, staleness,
                         backward_passes_per_step, bucket_bytes, on_regroup,
-                        rejoins):
+                        rejoins, compress16=False):
         self._session = starling.session()
+        # Compression.fp16 (worker-side): each bucket crosses as float16.
+        self._compress16 = compress16
         self._summed = False  # op=Sum: the gradients are not averaged
         self._predivide = 1.0  # gradient_predivide_factor
         self._skip_synchronize = False
@@ -317,6 +322,10 @@ class _DistributedBase:
                     bucket.blocks.append(block)
                     for slot, view in zip(bucket.slots, block.tensors):
                         slot.grad.append(view)
+                    if self._compress16:
+                        bucket.halves.append(
+                            PoolBlock(session, [(block.elements,)],
+                                      torch.float16))
         self._attach_grads(0)
 
     def _place_daemon_side(self):
@@ -417,8 +426,18 @@ class _DistributedBase:
                 if self._predivide != 1.0:
                     with torch.no_grad():
                         block.flat.div_(self._predivide)
-                future = self._session.all_reduce_async(block.address,
-                                                        block.elements)
+                if self._compress16:
+                    # Horovod's Compression.fp16: the bucket crosses and is
+                    # summed as float16 (half the bytes), and comes back
+                    # into float32 in _reduce_into_grads.
+                    half = bucket.halves[which]
+                    with torch.no_grad():
+                        half.tensors[0].copy_(block.flat)
+                    future = self._session.all_reduce_async(
+                        half.address, block.elements, "float16")
+                else:
+                    future = self._session.all_reduce_async(
+                        block.address, block.elements)
             self._futures.setdefault(self._step_index, []).append(future)
             self._next_bucket += 1
 
@@ -500,6 +519,10 @@ class _DistributedBase:
         self._wait(applied)
         which = applied % self._sets
         with torch.no_grad():
+            if self._compress16:
+                for bucket in self._buckets:
+                    bucket.blocks[which].flat.copy_(
+                        bucket.halves[which].tensors[0])
             if not self._summed:
                 for bucket in self._buckets:
                     bucket.blocks[which].flat.div_(
@@ -716,11 +739,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     named_parameters: model.named_parameters(); names appear in errors
         (a model that differs across workers is named by parameter). Every
         worker must pass the same parameters in the same order.
-    compression: Compression.none (the default). Compression.fp16 raises:
-        the gradients cross in the parameters' type, so a float16 or
-        bfloat16 model's cross in 16 bits; for float32 models with fp16
-        gradients, use DistributedDataParallel on the starling backend
-        with its fp16 compression hook.
+    compression: Compression.none (the default) or Compression.fp16:
+        worker-side placement (--optimizer none), each bucket of gradients
+        is converted to float16, summed as float16 by the daemons (half
+        the bytes) and converted back, as Horovod does (gradients beyond
+        float16's range, 65504, overflow: scale the loss down then).
+        Daemon-side, the gradients cross in the parameters' type and
+        fp16 raises.
     backward_passes_per_step: backward passes accumulated before a step's
         gradients leave (gradient accumulation).
     op: Average (the default) or Sum (worker-side placement: the summed
@@ -769,24 +794,32 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
             "INVALID_ARGUMENT",
             "DistributedOptimizer: gradient_predivide_factor %r must be > 0" %
             (gradient_predivide_factor,))
+    compress16 = False
     if compression is not None and compression not in (
             collectives.Compression.none, collectives.NoneCompressor):
-        raise starling._error(
-            "UNIMPLEMENTED",
-            "DistributedOptimizer: compression=%s is not supported: the "
-            "gradients cross in the parameters' type (a float16 or bfloat16 "
-            "model's in 16 bits); for a float32 model with 16-bit gradients "
-            "use DistributedDataParallel on the starling backend with "
-            "torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
-            "fp16_compress_hook" % getattr(compression, "__name__",
-                                           compression))
+        if compression not in (collectives.Compression.fp16,
+                               collectives.FP16Compressor):
+            raise starling._error(
+                "INVALID_ARGUMENT",
+                "DistributedOptimizer: compression=%s; Starling offers "
+                "Compression.none and Compression.fp16" %
+                getattr(compression, "__name__", compression))
+        compress16 = True
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedBase, base), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
+    if compress16 and starling.session().client.job()["optimizer"] != "none":
+        raise starling._error(
+            "INVALID_ARGUMENT",
+            "DistributedOptimizer: compression=Compression.fp16 needs "
+            "worker-side placement (--optimizer none); the daemons own the "
+            "optimizer here (--optimizer %s) and take the gradients in the "
+            "parameters' type (a float16 model's cross in 16 bits)" %
+            starling.session().client.job()["optimizer"])
     wrapped._starling_setup(named_parameters, staleness,
                             backward_passes_per_step, bucket_bytes, on_regroup,
-                            rejoins)
+                            rejoins, compress16)
     if wrapped._daemon_side and (op is not collectives.Average or
                                  gradient_predivide_factor != 1.0):
         raise starling._error(
