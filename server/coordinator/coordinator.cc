@@ -32,8 +32,16 @@ using internal::kMaxLocalWorkers;
 using internal::LocalWorkers;
 using internal::Seconds;
 
-// JoinResponse.group_key: 256 random bits.
+// JoinResponse.group_key and .member_key: 256 random bits.
 constexpr size_t kGroupKeyBytes = 32;
+
+// The name a member's key is kept under (CoordinatorState.member_keys).
+std::string MemberKeyName(absl::string_view host, absl::string_view address) {
+  return absl::StrCat(host, " ", address);
+}
+std::string MemberKeyName(const proto::JoinRequest& node) {
+  return MemberKeyName(node.hostname(), node.data_address());
+}
 
 }  // namespace
 
@@ -215,7 +223,10 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
         AwaitMemberSilenceLocked(request, deadline, cancelled));
     STARLING_ASSIGN_OR_RETURN(std::optional<proto::JoinResponse> again,
                               LateJoinLocked(request));
-    if (again.has_value()) return *std::move(again);
+    if (again.has_value()) {
+      IssueMemberKeyLocked(request, &*again);
+      return *std::move(again);
+    }
   }
   for (const PendingJoin& p : pending_) {
     if (p.request.data_address() == request.data_address()) {
@@ -289,7 +300,10 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Join(
   }
   if (waiting()) return absl::UnavailableError("coordinator is shutting down");
   if (const int rank = RankOfLocked(request); rank >= 0) {
-    return JoinResponseLocked(rank);
+    // A Join is a new daemon process: it has no key of its own yet.
+    proto::JoinResponse response = JoinResponseLocked(rank);
+    IssueMemberKeyLocked(request, &response);
+    return response;
   }
   if (!adopted_from_.empty()) {
     return absl::FailedPreconditionError(
@@ -717,8 +731,15 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
         " peers; its rank must be one of them, with its own data address, "
         "and the epoch >= 1"));
   }
+  // A key for this node only where none is held (a record without keys)
+  // or the member was lost: a live member has its own, and a Rejoin in its
+  // name (with the shared secret) gets none.
+  const bool keyed = member_keys_.contains(MemberKeyName(node));
   if (formed_ && request.group_epoch() < group_epoch_) {
-    return MoveToCurrentEpochLocked(request);
+    absl::StatusOr<proto::JoinResponse> moved =
+        MoveToCurrentEpochLocked(request);
+    if (moved.ok() && !keyed) IssueMemberKeyLocked(node, &*moved);
+    return moved;
   }
   if (!formed_ && request.group_epoch() <= group_epoch_) {
     // This coordinator recorded that epoch, or a later one, and gave it up.
@@ -776,7 +797,29 @@ absl::StatusOr<proto::JoinResponse> Coordinator::Rejoin(
                        << "; " << registered << " of " << members_.size()
                        << " members registered";
   }
-  return JoinResponseLocked(rank);
+  proto::JoinResponse response = JoinResponseLocked(rank);
+  if (!keyed || was == proto::NODE_HEALTH_LOST) {
+    IssueMemberKeyLocked(node, &response);
+  }
+  return response;
+}
+
+void Coordinator::IssueMemberKeyLocked(const proto::JoinRequest& node,
+                                       proto::JoinResponse* response) {
+  if (options_.cluster_secret.empty()) return;
+  std::string key(kGroupKeyBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(key.data()),
+                 static_cast<int>(key.size())) != 1) {
+    // The node goes on signing with the shared secret, which is refused
+    // once its identity holds a key: say why.
+    STARLING_LOG(ERROR) << "no random bytes for the member key of "
+                        << node.hostname() << " (" << node.data_address()
+                        << "): OpenSSL RAND_bytes failed";
+    return;
+  }
+  member_keys_[MemberKeyName(node)] = key;
+  response->set_member_key(std::move(key));
+  MarkDirtyLocked();
 }
 
 int Coordinator::RankOfLocked(const proto::JoinRequest& node) const {
@@ -865,6 +908,9 @@ proto::CoordinatorState Coordinator::Snapshot() const {
   }
   state.set_last_error(last_error_);
   state.set_carried_run_id(carried_run_id_);
+  for (const auto& [name, key] : member_keys_) {
+    (*state.mutable_member_keys())[name] = key;
+  }
   if (formed_ && PlanContinuedLocked()) {
     for (const proto::ScheduleSegment& segment : planner_->Segments()) {
       *state.add_schedule_segments() = segment;
@@ -879,6 +925,10 @@ void Coordinator::RestoreLocked(const proto::CoordinatorState& state) {
   runs_.Restore(state.runs());
   last_error_ = state.last_error();
   carried_run_id_ = state.carried_run_id();
+  member_keys_.clear();
+  for (const auto& [name, key] : state.member_keys()) {
+    member_keys_[name] = key;
+  }
   if (state.has_highest_iteration()) {
     highest_iteration_ = state.highest_iteration();
   }
@@ -1147,7 +1197,18 @@ absl::Status Coordinator::CheckCaller(absl::string_view call,
         "certificate names"));
   }
   if (refused.ok() && !options_.cluster_secret.empty()) {
-    const absl::string_view secrets[] = {options_.cluster_secret};
+    // Join and Rejoin prove the shared secret; every other call the
+    // member's own key, once it has one.
+    std::string member_key;
+    if (call != "Join" && call != "Rejoin") {
+      absl::MutexLock lock(&mu_);
+      const auto it =
+          member_keys_.find(MemberKeyName(caller.host, caller.address));
+      if (it != member_keys_.end()) member_key = it->second;
+    }
+    const absl::string_view secrets[] = {
+        member_key.empty() ? absl::string_view(options_.cluster_secret)
+                           : absl::string_view(member_key)};
     refused =
         verifier_.Verify(secrets, CallRole::kMember, call, options_.job_id,
                          CallIdentity{caller.host, caller.address},
@@ -1155,12 +1216,18 @@ absl::Status Coordinator::CheckCaller(absl::string_view call,
     if (!refused.ok()) {
       refused = absl::Status(
           refused.code(),
-          absl::StrCat(call, " from ", who, " refused: ", refused.message(),
-                       caller.credential.empty()
-                           ? "; this coordinator runs with a cluster secret: "
-                             "start the node with --cluster_secret_file (the "
-                             "coordinator's file)"
-                           : ""));
+          absl::StrCat(
+              call, " from ", who, " refused: ", refused.message(),
+              caller.credential.empty()
+                  ? "; this coordinator runs with a cluster secret: "
+                    "start the node with --cluster_secret_file (the "
+                    "coordinator's file)"
+              : !member_key.empty()
+                  ? absl::StrCat("; ", BoundedPrintable(caller.host, 64),
+                                 " signs its calls with the member key this "
+                                 "coordinator gave it (the cluster secret "
+                                 "proves Join and Rejoin only)")
+                  : ""));
     }
   }
   if (refused.ok() && rank >= 0) {

@@ -76,6 +76,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -152,8 +153,13 @@ class Coordinator {
   // With certified_identities (mutual TLS), first: the hostname `caller`
   // claims must be one its client certificate names.
   // OK when this coordinator has no cluster secret, or when `caller`'s
-  // credential is a fresh member credential under the secret for `call`,
-  // this job and the identity it claims and, for a call that names `rank`
+  // credential is a fresh member credential for `call`, this job and the
+  // identity it claims, under the secret for Join and Rejoin and under
+  // that identity's own member key (JoinResponse.member_key) for every
+  // other call once it has one (a node refused under its key re-registers,
+  // proving the secret: a coordinator restarted without its record), and,
+  // for a call
+  // that names `rank`
   // (-1: none) of the current group epoch (`epoch`, or 0: no epoch, taken
   // as the current one), that identity is that rank's member.
   // PermissionDenied naming `call`, the identity and what is wrong
@@ -360,6 +366,11 @@ class Coordinator {
   // FailedPrecondition for an iteration an earlier group's plan covered.
   absl::Status RebaseScheduleLocked(uint64_t next_iteration)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a cluster secret, a new key for `node`'s identity, kept (and
+  // persisted) and set in `response`; nothing otherwise.
+  void IssueMemberKeyLocked(const proto::JoinRequest& node,
+                            proto::JoinResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::JoinResponse JoinResponseLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> DetectFailuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -424,6 +435,9 @@ class Coordinator {
   // Drawn when the group formed; members' data-plane handshakes prove it
   // (JoinResponse.group_key). Empty for an adopted group.
   std::string group_key_ ABSL_GUARDED_BY(mu_);
+  // With a cluster secret: each member's key, by MemberKeyName().
+  absl::flat_hash_map<std::string, std::string> member_keys_
+      ABSL_GUARDED_BY(mu_);
   // Index = rank.
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
   // Why the group last re-formed (JoinResponse.reformed_because).

@@ -166,35 +166,58 @@ TEST(ControlPlaneAuth, StrangersCannotJoinNorSpeakForAMember) {
                                      one.data_address(),
                                      ") refused: it carries no credential")));
 
-  // A member (rank 0, with its own credential) speaking for rank 1.
-  Caller member(cluster.coordinator_address(), zero.hostname(),
-                zero.data_address(), kSecret);
+  // An insider: a process that knows the cluster secret, claiming rank 0's
+  // identity. The secret proves Join and Rejoin only; every other call of
+  // a member is signed under the key the coordinator gave it at Join, so
+  // the insider speaks neither for rank 1 nor for rank 0.
+  Caller insider(cluster.coordinator_address(), zero.hostname(),
+                 zero.data_address(), kSecret);
   status =
-      member.Call(&proto::Coordinator::Stub::EndRun, "EndRun", end, &ended);
+      insider.Call(&proto::Coordinator::Stub::EndRun, "EndRun", end, &ended);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_THAT(
-      status.error_message(),
-      HasSubstr(absl::StrCat("EndRun for rank 1 (", one.hostname(), ", ",
-                             one.data_address(), ") from ", zero.hostname())));
   EXPECT_THAT(status.error_message(),
-              HasSubstr("a member speaks only for itself"));
-  // ... also when its call names no group epoch (taken as the current one).
-  beat.set_group_epoch(0);
-  status = member.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat", beat,
-                       &answer);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_THAT(status.error_message(), HasSubstr("Heartbeat for rank 1"));
+              HasSubstr(absl::StrCat("EndRun from ", zero.hostname())));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("signs its calls with the member key"));
+  for (int rank : {1, 0}) {
+    beat.set_rank(rank);
+    for (uint64_t epoch : {job.group_epoch(), uint64_t{0}}) {
+      beat.set_group_epoch(epoch);
+      status = insider.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat",
+                            beat, &answer);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << "rank " << rank << " epoch " << epoch;
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr("signs its calls with the member key"));
+    }
+  }
+  // Its Rejoin in rank 0's name (the secret proves it) gets no key: a live
+  // member keeps its own.
+  proto::RejoinRequest again;
+  *again.mutable_node() = rejoin.node();
+  again.mutable_node()->set_hostname(zero.hostname());
+  again.mutable_node()->set_data_address(zero.data_address());
+  again.mutable_node()->set_admin_address(zero.admin_address());
+  again.set_rank(0);
+  again.set_group_epoch(job.group_epoch());
+  for (const proto::NodeStatus& node : job.nodes()) {
+    *again.add_peers() = node.peer();
+  }
+  status =
+      insider.Call(&proto::Coordinator::Stub::Rejoin, "Rejoin", again, &joined);
+  if (status.ok()) {
+    EXPECT_TRUE(joined.member_key().empty());
+  } else {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << status.error_message();
+  }
 
   // A credential seen on the wire is worth nothing: replayed, refused; and
-  // one made for a heartbeat does not carry a run's end.
-  beat.set_rank(0);
-  status = member.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat", beat,
-                       &answer);
-  EXPECT_TRUE(status.ok()) << status.error_message();
+  // one made for a Rejoin does not carry a run's end.
   Caller replay(cluster.coordinator_address(), zero.hostname(),
-                zero.data_address(), "", member.last_credential());
-  status = replay.Call(&proto::Coordinator::Stub::Heartbeat, "Heartbeat", beat,
-                       &answer);
+                zero.data_address(), "", insider.last_credential());
+  status =
+      replay.Call(&proto::Coordinator::Stub::Rejoin, "Rejoin", again, &joined);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(status.error_message(), HasSubstr("used before"));
   end.set_rank(0);

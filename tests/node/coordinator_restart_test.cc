@@ -9,7 +9,9 @@
 // report, and the same holds; with --state_etcd likewise, from a key in
 // etcd.
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -44,8 +46,11 @@ std::vector<ProcessResult> WaitAll(NodeCluster& cluster,
 // Kills the coordinator mid-run and starts it again with
 // `coordinator_flags`; checks the group and the run come through whole.
 // Sets `*restarted_stderr` to the restarted coordinator's stderr.
+// With `secret`, the coordinator and the daemons run with it as their
+// cluster secret (so each member signs its calls under its own key).
 void RestartMidRun(const std::vector<std::string>& coordinator_flags,
-                   std::string* restarted_stderr) {
+                   std::string* restarted_stderr,
+                   const std::string& secret = "") {
   ClusterOptions options;
   options.daemons = kDaemons;
   options.local_workers = 1;
@@ -55,9 +60,21 @@ void RestartMidRun(const std::vector<std::string>& coordinator_flags,
   options.collective_timeout = absl::Seconds(20);
   const absl::Duration heartbeat_period = options.heartbeat_timeout / 5;
   NodeCluster cluster(options);
-  pid_t coordinator =
-      cluster.StartCoordinatorWith("coordinator", coordinator_flags);
-  cluster.StartDaemons();
+  std::vector<std::string> with_secret = coordinator_flags;
+  std::vector<std::string> daemon_flags;
+  if (!secret.empty()) {
+    const std::string file = TempPath("cluster.secret");
+    {
+      std::ofstream out(file);
+      out << secret;
+    }
+    EXPECT_EQ(::chmod(file.c_str(), 0600), 0);
+    with_secret.push_back(absl::StrCat("--cluster_secret_file=", file));
+    daemon_flags.push_back(absl::StrCat("--cluster_secret_file=", file));
+    cluster.set_operator_secret(secret);
+  }
+  pid_t coordinator = cluster.StartCoordinatorWith("coordinator", with_secret);
+  for (int d = 0; d < kDaemons; ++d) cluster.StartDaemon(d, daemon_flags);
   const std::vector<std::string> flags = {"--steps=250", "--step_delay=10ms",
                                           "--timeout=30s"};
 
@@ -95,7 +112,7 @@ void RestartMidRun(const std::vector<std::string>& coordinator_flags,
   ASSERT_FALSE(killed.timed_out);
   const absl::Time restarted = absl::Now();
   coordinator =
-      cluster.StartCoordinatorWith("coordinator_restarted", coordinator_flags);
+      cluster.StartCoordinatorWith("coordinator_restarted", with_secret);
 
   // starlingctl shows the group as it is within a few heartbeat periods
   // (plus the new coordinator's start-up).
@@ -153,6 +170,21 @@ TEST(CoordinatorRestart, RestartedCoordinatorResumesItsRecord) {
                                      "coordinator state file ",
                                      record)));
   EXPECT_THAT(restarted, Not(HasSubstr("adopted")));
+}
+
+// With a cluster secret every member signs its calls under its own key
+// (JoinResponse.member_key). A coordinator restarted without its record
+// holds none of them: the members re-register, proving the secret, and
+// get new ones; one that resumes its record holds them still.
+TEST(CoordinatorRestart, WithAClusterSecretMembersKeepOrRenewTheirKeys) {
+  const std::string secret = "coordinator-restart-test secret, 32+ bytes";
+  std::string restarted;
+  RestartMidRun({}, &restarted, secret);
+  EXPECT_THAT(restarted, HasSubstr("adopted the running group"));
+  const std::string record = TempPath("keyed.state");
+  RestartMidRun({absl::StrCat("--state_file=", record)}, &restarted, secret);
+  EXPECT_THAT(restarted, HasSubstr("resumed group epoch 1"));
+  EXPECT_THAT(restarted, Not(HasSubstr("refused")));
 }
 
 // The same with the record in etcd (--state_etcd): the restarted

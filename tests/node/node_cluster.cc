@@ -215,10 +215,20 @@ ProcessResult NodeCluster::Wait(pid_t pid, absl::Duration timeout) {
 void NodeCluster::Kill(pid_t pid, int signal) { ::kill(pid, signal); }
 
 coordinator::RunResult NodeCluster::CtlStatus() const {
-  return coordinator::RunBinary(
-      {BinaryPath("server/coordinator/starlingctl"), "status",
-       absl::StrCat("--coordinator=", coordinator_address()), "--timeout=2s"},
-      10);
+  std::vector<std::string> command = {
+      BinaryPath("server/coordinator/starlingctl"), "status",
+      absl::StrCat("--coordinator=", coordinator_address()), "--timeout=2s"};
+  if (!operator_secret_.empty()) {
+    // starlingctl reads the operator's secret from a file of mode 600.
+    const std::string file = absl::StrCat(dir_, "/operator.secret");
+    {
+      std::ofstream out(file, std::ios::trunc);
+      out << operator_secret_;
+    }
+    ::chmod(file.c_str(), 0600);
+    command.push_back(absl::StrCat("--secret_file=", file));
+  }
+  return coordinator::RunBinary(command, 10);
 }
 
 std::string NodeCluster::ServerLogs() const {

@@ -117,11 +117,21 @@ CoordinatorLink::CallResult CoordinatorLink::Call(
     bool cancellable) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
-  // A fresh credential for this call (the coordinator takes each once).
-  if (absl::Status signed_call =
-          SignContext(&context, options_.cluster_secret, CallRole::kMember,
-                      method, options_.job_id,
-                      CallIdentity{options_.hostname, options_.data_address});
+  // A fresh credential for this call (the coordinator takes each once):
+  // Join and Rejoin prove the shared secret, every other call this
+  // member's own key once it has one.
+  std::string secret = options_.cluster_secret;
+  bool under_member_key = false;
+  if (method != "Join" && method != "Rejoin") {
+    absl::MutexLock lock(&mu_);
+    if (!member_key_.empty()) {
+      secret = member_key_;
+      under_member_key = true;
+    }
+  }
+  if (absl::Status signed_call = SignContext(
+          &context, secret, CallRole::kMember, method, options_.job_id,
+          CallIdentity{options_.hostname, options_.data_address});
       !signed_call.ok()) {
     return {ToGrpcStatus(signed_call), Outcome::kFailed};
   }
@@ -139,6 +149,13 @@ CoordinatorLink::CallResult CoordinatorLink::Call(
   if (cancellable) in_flight_.erase(&context);
   if (stopping_ && cancellable && !status.ok()) {
     return {status, Outcome::kStopping};
+  }
+  if (under_member_key &&
+      status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+    // A coordinator that does not hold this member's key (restarted
+    // without its record) refuses the calls signed under it: re-register,
+    // proving the cluster secret, for a new one.
+    return {status, Outcome::kRejoin};
   }
   return {status, Classify(status, context)};
 }
@@ -253,7 +270,10 @@ absl::StatusOr<proto::JoinResponse> CoordinatorLink::AskToJoin(
           return stub_->Join(context, request, &response);
         });
     const grpc::Status& status = call.status;
-    if (call.outcome == Outcome::kOk) return response;
+    if (call.outcome == Outcome::kOk) {
+      KeepMemberKey(response);
+      return response;
+    }
     if (call.outcome == Outcome::kStopping) return cancelled;
     if (call.outcome == Outcome::kFailed &&
         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
@@ -324,6 +344,12 @@ void CoordinatorLink::JoinAfresh() {
       return;
     }
   }
+}
+
+void CoordinatorLink::KeepMemberKey(const proto::JoinResponse& response) {
+  if (response.member_key().empty()) return;  // the one it has stays
+  absl::MutexLock lock(&mu_);
+  member_key_ = response.member_key();
 }
 
 void CoordinatorLink::Regroup(const proto::JoinResponse& group,
@@ -838,6 +864,7 @@ absl::Status CoordinatorLink::Rejoin() {
     }
     return FromGrpcStatus(call.status, "re-registering");
   }
+  KeepMemberKey(response);
   {
     absl::MutexLock lock(&mu_);
     rejoin_needed_ = false;

@@ -278,6 +278,9 @@ class CoordinatorLink {
   // The link's thread: a node dropped from the group joins afresh, as long
   // as it takes (each attempt bounded by join_timeout), then regroups.
   void JoinAfresh();
+  // Takes the member key `response` carries, if any.
+  void KeepMemberKey(const proto::JoinResponse& response)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Adopts `group` (a re-formation's answer) and tells on_regroup.
   void Regroup(const proto::JoinResponse& group, absl::string_view how);
   void NoteRunId(uint64_t run_id);
@@ -302,6 +305,10 @@ class CoordinatorLink {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
   proto::JoinResponse join_ ABSL_GUARDED_BY(mu_);
+  // The key the coordinator gave this member (JoinResponse.member_key):
+  // every call but Join and Rejoin is signed under it, not under the
+  // shared secret. Empty: none given (no cluster secret).
+  std::string member_key_ ABSL_GUARDED_BY(mu_);
   std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
   // Earliest time to retry the queue after a failed send.
