@@ -168,6 +168,10 @@ void CollectiveExecutor::Run(Op& op) {
                      sticky_.message())));
     return;
   }
+  if (!in_flight_.empty() && MustWaitForInFlight(op.touches)) {
+    // Its body would read (or write) what an op in flight still writes.
+    DrainInFlight();
+  }
   Context context(*this);
   body_region_ = -1;
   body_launch_ = InFlight();
@@ -188,8 +192,23 @@ void CollectiveExecutor::Run(Op& op) {
   }
   launched.name = std::move(op.name);
   launched.done = std::move(op.done);
+  launched.touches = std::move(op.touches);
   launched.body_status = std::move(status);
   in_flight_.push_back(std::move(launched));
+}
+
+bool CollectiveExecutor::MustWaitForInFlight(
+    const std::vector<std::pair<uintptr_t, uintptr_t>>& touches) const {
+  if (touches.empty()) return true;  // not known
+  for (const InFlight& other : in_flight_) {
+    if (other.touches.empty()) return true;
+    for (const auto& [begin, end] : touches) {
+      for (const auto& [other_begin, other_end] : other.touches) {
+        if (begin < other_end && other_begin < end) return true;
+      }
+    }
+  }
+  return false;
 }
 
 void CollectiveExecutor::FinishOldest() {

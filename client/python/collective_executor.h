@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -108,6 +109,11 @@ class CollectiveExecutor {
     // body, or at once (on Submit's or Shutdown's caller) for an op that
     // does not run. Must not block on another op of this executor.
     std::function<void(const absl::Status&)> done;
+    // The memory the op reads or writes, as [begin, end) addresses. Its
+    // body runs while ops are in flight only when none of theirs overlaps
+    // (an op that reads what an earlier one's `finish` still has to write
+    // waits for it); empty: not known, every op in flight ends first.
+    std::vector<std::pair<uintptr_t, uintptr_t>> touches;
   };
 
   // `api` must stay valid while this object lives; `api_owner` keeps it
@@ -147,6 +153,7 @@ class CollectiveExecutor {
     absl::Status body_status;
     int region = -1;
     absl::Time deadline;
+    std::vector<std::pair<uintptr_t, uintptr_t>> touches;
   };
   // A scratch region of pool memory.
   struct Region {
@@ -175,6 +182,9 @@ class CollectiveExecutor {
   // one of them.
   void FinishOldest();
   void DrainInFlight();
+  // True when an op touching `touches` must wait for the ops in flight.
+  bool MustWaitForInFlight(
+      const std::vector<std::pair<uintptr_t, uintptr_t>>& touches) const;
   absl::StatusOr<absl::Span<std::byte>> Scratch(size_t bytes);
   absl::Status Collective(StarlingCollectiveKind kind,
                           absl::Span<std::byte> data, StarlingDataType type,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -156,10 +157,16 @@ TEST(CollectiveExecutor, RunsOpsInSubmissionOrder) {
 
 // An op that stages `bytes` (filled with `fill`) and launches an all-reduce
 // whose finish and done are logged as "finish B" and "done B <code>".
-CollectiveExecutor::Op LaunchOp(FakeApi& fake, size_t bytes,
-                                absl::Notification* ended = nullptr) {
+// It touches [bytes, bytes + 1) unless `touches` says otherwise.
+CollectiveExecutor::Op LaunchOp(
+    FakeApi& fake, size_t bytes, absl::Notification* ended = nullptr,
+    std::vector<std::pair<uintptr_t, uintptr_t>> touches = {}) {
   CollectiveExecutor::Op op;
   op.name = "op " + std::to_string(bytes);
+  op.touches =
+      touches.empty()
+          ? std::vector<std::pair<uintptr_t, uintptr_t>>{{bytes, bytes + 1}}
+          : std::move(touches);
   op.body = [&fake, bytes](CollectiveExecutor::Context& c) {
     absl::StatusOr<absl::Span<std::byte>> s = c.Scratch(bytes);
     if (!s.ok()) return s.status();
@@ -214,6 +221,46 @@ TEST(CollectiveExecutor, TheNextOpRunsWhileALaunchedCollectiveIsInFlight) {
       std::vector<std::string>(fake.log.begin() + 6, fake.log.end()),
       (std::vector<std::string>{"finish 8", "done 8 OK", "finish 16",
                                 "done 16 OK", "finish 24", "done 24 OK"}));
+}
+
+// An op whose memory overlaps an op in flight (it would read what that
+// op's finish still writes: a broadcast into a tensor, then an all-reduce
+// of it) waits for it; one whose touches are not known waits too.
+TEST(CollectiveExecutor, AnOpTouchingWhatAnOpInFlightWritesWaitsForIt) {
+  FakeApi fake;
+  fake.hold = true;
+  CollectiveExecutor executor(&fake.api, nullptr, SmallOptions());
+  absl::Notification ended[3];
+  executor.Submit(LaunchOp(fake, 8, &ended[0], {{1000, 2000}}));
+  executor.Submit(LaunchOp(fake, 16, &ended[1], {{1500, 1600}}));
+  ASSERT_TRUE(fake.AwaitStarted(1));
+  fake.ReleaseOldest();
+  ASSERT_TRUE(fake.AwaitStarted(2));
+  executor.Submit(LaunchOp(fake, 24, &ended[2], {{5000, 6000}}));
+  CollectiveExecutor::Op unknown = LaunchOp(fake, 32);
+  unknown.touches.clear();
+  absl::Notification unknown_ended;
+  unknown.done = [&fake, &unknown_ended](const absl::Status& status) {
+    fake.Log("done 32 " + std::string(absl::StatusCodeToString(status.code())));
+    unknown_ended.Notify();
+  };
+  executor.Submit(std::move(unknown));
+  ASSERT_TRUE(fake.AwaitStarted(3));
+  fake.ReleaseOldest();
+  fake.ReleaseOldest();
+  ASSERT_TRUE(fake.AwaitStarted(4));
+  fake.ReleaseOldest();
+  for (auto& e : ended) e.WaitForNotification();
+  unknown_ended.WaitForNotification();
+  absl::MutexLock lock(&fake.mu);
+  EXPECT_EQ(fake.log, (std::vector<std::string>{
+                          "body 8", "start 8", "finish 8", "done 8 OK",
+                          "body 16", "start 16",
+                          // Disjoint: staged beside 16.
+                          "body 24", "start 24",
+                          // Not known: 16 and 24 end first.
+                          "finish 16", "done 16 OK", "finish 24", "done 24 OK",
+                          "body 32", "start 32", "finish 32", "done 32 OK"}));
 }
 
 TEST(CollectiveExecutor, AtMostMaxInFlightAndOpsEndInSubmissionOrder) {

@@ -176,7 +176,8 @@ ProcessGroupStarling::~ProcessGroupStarling() = default;
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::Enqueue(
     c10d::OpType type, const std::string& what, std::vector<at::Tensor> outputs,
-    std::chrono::milliseconds timeout, Body body) {
+    std::chrono::milliseconds timeout, Body body,
+    const std::vector<at::Tensor>& touched) {
   const uint64_t number = ops_.fetch_add(1, std::memory_order_relaxed) + 1;
   auto work = c10::make_intrusive<StarlingWork>(
       rank_, type, absl::StrCat(what, ", op ", number, " of rank ", rank_),
@@ -189,6 +190,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::Enqueue(
     return body(context);
   };
   op.done = [work](const absl::Status& status) { work->Complete(status); };
+  // Whole storages: views of one tensor overlap.
+  for (const at::Tensor& t : touched) {
+    const auto begin = reinterpret_cast<uintptr_t>(t.storage().data());
+    op.touches.emplace_back(begin, begin + t.storage().nbytes());
+  }
   executor_->Submit(std::move(op));
   return work;
 }
@@ -210,9 +216,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::allreduce(
   return Enqueue(c10d::OpType::ALLREDUCE,
                  absl::StrCat("allreduce (", Describe(tensor), ", ",
                               ReduceOpName(opts.reduceOp.op_), ")"),
-                 {tensor}, opts.timeout, [staged, plan](Context& context) {
+                 {tensor}, opts.timeout,
+                 [staged, plan](Context& context) {
                    return ReduceTensors(context, staged, plan, /*keep=*/true);
-                 });
+                 },
+                 {tensor});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::allreduce_coalesced(
@@ -233,13 +241,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::allreduce_coalesced(
   }
   const ReductionPlan plan = PlanOrThrow(
       "allreduce_coalesced", tensors[0].scalar_type(), opts.reduceOp);
-  return Enqueue(c10d::OpType::ALLREDUCE_COALESCED,
-                 absl::StrCat("allreduce_coalesced (", tensors.size(),
-                              " tensors, ", DtypeName(tensors[0].scalar_type()),
-                              ", ", ReduceOpName(opts.reduceOp.op_), ")"),
-                 tensors, opts.timeout, [staged, plan](Context& context) {
-                   return ReduceTensors(context, staged, plan, /*keep=*/true);
-                 });
+  return Enqueue(
+      c10d::OpType::ALLREDUCE_COALESCED,
+      absl::StrCat("allreduce_coalesced (", tensors.size(), " tensors, ",
+                   DtypeName(tensors[0].scalar_type()), ", ",
+                   ReduceOpName(opts.reduceOp.op_), ")"),
+      tensors, opts.timeout,
+      [staged, plan](Context& context) {
+        return ReduceTensors(context, staged, plan, /*keep=*/true);
+      },
+      tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::reduce(
@@ -258,7 +269,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::reduce(
                  {tensor}, opts.timeout,
                  [staged, plan, keep](Context& context) {
                    return ReduceTensors(context, staged, plan, keep);
-                 });
+                 },
+                 {tensor});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::broadcast(
@@ -270,27 +282,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::broadcast(
   // Only the root's values travel.
   const Staged staged = root ? StageIn(tensor) : StageOut(tensor);
   const int root_slot = slot_of_rank_[opts.rootRank];
-  return Enqueue(
-      c10d::OpType::BROADCAST,
-      absl::StrCat("broadcast (", Describe(tensor), ", root ", opts.rootRank,
-                   ")"),
-      {tensor}, opts.timeout, [staged, root, root_slot](Context& context) {
-        absl::StatusOr<absl::Span<std::byte>> scratch =
-            context.Scratch(PaddedBytes(staged.host.nbytes()));
-        if (!scratch.ok()) return scratch.status();
-        if (root) PackBytes(staged.host, scratch->data());
-        std::function<absl::Status()> finish;
-        if (!root) {
-          finish = [staged, from = scratch->data()] {
-            at::NoGradGuard no_grad;
-            UnpackBytes(from, staged.host);
-            WriteBack(staged);
-            return absl::OkStatus();
-          };
-        }
-        return context.Launch(STARLING_BROADCAST, *scratch, STARLING_INT32,
-                              STARLING_SUM, root_slot, std::move(finish));
-      });
+  return Enqueue(c10d::OpType::BROADCAST,
+                 absl::StrCat("broadcast (", Describe(tensor), ", root ",
+                              opts.rootRank, ")"),
+                 {tensor}, opts.timeout,
+                 [staged, root, root_slot](Context& context) {
+                   absl::StatusOr<absl::Span<std::byte>> scratch =
+                       context.Scratch(PaddedBytes(staged.host.nbytes()));
+                   if (!scratch.ok()) return scratch.status();
+                   if (root) PackBytes(staged.host, scratch->data());
+                   std::function<absl::Status()> finish;
+                   if (!root) {
+                     finish = [staged, from = scratch->data()] {
+                       at::NoGradGuard no_grad;
+                       UnpackBytes(from, staged.host);
+                       WriteBack(staged);
+                       return absl::OkStatus();
+                     };
+                   }
+                   return context.Launch(STARLING_BROADCAST, *scratch,
+                                         STARLING_INT32, STARLING_SUM,
+                                         root_slot, std::move(finish));
+                 },
+                 {tensor});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupStarling::barrier(

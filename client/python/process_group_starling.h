@@ -134,12 +134,14 @@ class ProcessGroupStarling : public c10d::ProcessGroup {
 
   // Queues `body` on the executor; the Work (named `what`, holding
   // `outputs`) completes when it returned. `timeout` is the op's own
-  // (kUnsetTimeout: the group's).
-  c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type,
-                                         const std::string& what,
-                                         std::vector<at::Tensor> outputs,
-                                         std::chrono::milliseconds timeout,
-                                         Body body);
+  // (kUnsetTimeout: the group's). `touched`: every tensor the body reads
+  // or writes, when the body launches its collective (the executor runs it
+  // beside the ops in flight only if their storages differ); empty: the
+  // ops in flight end first.
+  c10::intrusive_ptr<c10d::Work> Enqueue(
+      c10d::OpType type, const std::string& what,
+      std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+      Body body, const std::vector<at::Tensor>& touched = {});
   // Throws unless 0 <= root < size.
   void CheckRoot(const std::string& op, int64_t root) const;
 

@@ -223,6 +223,33 @@ TEST(ProcessGroupStarling, AllReduceOfViewsAndCoalescedTensors) {
   });
 }
 
+// Ops on one tensor stay in order although ops run while others are in
+// flight: an all-reduce of a tensor sees the broadcast into it submitted
+// before, and a broadcast from it the all-reduce's result.
+TEST(ProcessGroupStarling, OpsOnOneTensorSeeTheResultsOfTheOnesBefore) {
+  OnWorkers(3, [](int rank, int size, ProcessGroupStarling& pg) {
+    for (int round = 0; round < 20; ++round) {
+      std::vector<at::Tensor> t = {at::full({1000}, rank + 1.0, at::kFloat)};
+      std::vector<at::Tensor> other = {at::full({10}, rank, at::kFloat)};
+      c10d::BroadcastOptions from_last;
+      from_last.rootRank = size - 1;
+      const c10d::AllreduceOptions sum;
+      c10d::BroadcastOptions from_first;
+      // t = size everywhere, then size * size, then unchanged; `other`
+      // beside them.
+      const std::vector<c10::intrusive_ptr<c10d::Work>> works = {
+          pg.broadcast(t, from_last), pg.allreduce(other, sum),
+          pg.allreduce(t, sum), pg.broadcast(t, from_first)};
+      for (const auto& work : works) work->wait();
+      ExpectMatches(t[0], at::full({1000}, 1.0 * size * size, at::kFloat),
+                    "round " + std::to_string(round));
+      ExpectMatches(other[0],
+                    at::full({10}, size * (size - 1) / 2.0, at::kFloat),
+                    "beside, round " + std::to_string(round));
+    }
+  });
+}
+
 TEST(ProcessGroupStarling, ReduceLeavesOthersAsTheyWere) {
   OnWorkers(3, [](int rank, int size, ProcessGroupStarling& pg) {
     std::vector<at::Tensor> t = {Input(rank, 9, at::kDouble)};

@@ -252,6 +252,12 @@ absl::Status EveryCollective(client::Client& c) {
   if (workers != c.group_size() * c.local_workers()) {
     return absl::InternalError(absl::StrCat("total workers ", workers));
   }
+  // The local workers' buffers lie at different offsets in their pools:
+  // the daemon must take each worker's own.
+  if (c.worker_index() % 2 == 1) {
+    absl::StatusOr<absl::Span<float>> padding = c.Allocate(1000 + c.slot());
+    if (!padding.ok()) return padding.status();
+  }
   absl::StatusOr<absl::Span<float>> pool = c.Allocate(64 << 10);
   if (!pool.ok()) return pool.status();
   std::byte* buffer = reinterpret_cast<std::byte*>(pool->data());

@@ -85,7 +85,10 @@ absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
   std::vector<absl::Span<std::byte>> buffers;
   for (const Round& round : rounds) {
     absl::StatusOr<absl::Span<std::byte>> buffer =
-        round.worker.pool->Bytes(request.slice(), element_bytes);
+        // Each worker's own buffer: where it lies in its pool is its own
+        // (the requests agree on kind, type and length, not on offsets).
+        round.worker.pool->Bytes(round.request.collective().slice(),
+                                 element_bytes);
     if (!buffer.ok()) return Annotate(buffer.status(), where);
     buffers.push_back(*buffer);
   }
