@@ -157,15 +157,23 @@ void CollectiveExecutor::Loop() {
   }
 }
 
+absl::Status CollectiveExecutor::StickyError(const std::string& name,
+                                             absl::string_view how) const {
+  return absl::Status(
+      sticky_.code(),
+      absl::StrCat("starling ", name, ": ", how,
+                   "an earlier collective did not complete and this "
+                   "process's Starling collectives cannot go on: ",
+                   sticky_.message()));
+}
+
+int CollectiveExecutor::MaxInFlight() const {
+  return std::max(options_.max_in_flight, 1);
+}
+
 void CollectiveExecutor::Run(Op& op) {
   if (!sticky_.ok()) {
-    op.done(absl::Status(
-        sticky_.code(),
-        absl::StrCat("starling ", op.name,
-                     ": not started, an earlier collective did not "
-                     "complete and this process's Starling collectives "
-                     "cannot go on: ",
-                     sticky_.message())));
+    op.done(StickyError(op.name, "not started, "));
     return;
   }
   if (!in_flight_.empty() && MustWaitForInFlight(op.touches)) {
@@ -233,12 +241,7 @@ void CollectiveExecutor::FinishOldest() {
     while (!in_flight_.empty()) {
       InFlight next = std::move(in_flight_.front());
       in_flight_.pop_front();
-      next.done(absl::Status(
-          sticky_.code(),
-          absl::StrCat("starling ", next.name,
-                       ": an earlier collective did not complete and this "
-                       "process's Starling collectives cannot go on: ",
-                       sticky_.message())));
+      next.done(StickyError(next.name, ""));
     }
   } else if (!in_flight_.empty()) {
     // The next one's time counts from now at the latest: it waited behind
@@ -270,8 +273,7 @@ absl::StatusOr<absl::Span<std::byte>> CollectiveExecutor::Scratch(
       }
     }
     if (body_region_ < 0) {
-      if (static_cast<int>(regions_.size()) <
-          std::max(options_.max_in_flight, 1)) {
+      if (static_cast<int>(regions_.size()) < MaxInFlight()) {
         regions_.emplace_back();
         body_region_ = static_cast<int>(regions_.size()) - 1;
       } else if (!in_flight_.empty()) {
@@ -316,7 +318,7 @@ absl::StatusOr<absl::Span<std::byte>> CollectiveExecutor::Scratch(
           "); give the pool more room: starling.init(pool_bytes=...) or "
           "STARLING_POOL_BYTES (default 1 GiB; the torch backend keeps up "
           "to ",
-          std::max(options_.max_in_flight, 1), " scratch regions of at least ",
+          MaxInFlight(), " scratch regions of at least ",
           options_.min_scratch_bytes >> 20,
           " MiB, each grown to twice its size when an op needs more)"));
     }
@@ -397,8 +399,7 @@ absl::Status CollectiveExecutor::Launch(StarlingCollectiveKind kind,
     return absl::FailedPreconditionError(
         "an op's body launched a second collective");
   }
-  while (static_cast<int>(in_flight_.size()) >=
-         std::max(options_.max_in_flight, 1)) {
+  while (static_cast<int>(in_flight_.size()) >= MaxInFlight()) {
     FinishOldest();
   }
   if (!sticky_.ok()) return sticky_;

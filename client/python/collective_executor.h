@@ -40,6 +40,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -182,6 +183,12 @@ class CollectiveExecutor {
   // one of them.
   void FinishOldest();
   void DrainInFlight();
+  // The error of op `name` once a collective timed out; `how` ("not
+  // started, " or "") comes before the reason.
+  absl::Status StickyError(const std::string& name,
+                           absl::string_view how) const;
+  // Options::max_in_flight, at least 1.
+  int MaxInFlight() const;
   // True when an op touching `touches` must wait for the ops in flight.
   bool MustWaitForInFlight(
       const std::vector<std::pair<uintptr_t, uintptr_t>>& touches) const;

@@ -72,6 +72,15 @@ T Check(absl::StatusOr<T> value) {
   return *std::move(value);
 }
 
+// The element types the Python package moves, by torch's name: float32,
+// float16 and bfloat16; nullopt for any other.
+std::optional<DataType> MovedType(const std::string& dtype) {
+  if (dtype == "float32") return DataType::kFloat32;
+  if (dtype == "float16") return DataType::kFloat16;
+  if (dtype == "bfloat16") return DataType::kBFloat16;
+  return std::nullopt;
+}
+
 absl::Duration Seconds(double seconds) {
   return seconds < 0 ? absl::InfiniteDuration() : absl::Seconds(seconds);
 }
@@ -217,20 +226,14 @@ class PyClient {
 
   void Declare(const std::string& name, std::vector<int64_t> shape,
                const std::string& dtype) {
-    DataType type;
-    if (dtype == "float32") {
-      type = DataType::kFloat32;
-    } else if (dtype == "float16") {
-      type = DataType::kFloat16;
-    } else if (dtype == "bfloat16") {
-      type = DataType::kBFloat16;
-    } else {
+    const std::optional<DataType> type = MovedType(dtype);
+    if (!type.has_value()) {
       Raise(absl::InvalidArgumentError(absl::StrCat(
           "tensor '", name, "': dtype ", dtype,
           " cannot be declared; Starling moves float32, float16 and "
           "bfloat16")));
     }
-    Check(client().DeclareTensor(name, std::move(shape), type));
+    Check(client().DeclareTensor(name, std::move(shape), *type));
   }
 
   // Runs `op` without the GIL and raises its error.
@@ -548,20 +551,16 @@ void DefineModule(py::module_& m) {
           "all_reduce_async",
           [](PyClient& c, uintptr_t address, size_t elements,
              const std::string& dtype) {
-            DataType type = DataType::kFloat32;
-            if (dtype == "float16") {
-              type = DataType::kFloat16;
-            } else if (dtype == "bfloat16") {
-              type = DataType::kBFloat16;
-            } else if (dtype != "float32") {
+            const std::optional<DataType> type = MovedType(dtype);
+            if (!type.has_value()) {
               Raise(absl::InvalidArgumentError(
                   absl::StrCat("all_reduce_async: dtype ", dtype,
                                " is not float32, float16 or bfloat16")));
             }
             absl::Span<std::byte> data(reinterpret_cast<std::byte*>(address),
-                                       elements * DataTypeBytes(type));
+                                       elements * DataTypeBytes(*type));
             return c.Async([&](Client& client) {
-              return client.AllReduceAsync(data, type, ReduceOp::kSum);
+              return client.AllReduceAsync(data, *type, ReduceOp::kSum);
             });
           },
           py::arg("address"), py::arg("elements"), py::arg("dtype") = "float32",

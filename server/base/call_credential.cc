@@ -69,6 +69,10 @@ absl::string_view CallRoleName(CallRole role) {
   return role == CallRole::kMember ? "member" : "operator";
 }
 
+bool SignedWithClusterSecret(absl::string_view method) {
+  return method == "Join" || method == "Rejoin";
+}
+
 absl::StatusOr<std::string> SignCall(absl::string_view secret, CallRole role,
                                      absl::string_view method,
                                      absl::string_view scope,

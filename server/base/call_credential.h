@@ -47,6 +47,12 @@ enum class CallRole { kMember, kOperator };
 // "member" or "operator".
 absl::string_view CallRoleName(CallRole role);
 
+// True for the member calls signed under the cluster secret itself: Join
+// and Rejoin, which a node makes before it holds a key of its own. Every
+// other member call is signed under the member's own key (the
+// coordinator's JoinResponse.member_key) once it has one.
+bool SignedWithClusterSecret(absl::string_view method);
+
 // What a call says of its caller.
 struct CallIdentity {
   std::string host;

@@ -1200,7 +1200,7 @@ absl::Status Coordinator::CheckCaller(absl::string_view call,
     // Join and Rejoin prove the shared secret; every other call the
     // member's own key, once it has one.
     std::string member_key;
-    if (call != "Join" && call != "Rejoin") {
+    if (!SignedWithClusterSecret(call)) {
       absl::MutexLock lock(&mu_);
       const auto it =
           member_keys_.find(MemberKeyName(caller.host, caller.address));

@@ -124,6 +124,7 @@ WORK=$(mktemp -d /tmp/ddp_bench.XXXXXX)
 mkdir -p "$WORK/bin" "$WORK/py" "$WORK/runs" "$WORK/attempts"
 cp "$BIN/server/coordinator/starling-coordinator" "$BIN/server/node/starling-node" "$WORK/bin/"
 cp -rL "$PKG" "$WORK/py/starling"
+cp "$REPO/worker/examples/pytorch/lenet.py" "$WORK/py/"
 cp "$REPO/tests/bench/ddp_bench_worker.py" "$REPO/tests/bench/ddp_bench_report.py" "$WORK/"
 COORD=$WORK/bin/starling-coordinator
 NODE=$WORK/bin/starling-node

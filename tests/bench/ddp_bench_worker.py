@@ -44,6 +44,8 @@ import urllib.request
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+# worker/examples/pytorch/lenet.py (ddp_bench.sh puts it beside the package)
+from lenet import LeNet
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--mode", choices=["starling", "gloo", "dopt", "local"],
@@ -69,23 +71,6 @@ parser.add_argument("--metrics_url", default="",
 parser.add_argument("--out", required=True,
                     help="writes OUT.<rank>.json")
 args = parser.parse_args()
-
-
-class LeNet(nn.Module):
-    """worker/examples/pytorch/train.py's LeNet (61,706 parameters)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1, self.fc2, self.fc3 = (nn.Linear(400, 120), nn.Linear(120, 84),
-                                        nn.Linear(84, 10))
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc3(F.relu(self.fc2(x)))
 
 
 class _Block(nn.Module):

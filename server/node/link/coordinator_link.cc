@@ -122,7 +122,7 @@ CoordinatorLink::CallResult CoordinatorLink::Call(
   // member's own key once it has one.
   std::string secret = options_.cluster_secret;
   bool under_member_key = false;
-  if (method != "Join" && method != "Rejoin") {
+  if (!SignedWithClusterSecret(method)) {
     absl::MutexLock lock(&mu_);
     if (!member_key_.empty()) {
       secret = member_key_;

@@ -94,38 +94,23 @@ absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
   }
   // A worker that says its buffer is scratch memory (a staging area it
   // refills for every op), alone on this daemon: the all-reduce or
-  // broadcast runs in that buffer, without the two copies below.
+  // broadcast runs in that buffer, without the copies in and out below.
+  // Otherwise the collective runs in scratch_ (8-byte aligned for every
+  // type) and the result is copied into the workers' buffers only once it
+  // succeeded: a failed op leaves them as they were.
   const bool in_place =
       buffers.size() == 1 && request.scratch() &&
       (kind == proto::CollectiveRequest::KIND_ALL_REDUCE ||
        kind == proto::CollectiveRequest::KIND_BROADCAST) &&
       reinterpret_cast<uintptr_t>(buffers[0].data()) % alignof(uint64_t) == 0;
+  absl::Span<std::byte> data;
   if (in_place) {
-    const absl::Time start = absl::Now();
-    const absl::Span<std::byte> data = buffers[0];
-    if (kind == proto::CollectiveRequest::KIND_ALL_REDUCE) {
-      const ReduceOp across = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-      STARLING_RETURN_IF_ERROR(
-          Annotate(comm_->AllReduce(data, type, across, call), where));
-      if (op == ReduceOp::kAverage) {
-        STARLING_RETURN_IF_ERROR(Annotate(
-            collective::FinishAverage(type, data, total_workers), where));
-      }
-    } else {
-      STARLING_RETURN_IF_ERROR(Annotate(
-          comm_->Broadcast(data, type, request.root() / local, call), where));
-    }
-    metrics_->allreduce_seconds->Observe(
-        absl::ToDoubleSeconds(absl::Now() - start));
-    metrics_->collective_bytes->Increment(static_cast<double>(bytes));
-    return absl::OkStatus();
+    data = buffers[0];
+  } else {
+    scratch_.resize((bytes + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+    data = absl::Span<std::byte>(reinterpret_cast<std::byte*>(scratch_.data()),
+                                 bytes);
   }
-  // The collective runs in scratch_ (8-byte aligned for every type) and the
-  // result is copied into the workers' buffers only once it succeeded: a
-  // failed op leaves them as they were.
-  scratch_.resize((bytes + sizeof(uint64_t) - 1) / sizeof(uint64_t));
-  absl::Span<std::byte> data(reinterpret_cast<std::byte*>(scratch_.data()),
-                             bytes);
   const size_t block_bytes =
       total_workers > 0 ? bytes / static_cast<size_t>(total_workers) : 0;
   double copied = 0;
@@ -134,12 +119,14 @@ absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
     case proto::CollectiveRequest::KIND_ALL_REDUCE:
     case proto::CollectiveRequest::KIND_REDUCE_SCATTER: {
       // The workers' buffers combined in one pass, then across daemons.
-      std::vector<absl::Span<const std::byte>> inputs(buffers.begin(),
-                                                      buffers.end());
       const ReduceOp local_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-      STARLING_RETURN_IF_ERROR(Annotate(
-          collective::ReduceMany(type, local_op, data, inputs), where));
-      copied += (inputs.size() + 1.0) * bytes;
+      if (!in_place) {
+        std::vector<absl::Span<const std::byte>> inputs(buffers.begin(),
+                                                        buffers.end());
+        STARLING_RETURN_IF_ERROR(Annotate(
+            collective::ReduceMany(type, local_op, data, inputs), where));
+        copied += (inputs.size() + 1.0) * bytes;
+      }
       if (kind == proto::CollectiveRequest::KIND_ALL_REDUCE) {
         STARLING_RETURN_IF_ERROR(
             Annotate(comm_->AllReduce(data, type, local_op, call), where));
@@ -147,10 +134,12 @@ absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
           STARLING_RETURN_IF_ERROR(Annotate(
               collective::FinishAverage(type, data, total_workers), where));
         }
-        for (absl::Span<std::byte> dst : buffers) {
-          std::memcpy(dst.data(), data.data(), bytes);
+        if (!in_place) {
+          for (absl::Span<std::byte> dst : buffers) {
+            std::memcpy(dst.data(), data.data(), bytes);
+          }
+          copied += 2.0 * buffers.size() * bytes;
         }
-        copied += 2.0 * buffers.size() * bytes;
       } else {
         // Block r of ShardLayout(elements, daemons) is daemon r's workers'
         // blocks: every block is elements / daemons long.
@@ -173,7 +162,7 @@ absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
     }
     case proto::CollectiveRequest::KIND_BROADCAST: {
       const int root_daemon = request.root() / local;
-      if (root_daemon == comm_->rank()) {
+      if (root_daemon == comm_->rank() && !in_place) {
         const int root_index = request.root() % local;
         for (size_t i = 0; i < rounds.size(); ++i) {
           if (rounds[i].worker.index == root_index) {
@@ -184,10 +173,12 @@ absl::Status SharedRounds::Collective(const std::vector<Round>& rounds,
       }
       STARLING_RETURN_IF_ERROR(
           Annotate(comm_->Broadcast(data, type, root_daemon, call), where));
-      for (absl::Span<std::byte> dst : buffers) {
-        std::memcpy(dst.data(), data.data(), bytes);
+      if (!in_place) {
+        for (absl::Span<std::byte> dst : buffers) {
+          std::memcpy(dst.data(), data.data(), bytes);
+        }
+        copied += 2.0 * buffers.size() * bytes;
       }
-      copied += 2.0 * buffers.size() * bytes;
       break;
     }
     case proto::CollectiveRequest::KIND_ALL_GATHER: {

@@ -31,12 +31,12 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import starling.torch  # registers the "starling" torch.distributed backend
+from lenet import LeNet  # this folder's lenet.py
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--backend", default=starling.torch.distributed.BACKEND,
@@ -59,21 +59,6 @@ def load(kind):
     y = read("%s-labels-idx1-ubyte.gz" % kind, 8)
     x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
     return TensorDataset(x, torch.from_numpy(y.astype(np.int64)))
-
-
-class LeNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1, self.fc2, self.fc3 = (nn.Linear(400, 120), nn.Linear(120, 84),
-                                        nn.Linear(84, 10))
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc3(F.relu(self.fc2(x)))
 
 
 dist.init_process_group(args.backend)  # env://: RANK, WORLD_SIZE, MASTER_*

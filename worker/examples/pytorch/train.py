@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import starling.torch as st
+from lenet import LeNet  # this folder's lenet.py
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
@@ -49,21 +50,6 @@ def load(kind):
     y = read("%s-labels-idx1-ubyte.gz" % kind, 8)
     x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
     return x, torch.from_numpy(y.astype(np.int64))
-
-
-class LeNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)   # -> 6 x 28 x 28, pool -> 14
-        self.conv2 = nn.Conv2d(6, 16, 5)             # -> 16 x 10 x 10, pool -> 5
-        self.fc1, self.fc2, self.fc3 = (nn.Linear(400, 120), nn.Linear(120, 84),
-                                        nn.Linear(84, 10))
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc3(F.relu(self.fc2(x)))
 
 
 def mlp():  # the C++ reference worker's --model mlp: 784-256-128-10

@@ -122,6 +122,14 @@ class _DistributedBase:
                 "DistributedOptimizer: the job's mode is '%s'; PyTorch "
                 "workers train in sync_sgd, async_sgd or parameter_server" %
                 job["mode"])
+        if compress16 and self._daemon_side:
+            raise starling._error(
+                "INVALID_ARGUMENT",
+                "DistributedOptimizer: compression=Compression.fp16 needs "
+                "worker-side placement (--optimizer none); the daemons own "
+                "the optimizer here (--optimizer %s) and take the gradients "
+                "in the parameters' type (a float16 model's cross in 16 "
+                "bits)" % job["optimizer"])
         if job["mode"] == "parameter_server" and not self._daemon_side:
             raise starling._error(
                 "FAILED_PRECONDITION",
@@ -809,14 +817,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     cls = type(base.__name__, (_DistributedBase, base), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    if compress16 and starling.session().client.job()["optimizer"] != "none":
-        raise starling._error(
-            "INVALID_ARGUMENT",
-            "DistributedOptimizer: compression=Compression.fp16 needs "
-            "worker-side placement (--optimizer none); the daemons own the "
-            "optimizer here (--optimizer %s) and take the gradients in the "
-            "parameters' type (a float16 model's cross in 16 bits)" %
-            starling.session().client.job()["optimizer"])
     wrapped._starling_setup(named_parameters, staleness,
                             backward_passes_per_step, bucket_bytes, on_regroup,
                             rejoins, compress16)
