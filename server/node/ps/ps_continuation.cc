@@ -40,7 +40,7 @@ ShardRanges Range(size_t begin, size_t n) { return {{begin, begin + n}}; }
 std::vector<int64_t> PackPsAccount(const PsAccount& a) {
   return {a.run_id,      a.old_rank,        a.old_size,      a.updates,
           a.replica_of,  a.replica_updates, a.local_workers, a.elements,
-          a.table_bytes, a.shard_crc,       a.replica_crc};
+          a.table_bytes, a.shard_crc,       a.replica_crc,   a.state_id};
 }
 
 PsAccount UnpackPsAccount(const int64_t* f) {
@@ -56,6 +56,7 @@ PsAccount UnpackPsAccount(const int64_t* f) {
   a.table_bytes = f[8];
   a.shard_crc = f[9];
   a.replica_crc = f[10];
+  a.state_id = f[11];
   return a;
 }
 
@@ -69,6 +70,7 @@ PsAccount PsAccountOf(const PsRun* run, uint64_t run_id, int old_rank,
   a.old_size = old_size;
   a.elements = static_cast<int64_t>(run->layout.total_elements);
   a.table_bytes = static_cast<int64_t>(TableOf(*run).ByteSizeLong());
+  a.state_id = static_cast<int64_t>(run->state_id);
   {
     absl::MutexLock lock(&run->mu);
     a.updates = run->updates;
@@ -181,32 +183,54 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
     const CarriedRun& carried, const RunFactoryOptions& given,
     const collective::CallOptions& call, int64_t* version) {
   const absl::Time began = absl::Now();
-  const std::shared_ptr<PsRun> old =
-      carried.run != nullptr ? std::static_pointer_cast<PsRun>(carried.run)
-                             : nullptr;
   RunFactoryOptions options = given;
-  // 1. Every daemon's account.
-  const PsAccount mine =
-      PsAccountOf(old.get(), options.run_id, carried.old_rank, carried.old_size,
-                  carried.local_workers);
+  // 1. Every daemon's accounts of what it holds (its held state and an
+  // unconfirmed one beside it: run/carry_exchange.h), and a nonce for the
+  // new state's id.
+  const HeldStates states =
+      StatesOf(carried.run.get(), carried.old_rank, carried.old_size);
+  std::vector<int64_t> row;
+  for (const HeldState* h : {&states.held, &states.unconfirmed}) {
+    const std::vector<int64_t> packed =
+        PackPsAccount(PsAccountOf(static_cast<PsRun*>(h->run), options.run_id,
+                                  h->rank, h->size, carried.local_workers));
+    row.insert(row.end(), packed.begin(), packed.end());
+  }
+  row.push_back(StateNonce());
   STARLING_ASSIGN_OR_RETURN(
       const std::vector<int64_t> rows,
-      ExchangeRows(PackPsAccount(mine), comm_, call,
+      ExchangeRows(row, comm_, call,
                    absl::StrCat("exchanging the survivors' accounts of run ",
                                 options.run_id)));
-  std::vector<PsAccount> accounts;
+  std::vector<std::pair<PsAccount, PsAccount>> held;
+  std::vector<int64_t> nonces;
   for (int r = 0; r < comm_->size(); ++r) {
-    accounts.push_back(UnpackPsAccount(rows.data() + r * PsAccount::kFields));
+    const int64_t* f = rows.data() + r * row.size();
+    held.emplace_back(UnpackPsAccount(f),
+                      UnpackPsAccount(f + PsAccount::kFields));
+    nonces.push_back(f[2 * PsAccount::kFields]);
   }
-  // 2. The plan, alike on every daemon; the tensors where a daemon joins.
-  STARLING_ASSIGN_OR_RETURN(
-      const PsResumePlan plan,
-      PlanPsResume(options.run_id, accounts, options_.hogwild));
-  STARLING_ASSIGN_OR_RETURN(
-      const std::vector<proto::TensorSpec> tensors,
-      ShareTable(old.get(), plan.joining > 0, plan.carrier,
-                 accounts[plan.carrier].table_bytes, options.run_id, comm_,
-                 call));
+  // 2. Which state each daemon brings and the plan, alike on every daemon;
+  // the tensors where a daemon joins.
+  STARLING_ASSIGN_OR_RETURN(const auto choice,
+                            (ChooseCarried<PsAccount, PsResumePlan>(
+                                held,
+                                [&](const std::vector<PsAccount>& accounts) {
+                                  return PlanPsResume(options.run_id, accounts,
+                                                      options_.hogwild);
+                                },
+                                [](const PsResumePlan&) { return true; })));
+  const std::vector<PsAccount>& accounts = choice.accounts;
+  const PsResumePlan& plan = choice.plan;
+  const int which = choice.which[comm_->rank()];
+  const HeldState mine = which == 0   ? states.held
+                         : which == 1 ? states.unconfirmed
+                                      : HeldState();
+  PsRun* const old = static_cast<PsRun*>(mine.run);
+  STARLING_ASSIGN_OR_RETURN(const std::vector<proto::TensorSpec> tensors,
+                            ShareTable(old, plan.joining > 0, plan.carrier,
+                                       accounts[plan.carrier].table_bytes,
+                                       options.run_id, comm_, call));
   if (!plan.mismatched.empty()) {
     metrics_->replica_mismatches->Increment(
         static_cast<double>(plan.mismatched.size()));
@@ -221,8 +245,8 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
   STARLING_ASSIGN_OR_RETURN(const int slots, StateSlots(options));
   std::vector<float> full((1 + static_cast<size_t>(slots)) * elements, -0.0f);
   if (old != nullptr) {
-    const collective::ShardLayout shards(elements, carried.old_size);
-    for (int o = 0; o < carried.old_size; ++o) {
+    const collective::ShardLayout shards(elements, mine.size);
+    for (int o = 0; o < mine.size; ++o) {
       if (plan.source[o] != comm_->rank()) continue;
       const ShardRanges range = Range(shards.Begin(o), shards.Size(o));
       if (!plan.from_replica[o]) {
@@ -281,6 +305,9 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
     replica.updates = plan.updates;
     replica.ready = true;
   }
+  run.state_id = StateId(nonces);
+  // 6. Every daemon moved it (else it is kept beside `old`).
+  STARLING_RETURN_IF_ERROR(ConfirmMoved(old, base, comm_, call));
   metrics_->run_continuations->Increment();
   std::vector<int> lost;
   for (int o = 0; o < static_cast<int>(plan.source.size()); ++o) {

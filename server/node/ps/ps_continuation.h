@@ -61,7 +61,9 @@ struct PsAccount {
   // replica's.
   int64_t shard_crc = 0;
   int64_t replica_crc = 0;
-  static constexpr int kFields = 11;
+  // Which state of the run it holds (Run::state_id).
+  int64_t state_id = 0;
+  static constexpr int kFields = 12;
 };
 
 // `run` as rank `old_rank` of `old_size` held it; null: this daemon joins.

@@ -4,11 +4,13 @@
 // owners; the daemons' accounts travel as rows of integers unchanged.
 #include "server/node/ps/ps_continuation.h"
 
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/base/status_matchers.h"
+#include "server/node/run/carry_exchange.h"
 
 namespace starling {
 namespace node {
@@ -137,6 +139,47 @@ TEST(PsAccount, TravelsAsARowOfIntegersUnchanged) {
   ASSERT_EQ(row.size(), static_cast<size_t>(PsAccount::kFields));
   const PsAccount b = UnpackPsAccount(row.data());
   EXPECT_EQ(PackPsAccount(b), row);
+}
+
+// A second daemon lost at the end of a continuation (run/carry_exchange.h):
+// where a carrier never moved the second group's state, no daemon confirmed
+// it, and the group goes on from the first group's state every carrier
+// still holds; where every carrier moved it, from the second group's.
+absl::StatusOr<CarryChoice<PsAccount, PsResumePlan>> Choose(
+    const std::vector<std::pair<PsAccount, PsAccount>>& held) {
+  return ChooseCarried<PsAccount, PsResumePlan>(
+      held,
+      [](const std::vector<PsAccount>& accounts) {
+        return PlanPsResume(kRun, accounts, /*hogwild=*/false);
+      },
+      [](const PsResumePlan&) { return true; });
+}
+
+TEST(ChooseCarried, TheStateEveryCarrierHoldsIsTaken) {
+  // Old ranks 0..3 of the first group; rank 3 lost, ranks 0, 1, 2 moved
+  // to a second group of 3 (state 55); then its rank 1 lost.
+  const auto second = [](int rank) {
+    PsAccount a = Survivor(rank, 3, 9);
+    a.state_id = 55;
+    return a;
+  };
+  const PsAccount none = Joiner();
+  // Old rank 0 never moved it; old rank 2 did, unconfirmed.
+  ASSERT_OK_AND_ASSIGN(auto choice, Choose({{Survivor(0, 4, 9), none},
+                                            {Survivor(2, 4, 9), second(2)}}));
+  EXPECT_THAT(choice.which, ElementsAre(0, 0));
+  EXPECT_THAT(choice.plan.source, ElementsAre(0, 1, 1, 0));
+  // Both moved it (one confirmed, one not).
+  ASSERT_OK_AND_ASSIGN(
+      choice, Choose({{second(0), none}, {Survivor(2, 4, 9), second(2)}}));
+  EXPECT_THAT(choice.which, ElementsAre(0, 1));
+  EXPECT_THAT(choice.plan.source, ElementsAre(0, 1, 1));
+  EXPECT_THAT(choice.plan.from_replica, ElementsAre(false, true, false));
+  // One confirmed the second group's state, the other holds only the
+  // first's: refused, naming them, never mixed.
+  EXPECT_THAT(Choose({{second(0), none}, {Survivor(2, 4, 9), none}}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("old rank 2 of 4")));
 }
 
 }  // namespace

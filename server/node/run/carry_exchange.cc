@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
@@ -27,6 +28,63 @@ absl::StatusOr<std::vector<int64_t>> ExchangeRows(
           DataType::kInt64, collective::ReduceOp::kSum, call),
       what));
   return table;
+}
+
+HeldStates StatesOf(Run* carried, int rank, int size) {
+  std::vector<HeldState> chain;
+  if (carried != nullptr) {
+    chain.push_back({carried, rank, size});
+    for (Run* r = carried; r->successor != nullptr; r = r->successor.get()) {
+      chain.push_back(
+          {r->successor.get(), r->successor_rank, r->successor_size});
+    }
+  }
+  HeldStates states;
+  if (chain.size() == 1) states.held = chain[0];
+  if (chain.size() >= 2) {
+    states.held = chain[chain.size() - 2];
+    states.unconfirmed = chain.back();
+  }
+  return states;
+}
+
+absl::Status ConfirmMoved(Run* mine, std::shared_ptr<Run> run,
+                          collective::Communicator* comm,
+                          const collective::CallOptions& call) {
+  const absl::Status confirmed =
+      ExchangeRows({1}, comm, call,
+                   absl::StrCat("confirming that run ", run->id,
+                                "'s state reached every daemon"))
+          .status();
+  if (confirmed.ok()) return confirmed;
+  if (mine != nullptr) {
+    mine->successor = std::move(run);
+    mine->successor_rank = comm->rank();
+    mine->successor_size = comm->size();
+  }
+  return Annotate(confirmed,
+                  mine != nullptr
+                      ? "the state moved here; it is kept beside the state it "
+                        "came from until the group re-forms"
+                      : "the state moved here; this daemon joins again when "
+                        "the group re-forms");
+}
+
+int64_t StateNonce() {
+  std::random_device random;
+  return static_cast<int64_t>(((uint64_t{random()} << 32) ^ random()) &
+                              ((uint64_t{1} << 62) - 1));
+}
+
+uint64_t StateId(const std::vector<int64_t>& nonces) {
+  uint64_t id = 0;
+  for (int64_t n : nonces) {
+    id = id * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(n);
+  }
+  // 0 is a run begun in its group; an id stays below 2^63 (it travels as
+  // an int64).
+  id &= (uint64_t{1} << 62) - 1;
+  return id == 0 ? 1 : id;
 }
 
 proto::TensorTable TableOf(const Run& run) {

@@ -45,6 +45,17 @@ struct Run {
   std::unique_ptr<shard::Optimizer> optimizer;
   // Cancelled when the run fails: ends the collective in flight at once.
   collective::Cancellation cancel;
+  // Continuations (run/carry_exchange.h). Which state of the run this is:
+  // 0 for a run begun in its group, else the id of the continuation that
+  // moved it here (the same on every daemon of that continuation).
+  uint64_t state_id = 0;
+  // A later continuation's run, whose state moved here but which not every
+  // daemon of its group confirmed (a member lost at its end): kept beside
+  // this one, with this daemon's rank and size in that group, until a later
+  // plan says which of the two the run goes on from. Null: none.
+  std::shared_ptr<Run> successor;
+  int successor_rank = -1;
+  int successor_size = 0;
 
   // Adds one push's client ReportStepTimes (every mode) and returns the
   // run's compute ratio so far: compute seconds / step seconds.

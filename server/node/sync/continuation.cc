@@ -20,10 +20,11 @@ namespace {
 using collective::DataType;
 
 std::vector<int64_t> Pack(const CarryAccount& a) {
-  return {a.run_id,     a.old_rank,        a.old_size,         a.master_version,
-          a.replica_of, a.replica_version, a.gradient_version, a.local_workers,
-          a.elements,   a.durable_version, a.durable_epoch,    a.durable_ranks,
-          a.table_bytes};
+  return {a.run_id,           a.old_rank,      a.old_size,
+          a.master_version,   a.replica_of,    a.replica_version,
+          a.gradient_version, a.local_workers, a.elements,
+          a.durable_version,  a.durable_epoch, a.durable_ranks,
+          a.table_bytes,      a.state_id};
 }
 
 CarryAccount Unpack(const int64_t* f) {
@@ -41,6 +42,7 @@ CarryAccount Unpack(const int64_t* f) {
   a.durable_epoch = f[10];
   a.durable_ranks = f[11];
   a.table_bytes = f[12];
+  a.state_id = f[13];
   return a;
 }
 
@@ -382,6 +384,7 @@ CarryAccount AccountOf(const SyncRun* run, uint64_t run_id, int old_rank,
   a.master_version = run->master_version;
   a.elements = static_cast<int64_t>(run->layout.total_elements);
   a.table_bytes = static_cast<int64_t>(TableOf(*run).ByteSizeLong());
+  a.state_id = static_cast<int64_t>(run->state_id);
   if (run->replica != nullptr) {
     a.replica_of = run->replica->of_rank;
     a.replica_version = run->replica->version;
@@ -468,6 +471,18 @@ absl::StatusOr<ResumePlan> PlanResume(uint64_t run_id,
       NoCheckpoint(accounts)));
 }
 
+absl::StatusOr<SyncCarryChoice> ChooseAndPlan(
+    uint64_t run_id,
+    const std::vector<std::pair<CarryAccount, CarryAccount>>& held,
+    bool stateless) {
+  return ChooseCarried<CarryAccount, ResumePlan>(
+      held,
+      [&](const std::vector<CarryAccount>& accounts) {
+        return PlanResume(run_id, accounts, stateless);
+      },
+      [](const ResumePlan& plan) { return !plan.checkpoint.has_value(); });
+}
+
 absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const std::shared_ptr<SyncRun>& carried, int old_rank, int old_size,
     int local_workers, const CheckpointFolder* checkpoints,
@@ -475,23 +490,44 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
     const collective::CallOptions& call, int64_t* version,
     std::optional<WholeVersion>* from_checkpoint) {
   const absl::Time began = absl::Now();
-  // 1. Every daemon's account.
-  CarryAccount account = AccountOf(carried.get(), options.run_id, old_rank,
-                                   old_size, local_workers);
-  if (checkpoints != nullptr) NoteDurable(*checkpoints, &account);
+  // 1. Every daemon's accounts of what it holds (its held state and an
+  // unconfirmed one beside it), and a nonce for the new state's id.
+  const HeldStates states = StatesOf(carried.get(), old_rank, old_size);
+  std::vector<int64_t> row;
+  for (const HeldState* h : {&states.held, &states.unconfirmed}) {
+    CarryAccount a = AccountOf(static_cast<SyncRun*>(h->run), options.run_id,
+                               h->rank, h->size, local_workers);
+    if (checkpoints != nullptr) NoteDurable(*checkpoints, &a);
+    const std::vector<int64_t> packed = Pack(a);
+    row.insert(row.end(), packed.begin(), packed.end());
+  }
+  row.push_back(StateNonce());
   STARLING_ASSIGN_OR_RETURN(
-      const std::vector<CarryAccount> accounts,
-      ExchangeAccounts(
-          account, comm, call,
-          absl::StrCat("exchanging the survivors' accounts of run ",
-                       options.run_id)));
-  // 2. The plan, alike on every daemon.
+      const std::vector<int64_t> table,
+      ExchangeRows(row, comm, call,
+                   absl::StrCat("exchanging the survivors' accounts of run ",
+                                options.run_id)));
+  std::vector<std::pair<CarryAccount, CarryAccount>> held;
+  std::vector<int64_t> nonces;
+  for (int r = 0; r < comm->size(); ++r) {
+    const int64_t* f = table.data() + r * row.size();
+    held.emplace_back(Unpack(f), Unpack(f + CarryAccount::kFields));
+    nonces.push_back(f[2 * CarryAccount::kFields]);
+  }
+  // 2. Which state each daemon brings, and the plan, alike on every daemon.
   STARLING_ASSIGN_OR_RETURN(
-      ResumePlan plan,
-      PlanResume(options.run_id, accounts, options.optimizer == "none"));
+      SyncCarryChoice choice,
+      ChooseAndPlan(options.run_id, held, options.optimizer == "none"));
+  const std::vector<CarryAccount>& accounts = choice.accounts;
+  ResumePlan& plan = choice.plan;
+  const int which = choice.which[comm->rank()];
+  const HeldState mine = which == 0   ? states.held
+                         : which == 1 ? states.unconfirmed
+                                      : HeldState();
+  SyncRun* const from = static_cast<SyncRun*>(mine.run);
   STARLING_ASSIGN_OR_RETURN(
       std::vector<proto::TensorSpec> tensors,
-      ShareTable(carried.get(), plan.joining > 0, FirstCarrier(accounts),
+      ShareTable(from, plan.joining > 0, FirstCarrier(accounts),
                  accounts[FirstCarrier(accounts)].table_bytes, options.run_id,
                  comm, call));
   const int64_t v = plan.version;
@@ -505,7 +541,7 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
                                             options, comm, call, &full));
   } else if (plan.stateless) {
     if (comm->rank() == FirstCarrier(accounts)) {
-      const absl::Span<const float> params = carried->store->parameters();
+      const absl::Span<const float> params = from->store->parameters();
       if (params.size() != elements) {
         return absl::DataLossError(
             absl::StrCat("run ", options.run_id, " holds ", params.size(),
@@ -513,9 +549,9 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
       }
       std::copy(params.begin(), params.end(), full.begin());
     }
-  } else if (carried != nullptr) {
+  } else if (from != nullptr) {
     STARLING_RETURN_IF_ERROR(
-        HeldShards(*carried, old_rank, plan, elements, slots, &full));
+        HeldShards(*from, mine.rank, plan, elements, slots, &full));
   }
   // 4. Every shard to every daemon, bit for bit (-0.0 is the identity).
   const absl::Time moving = absl::Now();
@@ -535,6 +571,9 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
         run->layout.total_elements, " parameters; its state ", elements));
   }
   STARLING_RETURN_IF_ERROR(InstallState(full, v, slots, *run));
+  run->state_id = StateId(nonces);
+  // 6. Every daemon moved it (else it is kept beside `from`).
+  STARLING_RETURN_IF_ERROR(ConfirmMoved(from, run, comm, call));
   STARLING_LOG(INFO) << "run " << options.run_id << ": state at version " << v
                      << " moved: accounts, plan and table "
                      << absl::FormatDuration(moving - began) << ", "

@@ -49,6 +49,10 @@
 // A file that does not check fails the run on every daemon, naming it:
 // never wrong values.
 //
+// A daemon confirms the move after it (run/carry_exchange.h ConfirmMoved);
+// one whose confirmation fails keeps the new state beside the old, and
+// the next plan takes a state every carrier holds (ChooseAndPlan).
+//
 // Daemons that join (a daemon restarted, or a newcomer, taken into a
 // running run's group): they carry no state (their account says old rank
 // -1) and take part in the exchange with -0.0 everywhere; the first
@@ -68,10 +72,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/collective/communicator.h"
+#include "server/node/run/carry_exchange.h"
 #include "server/node/run/run_factory.h"
 #include "server/node/sync/checkpoint.h"
 #include "server/node/sync/sync_run.h"
@@ -99,8 +105,10 @@ struct CarryAccount {
   int64_t durable_ranks = 0;
   // The bytes of the run's tensor table (proto::TensorTable).
   int64_t table_bytes = 0;
+  // Which state of the run it holds (SyncRun::state_id).
+  int64_t state_id = 0;
   static constexpr int64_t kNoCheckpoints = -2;
-  static constexpr int kFields = 13;
+  static constexpr int kFields = 14;
 };
 
 // `run` as rank `old_rank` of `old_size` held it; null: this daemon joins
@@ -131,6 +139,15 @@ struct ResumePlan {
   // parameters are every shard's at every version (source: it, for all).
   bool stateless = false;
 };
+
+// Which state every daemon brings (run/carry_exchange.h ChooseCarried),
+// and the plan from those (PlanResume): `held[r]`, daemon r's accounts of
+// its held and unconfirmed states (old rank -1: none).
+using SyncCarryChoice = CarryChoice<CarryAccount, ResumePlan>;
+absl::StatusOr<SyncCarryChoice> ChooseAndPlan(
+    uint64_t run_id,
+    const std::vector<std::pair<CarryAccount, CarryAccount>>& held,
+    bool stateless = false);
 
 // The plan every daemon computes alike from the accounts (index = new
 // rank). FailedPrecondition when no daemon carries the run's state, one

@@ -695,6 +695,163 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
+// A second daemon lost at the end of a continuation: the state moved on
+// some daemons of the group and not on others, or moved everywhere but was
+// not confirmed everywhere. Five daemons take kSteps + 1 whole steps; old
+// rank 3 is lost and the other four (old ranks 0, 1, 2, 4: ranks 0-3 of
+// the second group) move the state; then rank `lost` of the second group
+// is lost too. Each daemon of the second group holds, as the third forms,
+// one of: 'B' the first group's state only (its move failed), 'U' the
+// first group's and beside it the second's, unconfirmed (its move ended,
+// its confirmation did not), 'C' the second's only (it confirmed).
+struct Unconfirmed {
+  std::string name;
+  std::string held;  // one letter per rank of the second group
+  int lost;
+  // Which state the third group goes on from (ChooseAndPlan's `which` of
+  // its daemons: 0 held, 1 unconfirmed).
+  std::vector<int> which;
+};
+
+void PrintTo(const Unconfirmed& u, std::ostream* os) { *os << u.name; }
+
+class UnconfirmedTest : public ::testing::TestWithParam<Unconfirmed> {};
+
+// A continuation on carried.size() loopback daemons: daemon r brings
+// carried[r] as rank from[r] of sizes[r] (null: it joins).
+struct Continued {
+  std::vector<std::shared_ptr<SyncRun>> runs;
+  std::vector<int64_t> versions;
+  std::vector<absl::Status> errors;
+};
+Continued ContinueOn(const Scenario& c,
+                     const std::vector<std::shared_ptr<SyncRun>>& carried,
+                     const std::vector<int>& from,
+                     const std::vector<int>& sizes) {
+  const int n = static_cast<int>(carried.size());
+  Continued out;
+  out.runs.resize(n);
+  out.versions.assign(n, -2);
+  out.errors = collective::RunOnLoopback(
+      n, collective::CommunicatorOptions(),
+      [&](int rank, collective::Communicator* comm) -> absl::Status {
+        int64_t version = -1;
+        absl::StatusOr<std::shared_ptr<SyncRun>> run = ContinueRun(
+            carried[rank], from[rank], sizes[rank], 1,
+            /*checkpoints=*/nullptr, OptionsFor(c, n, rank, n > 1 ? 1 : 0),
+            comm, collective::CallOptions(), &version);
+        if (!run.ok()) return run.status();
+        out.runs[rank] = *run;
+        out.versions[rank] = version;
+        return absl::OkStatus();
+      });
+  return out;
+}
+
+TEST_P(UnconfirmedTest, TheThirdGroupGoesOnFromAStateEveryCarrierHolds) {
+  const Unconfirmed& u = GetParam();
+  const Scenario c{u.name,
+                   5,
+                   1,
+                   "momentum",
+                   proto::DATA_TYPE_FLOAT32,
+                   {3},
+                   Reached::kCommitted,
+                   {},
+                   kSteps + 1};
+  std::vector<std::shared_ptr<SyncRun>> old = OldGroup(c);
+  const std::vector<int> first = {0, 1, 2, 4};
+  std::vector<std::shared_ptr<SyncRun>> carried;
+  for (int o : first) carried.push_back(old[o]);
+  const Continued second = ContinueOn(c, carried, first, {5, 5, 5, 5});
+  for (int r = 0; r < 4; ++r) ASSERT_OK(second.errors[r]) << "rank " << r;
+  // What each daemon of the second group holds as the third forms.
+  std::vector<int> from;
+  std::vector<int> sizes;
+  carried.clear();
+  for (int r = 0; r < 4; ++r) {
+    if (r == u.lost) continue;
+    const std::shared_ptr<SyncRun>& base = old[first[r]];
+    switch (u.held[r]) {
+      case 'B':
+        carried.push_back(base);
+        from.push_back(first[r]);
+        sizes.push_back(5);
+        break;
+      case 'U':
+        base->successor = second.runs[r];
+        base->successor_rank = r;
+        base->successor_size = 4;
+        carried.push_back(base);
+        from.push_back(first[r]);
+        sizes.push_back(5);
+        break;
+      default:
+        carried.push_back(second.runs[r]);
+        from.push_back(r);
+        sizes.push_back(4);
+    }
+  }
+  // Which state each brings.
+  std::vector<std::pair<CarryAccount, CarryAccount>> states;
+  for (size_t r = 0; r < carried.size(); ++r) {
+    states.emplace_back(
+        AccountOf(carried[r].get(), 7, from[r], sizes[r], 1),
+        AccountOf(static_cast<SyncRun*>(carried[r]->successor.get()), 7,
+                  carried[r]->successor_rank, carried[r]->successor_size, 1));
+  }
+  absl::StatusOr<SyncCarryChoice> choice = ChooseAndPlan(7, states);
+  ASSERT_OK(choice);
+  EXPECT_EQ(choice->which, u.which);
+  EXPECT_EQ(choice->plan.version, kSteps + 1);
+
+  const Continued third = ContinueOn(c, carried, from, sizes);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_OK(third.errors[r]) << "rank " << r;
+    EXPECT_EQ(third.versions[r], kSteps + 1) << "rank " << r;
+  }
+  std::vector<float> params;
+  ExpectReference(c, kSteps + 1, third.runs, &params);
+  ExpectGoneOn(third.runs, params, kSteps + 1, {});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SecondLoss, UnconfirmedTest,
+    ::testing::Values(
+        // Old ranks 0, 2 and 4 hold the first group's state: old rank 1's
+        // shard from old rank 2's replica, old rank 3's from old rank 4's.
+        Unconfirmed{
+            "OneNeverMovedItTheFirstGroupsStateIsTaken", "BUUU", 1, {0, 0, 0}},
+        Unconfirmed{
+            "EveryoneMovedItTheSecondGroupsStateIsTaken", "UUUU", 1, {1, 1, 1}},
+        Unconfirmed{
+            "SomeConfirmedItTheSecondGroupsStateIsTaken", "CUUU", 2, {0, 1, 1}},
+        Unconfirmed{"EveryoneConfirmedIt", "CCCC", 0, {0, 0, 0}}),
+    [](const ::testing::TestParamInfo<Unconfirmed>& info) {
+      return info.param.name;
+    });
+
+// States of two groups with none every carrier holds (a daemon that
+// confirmed beside one that never moved: the confirmation rules it out)
+// are named, not mixed.
+TEST(ChooseAndPlan, StatesOfTwoGroupsWithNoneInCommonAreRefused) {
+  CarryAccount confirmed;
+  confirmed.run_id = 7;
+  confirmed.old_rank = 0;
+  confirmed.old_size = 4;
+  confirmed.elements = 100;
+  confirmed.local_workers = 1;
+  confirmed.state_id = 99;
+  CarryAccount never = confirmed;
+  never.old_size = 5;
+  never.old_rank = 1;
+  never.state_id = 0;
+  CarryAccount none = AccountOf(nullptr, 7, -1, 0, 1);
+  EXPECT_THAT(ChooseAndPlan(7, {{confirmed, none}, {never, none}}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("the survivors disagree on run 7")));
+}
+
 }  // namespace
 }  // namespace node
 }  // namespace starling
