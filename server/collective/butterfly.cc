@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "server/collective/shard_layout.h"
 
@@ -25,12 +26,18 @@ namespace {
 // computes the same offsets.
 class Geometry {
  public:
-  Geometry(size_t count, size_t element_bytes, int size)
+  // A vector of `count` elements at byte `data_base` of the data, its
+  // writes' steps numbered from `step_base` (a segment of a pipelined
+  // all-reduce; 0 and 0 for the whole vector).
+  Geometry(size_t count, size_t element_bytes, int size, size_t data_base = 0,
+           int step_base = 0)
       : size_(size),
         active_(LargestPowerOfTwo(size)),
         extras_(size - active_),
         levels_(Log2(active_)),
         element_bytes_(element_bytes),
+        data_base_(data_base),
+        step_base_(step_base),
         layout_(count, size) {}
 
   struct Ranges {
@@ -38,13 +45,14 @@ class Geometry {
     size_t offset2 = 0, length2 = 0;  // blocks [P + a, P + min(b, extras))
   };
 
+  // Byte offsets in the data (data_base included).
   Ranges Slots(int a, int b) const {
     Ranges r;
-    r.offset1 = Bytes(a);
-    r.length1 = Bytes(b) - r.offset1;
+    r.offset1 = data_base_ + Bytes(a);
+    r.length1 = Bytes(b) - Bytes(a);
     if (a < extras_) {
-      r.offset2 = Bytes(active_ + a);
-      r.length2 = Bytes(active_ + std::min(b, extras_)) - r.offset2;
+      r.offset2 = data_base_ + Bytes(active_ + a);
+      r.length2 = Bytes(active_ + std::min(b, extras_)) - Bytes(active_ + a);
     }
     return r;
   }
@@ -66,11 +74,14 @@ class Geometry {
     return most;
   }
 
-  size_t ScratchBytes() const {
-    size_t total = FoldBytes();
+  // The halving's receive areas, one per step.
+  size_t HalvingScratchBytes() const {
+    size_t total = 0;
     for (int j = 0; j < levels_; ++j) total += MaxKeptBytes(j);
     return total;
   }
+
+  size_t ScratchBytes() const { return FoldBytes() + HalvingScratchBytes(); }
 
   int size() const { return size_; }
   int active() const { return active_; }
@@ -83,8 +94,8 @@ class Geometry {
 
   // Write immediate steps: fold-in 0, halving 1..L, doubling L+1..2L,
   // fold-out 2L+1, broadcast scatter 2L+2.
-  int HalvingStep(int j) const { return 1 + j; }
-  int DoublingStep(int j) const { return 1 + levels_ + j; }
+  int HalvingStep(int j) const { return step_base_ + 1 + j; }
+  int DoublingStep(int j) const { return step_base_ + 1 + levels_ + j; }
   int FoldOutStep() const { return 1 + 2 * levels_; }
   int ScatterStep() const { return 2 + 2 * levels_; }
 
@@ -105,10 +116,17 @@ class Geometry {
   int extras_;
   int levels_;
   size_t element_bytes_;
+  size_t data_base_;
+  int step_base_;
   ShardLayout layout_;
 };
 
 constexpr int kFoldInStep = 0;
+
+// The all-reduce's pipeline (PipelinedHalvingDoubling): segments of at
+// least this many bytes, at most this many.
+constexpr size_t kButterflySegmentBytes = 512 * 1024;
+constexpr size_t kButterflyMaxSegments = 8;
 
 absl::Status WaitRanges(OpContext* ctx, int peer, const Geometry::Ranges& r,
                         int step) {
@@ -189,8 +207,6 @@ absl::Status FoldOut(OpContext* ctx, const Geometry& g, bool whole) {
   return absl::OkStatus();
 }
 
-// Recursive halving among the active ranks; leaves slot `rank` reduced (and
-// averaged, for kAverage).
 bool UsesDoubling(OpKind kind, size_t bytes, size_t doubling_max_bytes) {
   return kind == OpKind::kAllReduce && bytes <= doubling_max_bytes;
 }
@@ -250,72 +266,203 @@ absl::Status WholeVectorDoubling(OpContext* ctx, const Geometry& g) {
   return ctx->AverageIfNeeded(data);
 }
 
-absl::Status Halving(OpContext* ctx, const Geometry& g) {
-  const int rank = ctx->rank();
-  if (rank >= g.active()) return absl::OkStatus();
-  const absl::Span<std::byte> data = ctx->data();
-  const absl::Span<std::byte> scratch = ctx->scratch();
-  int lo = 0, hi = g.active();
-  size_t area = g.FoldBytes();
-  for (int j = 0; j < g.levels(); ++j) {
-    ctx->SetStep("reduce-scatter", j + 1, g.levels());
-    const int mask = g.active() >> (j + 1);
-    const int partner = rank ^ mask;
-    const int mid = lo + (hi - lo) / 2;
-    const bool upper = (rank & mask) != 0;
-    const Geometry::Ranges send = upper ? g.Slots(lo, mid) : g.Slots(mid, hi);
-    const Geometry::Ranges keep = upper ? g.Slots(mid, hi) : g.Slots(lo, mid);
-    PostRanges(ctx, partner, send, Region::kScratch, area, area + send.length1,
-               g.HalvingStep(j));
+// One butterfly over a vector (or a segment of one: Geometry), as steps
+// that can be interleaved with another's: Post(j) sends step j's range,
+// Receive(j) waits for the partner's and reduces it (halving) or takes it
+// (doubling), then moves to step j + 1. Steps 0..L-1 are the halving
+// (reduce-scatter), L..2L-1 the doubling (all-gather). Only the active
+// ranks call them.
+class Butterfly {
+ public:
+  // `area` is where the halving's receive areas begin in the scratch.
+  Butterfly(OpContext* ctx, const Geometry& g, size_t area)
+      : ctx_(ctx), g_(g), area_(area), lo_(0), hi_(g.active()) {}
+
+  const Geometry& geometry() const { return g_; }
+  int steps(bool halving, bool doubling) const {
+    return (halving ? g_.levels() : 0) + (doubling ? g_.levels() : 0);
+  }
+
+  void PostHalving(int j) {
+    const int partner = Partner(j);
+    const Geometry::Ranges send =
+        upper(j) ? g_.Slots(lo_, Mid()) : g_.Slots(Mid(), hi_);
+    PostRanges(ctx_, partner, send, Region::kScratch, area_,
+               area_ + send.length1, g_.HalvingStep(j));
+  }
+
+  // The partner's half reduced into the one kept; after the last step the
+  // rank's own slot is reduced (and averaged, for kAverage).
+  absl::Status ReceiveHalving(int j) {
+    const int partner = Partner(j);
+    const bool up = upper(j);
+    const int mid = Mid();
+    const Geometry::Ranges keep = up ? g_.Slots(mid, hi_) : g_.Slots(lo_, mid);
+    const absl::Span<std::byte> data = ctx_->data();
+    const absl::Span<std::byte> scratch = ctx_->scratch();
     auto reduce_at = [&](size_t data_offset, size_t scratch_offset) {
       return [&, data_offset, scratch_offset](const Chunk& c) {
-        return ctx->ReduceInto(
+        return ctx_->ReduceInto(
             data.subspan(data_offset + c.offset_bytes, c.length_bytes),
             scratch.subspan(scratch_offset + c.offset_bytes, c.length_bytes));
       };
     };
-    absl::Status s =
-        ctx->ReceiveChunks(partner, Region::kScratch, keep.length1,
-                           g.HalvingStep(j), 0, reduce_at(keep.offset1, area));
+    absl::Status s = ctx_->ReceiveChunks(partner, Region::kScratch,
+                                         keep.length1, g_.HalvingStep(j), 0,
+                                         reduce_at(keep.offset1, area_));
     if (!s.ok()) return s;
-    s = ctx->ReceiveChunks(partner, Region::kScratch, keep.length2,
-                           g.HalvingStep(j),
-                           ctx->planner().NumChunks(keep.length1),
-                           reduce_at(keep.offset2, area + keep.length1));
+    s = ctx_->ReceiveChunks(partner, Region::kScratch, keep.length2,
+                            g_.HalvingStep(j),
+                            ctx_->planner().NumChunks(keep.length1),
+                            reduce_at(keep.offset2, area_ + keep.length1));
     if (!s.ok()) return s;
-    area += g.MaxKeptBytes(j);
-    if (upper) {
-      lo = mid;
+    area_ += g_.MaxKeptBytes(j);
+    if (up) {
+      lo_ = mid;
     } else {
-      hi = mid;
+      hi_ = mid;
     }
+    if (j + 1 < g_.levels()) return absl::OkStatus();
+    const Geometry::Ranges mine = g_.Slots(ctx_->rank(), ctx_->rank() + 1);
+    s = ctx_->AverageIfNeeded(data.subspan(mine.offset1, mine.length1));
+    if (!s.ok()) return s;
+    return ctx_->AverageIfNeeded(data.subspan(mine.offset2, mine.length2));
   }
-  const Geometry::Ranges mine = g.Slots(rank, rank + 1);
-  absl::Status s =
-      ctx->AverageIfNeeded(data.subspan(mine.offset1, mine.length1));
-  if (!s.ok()) return s;
-  return ctx->AverageIfNeeded(data.subspan(mine.offset2, mine.length2));
+
+  // Doubling from slot `rank` alone (after the halving, or for an
+  // all-gather).
+  void StartDoubling() {
+    lo_ = ctx_->rank();
+    hi_ = lo_ + 1;
+  }
+
+  void PostDoubling(int j) {
+    const Geometry::Ranges mine = g_.Slots(lo_, hi_);
+    PostRanges(ctx_, ctx_->rank() ^ (1 << j), mine, Region::kData, mine.offset1,
+               mine.offset2, g_.DoublingStep(j));
+  }
+
+  absl::Status ReceiveDoubling(int j) {
+    const int mask = 1 << j;
+    const int span = hi_ - lo_;
+    const int their_lo = (ctx_->rank() & mask) ? lo_ - span : hi_;
+    absl::Status s =
+        WaitRanges(ctx_, ctx_->rank() ^ mask,
+                   g_.Slots(their_lo, their_lo + span), g_.DoublingStep(j));
+    if (!s.ok()) return s;
+    lo_ = std::min(lo_, their_lo);
+    hi_ = std::max(hi_, their_lo + span);
+    return absl::OkStatus();
+  }
+
+ private:
+  int Partner(int j) const { return ctx_->rank() ^ (g_.active() >> (j + 1)); }
+  bool upper(int j) const {
+    return (ctx_->rank() & (g_.active() >> (j + 1))) != 0;
+  }
+  int Mid() const { return lo_ + (hi_ - lo_) / 2; }
+
+  OpContext* ctx_;
+  Geometry g_;
+  size_t area_;
+  int lo_;
+  int hi_;
+};
+
+// Recursive halving among the active ranks; leaves slot `rank` reduced (and
+// averaged, for kAverage).
+absl::Status Halving(OpContext* ctx, const Geometry& g) {
+  if (ctx->rank() >= g.active()) return absl::OkStatus();
+  Butterfly b(ctx, g, g.FoldBytes());
+  for (int j = 0; j < g.levels(); ++j) {
+    ctx->SetStep("reduce-scatter", j + 1, g.levels());
+    b.PostHalving(j);
+    absl::Status s = b.ReceiveHalving(j);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 // Recursive doubling among the active ranks, from slot `rank` to all slots.
 absl::Status Doubling(OpContext* ctx, const Geometry& g) {
-  const int rank = ctx->rank();
-  if (rank >= g.active()) return absl::OkStatus();
-  int lo = rank, hi = rank + 1;
+  if (ctx->rank() >= g.active()) return absl::OkStatus();
+  Butterfly b(ctx, g, 0);
+  b.StartDoubling();
   for (int j = 0; j < g.levels(); ++j) {
     ctx->SetStep("all-gather", j + 1, g.levels());
-    const int mask = 1 << j;
-    const int partner = rank ^ mask;
-    const int span = hi - lo;
-    const Geometry::Ranges mine = g.Slots(lo, hi);
-    PostRanges(ctx, partner, mine, Region::kData, mine.offset1, mine.offset2,
-               g.DoublingStep(j));
-    const int their_lo = (rank & mask) ? lo - span : hi;
-    absl::Status s = WaitRanges(
-        ctx, partner, g.Slots(their_lo, their_lo + span), g.DoublingStep(j));
+    b.PostDoubling(j);
+    absl::Status s = b.ReceiveDoubling(j);
     if (!s.ok()) return s;
-    lo = std::min(lo, their_lo);
-    hi = std::max(hi, their_lo + span);
+  }
+  return absl::OkStatus();
+}
+
+// The all-reduce's halving and doubling, pipelined over segments: the
+// vector is cut into S segments, each its own butterfly (its own scratch
+// areas and write steps), and the ranks walk the 2L steps segment by
+// segment: segment s's step j + 1 leaves as soon as its step j is
+// reduced, while the later segments' step j still arrives. So the links
+// to the next step's partner carry data while the current step's tail is
+// still in flight, instead of idling from one step's last chunk to the
+// next step's first.
+size_t PipelineSegments(const Geometry& whole) {
+  if (whole.levels() == 0) return 1;
+  const size_t bytes = whole.VectorBytes();
+  return std::clamp<size_t>(bytes / kButterflySegmentBytes, 1,
+                            kButterflyMaxSegments);
+}
+
+// Segment s of `whole`: its geometry (elements ShardLayout(count, S)).
+Geometry SegmentOf(const Geometry& whole, size_t segments, size_t s,
+                   size_t element_bytes) {
+  const ShardLayout cut(whole.layout().count(), segments);
+  return Geometry(cut.Size(s), element_bytes, whole.size(),
+                  cut.Begin(s) * element_bytes,
+                  static_cast<int>((s + 1) * (2 * whole.levels() + 3)));
+}
+
+size_t PipelinedScratchBytes(const Geometry& whole, size_t element_bytes) {
+  const size_t segments = PipelineSegments(whole);
+  size_t total = whole.FoldBytes();
+  for (size_t s = 0; s < segments; ++s) {
+    total += SegmentOf(whole, segments, s, element_bytes).HalvingScratchBytes();
+  }
+  return total;
+}
+
+absl::Status PipelinedHalvingDoubling(OpContext* ctx, const Geometry& whole) {
+  if (ctx->rank() >= whole.active() || whole.levels() == 0) {
+    return absl::OkStatus();
+  }
+  const size_t segments = PipelineSegments(whole);
+  std::vector<Butterfly> flies;
+  flies.reserve(segments);
+  size_t area = whole.FoldBytes();
+  for (size_t s = 0; s < segments; ++s) {
+    flies.emplace_back(ctx, SegmentOf(whole, segments, s, ctx->element_bytes()),
+                       area);
+    area += flies.back().geometry().HalvingScratchBytes();
+  }
+  const int levels = whole.levels();
+  const auto post = [&](Butterfly& b, int step) {
+    if (step < levels) {
+      b.PostHalving(step);
+    } else {
+      if (step == levels) b.StartDoubling();
+      b.PostDoubling(step - levels);
+    }
+  };
+  for (Butterfly& b : flies) post(b, 0);
+  for (int step = 0; step < 2 * levels; ++step) {
+    const bool halving = step < levels;
+    ctx->SetStep(halving ? "reduce-scatter" : "all-gather",
+                 (halving ? step : step - levels) + 1, levels);
+    for (Butterfly& b : flies) {
+      absl::Status s =
+          halving ? b.ReceiveHalving(step) : b.ReceiveDoubling(step - levels);
+      if (!s.ok()) return s;
+      if (step + 1 < 2 * levels) post(b, step + 1);
+    }
   }
   return absl::OkStatus();
 }
@@ -341,6 +488,8 @@ size_t ButterflyScratchBytes(OpKind kind, size_t count, size_t element_bytes,
   if (UsesDoubling(kind, count * element_bytes, doubling_max_bytes)) {
     return DoublingScratchBytes(g);
   }
+  if (kind == OpKind::kAllReduce)
+    return PipelinedScratchBytes(g, element_bytes);
   return g.ScratchBytes();
 }
 
@@ -354,9 +503,7 @@ absl::Status ButterflyAllReduce(OpContext* ctx) {
     if (!s.ok()) return s;
     return FoldOut(ctx, g, /*whole=*/true);
   }
-  s = Halving(ctx, g);
-  if (!s.ok()) return s;
-  s = Doubling(ctx, g);
+  s = PipelinedHalvingDoubling(ctx, g);
   if (!s.ok()) return s;
   return FoldOut(ctx, g, /*whole=*/true);
 }

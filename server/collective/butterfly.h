@@ -12,6 +12,13 @@
 // reduce-scatter and all-gather each send and receive (P-1)/P * n in
 // log2(P) steps; folding adds n to and from each partner.
 //
+// All-reduces of 1 MiB and more pipeline the halving and doubling over
+// segments (at most 8, each at least 512 KiB, each its own butterfly with
+// its own scratch areas and write steps): segment s's step j + 1 leaves as
+// soon as its step j is reduced, while the later segments' step j still
+// arrives, so no link idles from one step's last chunk to the next step's
+// first (tests/bench/RESULTS.md, run 4).
+//
 // Small all-reduces (at most doubling_max_bytes) skip the halving:
 // the active ranks exchange the whole vector with partner rank ^ 2^j for
 // j = 0..log2(P)-1 and reduce (recursive doubling), which costs log2(P)
