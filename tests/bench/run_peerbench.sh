@@ -6,6 +6,13 @@
 #   tests/bench/run_peerbench.sh                       # N=4, 1gbit, 1e3..1e8, all peers
 #   tests/bench/run_peerbench.sh --ns "8" --big-ns "8" --out tests/bench/results/n8.csv
 #   tests/bench/run_peerbench.sh --peers starling --sizes "1e6 1e7"
+#   tests/bench/run_peerbench.sh --repeat 3 --ns "4 8" --big-ns "4 8"
+#
+# --repeat K runs the whole of it K times (each run measures every peer in
+# turn, so the runs interleave them) and combines the runs with
+# peerbench_repeats.py: each configuration's median of the runs' medians,
+# with their range and spread, and a table that calls Starling ahead of or
+# behind the best peer only where the ranges do not overlap.
 #
 # Every other option goes to peerbench's run.sh (--rate, --sizes, --ns,
 # --big-ns, --peers, --max-seconds, --iters-scale). peerbench lives in the
@@ -16,7 +23,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 PEERBENCH_SRC=${PEERBENCH_SRC:-$REPO/../shared/peerbench}
 WORK=${PEERBENCH_WORK:-/tmp/starling-peerbench}
-ALGOS=${STARLING_ALGOS:-butterfly,ring,tree,reduce_bcast}
+ALGOS=${STARLING_ALGOS:-auto,butterfly,ring,tree,reduce_bcast}
+REPEAT=1
 
 [[ -d $PEERBENCH_SRC ]] || { echo "run_peerbench.sh: no peerbench at $PEERBENCH_SRC (set PEERBENCH_SRC)" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "run_peerbench.sh: needs root for ip netns and tc" >&2; exit 2; }
@@ -26,7 +34,8 @@ ARGS=(--ns 4 --big-ns 4 --rate 1gbit --sizes "1e3 1e5 1e6 1e7 1e8" --peers gloo,
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) ARGS+=("$1" "$2"); shift 2 ;;
   esac
 done
@@ -42,7 +51,19 @@ install -m 755 "$REPO/bazel-bin/server/bench/starling-bench" "$WORK/starling-ben
 
 TEMPLATE="$WORK/starling-bench --rank {RANK} --world {WORLD} --peers {HOSTS} --port {PORT} --sizes {SIZE} --warmup {WARMUP} --iters {ITERS} --max-seconds {MAXSEC} --algo $ALGOS --check --peerbench --timeout-s 120 --insecure"
 cd "$WORK"
-./run.sh "${ARGS[@]}" --peer starling "$TEMPLATE" --out "$OUT"
+if [[ $REPEAT -le 1 ]]; then
+  ./run.sh "${ARGS[@]}" --peer starling "$TEMPLATE" --out "$OUT"
+else
+  RUNS=()
+  for ((k = 1; k <= REPEAT; k++)); do
+    echo "== run $k of $REPEAT"
+    ./run.sh "${ARGS[@]}" --peer starling "$TEMPLATE" --out "${OUT%.csv}.run$k.csv"
+    RUNS+=("${OUT%.csv}.run$k.csv")
+  done
+  echo
+  echo "== $REPEAT runs combined (median of the runs' medians, their range)"
+  /usr/bin/python3 "$REPO/tests/bench/peerbench_repeats.py" "$OUT" "${RUNS[@]}"
+fi
 echo
 python3 summarize.py "$OUT"
 echo
