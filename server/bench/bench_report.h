@@ -35,7 +35,7 @@ double Median(std::vector<double> values);
 
 struct CaseResult {
   Op op = Op::kAllReduce;
-  std::string algorithm;  // the algorithm that ran (auto resolved)
+  std::string algorithm;  // the algorithm that ran; auto: "auto:<chosen>"
   std::string dtype;
   int ranks = 1;
   uint64_t elements = 0;

@@ -139,9 +139,12 @@ absl::StatusOr<CaseOutcome> RunCase(Communicator* comm, const BenchConfig& c,
 
   CaseResult& r = out.result;
   r.op = c.op;
+  // Auto's rows say what it chose ("auto:ring"), so that they stay apart
+  // from the same algorithm asked for by name.
   r.algorithm = BenchAlgorithmName(
       collective::SelectAlgorithm(comm->options().selector, KindOf(c.op),
                                   BufferBytes(c, elements), ranks, algorithm));
+  if (algorithm == Algorithm::kAuto) r.algorithm = "auto:" + r.algorithm;
   r.dtype = std::string(collective::DataTypeName(c.dtype));
   r.ranks = ranks;
   r.elements = elements;

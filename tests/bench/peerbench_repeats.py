@@ -12,7 +12,9 @@ the medians of the runs'. The columns start with peerbench's own, so
 
     peerbench_repeats.py OUT.csv RUN1.csv [RUN2.csv ...]
 
-Prints, per rate, N and S: the best peer (Gloo or Open MPI) and Starling's
+Prints, per rate, N and S: Starling's auto against the best algorithm
+Starling has forced by name (auto must not be slower beyond the noise),
+and the best peer (Gloo or Open MPI) and Starling's
 auto, each median with its range over the runs and its CPU use, their
 ratio, and a verdict: "ahead" or "behind" only where the two ranges do not
 overlap, "within noise" where they do.
@@ -99,7 +101,8 @@ def table(rows):
     ]
     for (rate, n, s), rs in sorted(groups.items()):
         peers = [r for r in rs if r["peer"] != "starling"]
-        auto = [r for r in rs if r["peer"] == "starling" and r["algorithm"] == "auto"]
+        auto = [r for r in rs if r["peer"] == "starling"
+                and r["algorithm"].split(":")[0] == "auto"]
         if not auto:
             auto = [r for r in rs if r["peer"] == "starling"]
         if not peers or not auto:
@@ -111,6 +114,32 @@ def table(rows):
             rate, n, s, best["peer"], best["algorithm"], fmt(best),
             best.get("cpu_util", "-"), a["algorithm"], fmt(a),
             a.get("cpu_util", "-"), ratio, verdict(a, best)))
+    return lines
+
+
+def auto_table(rows):
+    """Starling's auto against the best algorithm Starling has, forced by
+    name, as markdown lines: auto must not be slower beyond the noise."""
+    groups = defaultdict(list)
+    for r in rows:
+        if r["ok"] == "1" and r["peer"] == "starling":
+            groups[(r["rate"], int(r["N"]), int(r["S"]))].append(r)
+    lines = [
+        "| rate | N | S | auto | median (lo-hi) | best named | median (lo-hi) | auto / best | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (rate, n, s), rs in sorted(groups.items()):
+        auto = [r for r in rs if r["algorithm"].split(":")[0] == "auto"]
+        named = [r for r in rs if r["algorithm"].split(":")[0] != "auto"]
+        if not auto or not named:
+            continue
+        a = auto[0]
+        best = min(named, key=lambda r: float(r["median_s"]))
+        lines.append("| %s | %d | %.0e | %s | %s | %s | %s | %.2f | %s |" % (
+            rate, n, s, a["algorithm"], fmt(a), best["algorithm"], fmt(best),
+            float(a["median_s"]) / float(best["median_s"]),
+            "its choice" if a["algorithm"].endswith(":" + best["algorithm"])
+            else verdict(a, best)))
     return lines
 
 
@@ -128,6 +157,8 @@ def main(argv):
         w.writeheader()
         w.writerows(rows)
     print("\n".join(table(rows)))
+    print()
+    print("\n".join(auto_table(rows)))
     return 0
 
 

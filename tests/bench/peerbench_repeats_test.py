@@ -51,7 +51,7 @@ class CombineTest(unittest.TestCase):
 
 class VerdictTest(unittest.TestCase):
     def rows(self, starling, peer):
-        runs = [run([("starling", "auto", 8, 100000, s, 0.3, 1),
+        runs = [run([("starling", "auto:ring", 8, 100000, s, 0.3, 1),
                      ("mpi", "ring", 8, 100000, p, 1.0, 1)])
                 for s, p in zip(starling, peer)]
         return peerbench_repeats.combine(runs)[1]
@@ -66,8 +66,21 @@ class VerdictTest(unittest.TestCase):
                                                   ("0.012", "0.013", "0.0125")))
         self.assertIn("| ahead |", lines[2])
         self.assertIn("mpi/ring", lines[2])
+        self.assertIn("auto:ring", lines[2])
         lines = peerbench_repeats.table(self.rows(("0.014", "0.015", "0.016"),
                                                   ("0.012", "0.013", "0.0125")))
+        self.assertIn("| behind |", lines[2])
+
+    def test_auto_against_the_best_named_algorithm(self):
+        runs = [run([("starling", "auto:butterfly", 4, 1000, a, 0.9, 1),
+                     ("starling", "butterfly", 4, 1000, a, 0.9, 1),
+                     ("starling", "tree", 4, 1000, t, 0.9, 1)])
+                for a, t in (("0.0008", "0.0006"), ("0.0009", "0.00065"),
+                             ("0.00085", "0.0007"))]
+        lines = peerbench_repeats.auto_table(peerbench_repeats.combine(runs)[1])
+        self.assertEqual(len(lines), 3)
+        self.assertIn("auto:butterfly", lines[2])
+        self.assertIn("| tree |", lines[2])
         self.assertIn("| behind |", lines[2])
 
     def test_it_writes_and_prints(self):
