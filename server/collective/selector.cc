@@ -11,10 +11,12 @@ Algorithm SelectAlgorithm(const SelectorOptions& options, OpKind kind,
     return bytes < options.tree_max_bytes ? Algorithm::kTree
                                           : Algorithm::kButterfly;
   }
-  if (kind == OpKind::kAllReduce && bytes <= options.doubling_max_bytes) {
-    return Algorithm::kButterfly;
+  if (kind == OpKind::kAllReduce && bytes < options.allreduce_tree_max_bytes) {
+    return Algorithm::kTree;
   }
   if (bytes >= options.ring_min_bytes) return Algorithm::kRing;
+  // All-reduces between the tree and the ring: the butterfly (recursive
+  // doubling up to doubling_max_bytes).
   return Algorithm::kButterfly;
 }
 

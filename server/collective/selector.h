@@ -6,11 +6,15 @@
 //   broadcast below tree_max_bytes         -> tree; other broadcasts ->
 //                                             butterfly (scatter +
 //                                             all-gather)
-//   all-reduce up to doubling_max_bytes    -> butterfly, which at that size
-//                                             is recursive doubling: log2 N
-//                                             latencies, half the tree's
+//   all-reduce below allreduce_tree_max_bytes
+//                                          -> tree (reduce to rank 0, then
+//                                             broadcast: the fewest
+//                                             messages)
 //   ring_min_bytes and more                -> ring
-//   otherwise                              -> butterfly
+//   otherwise                              -> butterfly (for all-reduces
+//                                             up to doubling_max_bytes
+//                                             recursive doubling: log2 N
+//                                             latencies, half the tree's)
 // Reduce-broadcast is never chosen automatically: it is the baseline.
 //
 // Why the ring for large vectors: both move the bandwidth-optimal
@@ -19,6 +23,15 @@
 // stream's first round trips and queueing showed as a wider spread of step
 // times (4 hosts at 1 Gbit/s, 1e6 floats: ring median 1.09x the bound,
 // butterfly 1.36x with the same minimum; tests/bench/RESULTS.md).
+//
+// Why the tree for small all-reduces: recursive doubling has half the
+// tree's latencies, but every rank sends and wakes at every step; with
+// ranks sharing cores that costs more than the latencies save. Measured in
+// 3 interleaved repetitions (tests/bench/run_peerbench.sh --repeat 3, 1
+// Gbit/s, 2 cores for all ranks), the tree beat recursive doubling at 4,
+// 40 and 64 KB on 4 and 8 hosts (8 hosts, 64 KB: 3.59 ms against 4.56 ms;
+// tests/bench/RESULTS.md, run 5). On hosts with cores to spare, measure
+// again: the thresholds are options.
 //
 // How the thresholds are measured: on the target cluster, for each N and
 // each algorithm forced through CallOptions, time AllReduce over sizes
@@ -40,11 +53,14 @@ namespace starling {
 namespace collective {
 
 struct SelectorOptions {
-  // All-reduce and broadcast below this many bytes use the binomial tree.
+  // Broadcasts below this many bytes use the binomial tree.
   size_t tree_max_bytes = 16 * 1024;
   // All-reduce, reduce-scatter and all-gather use the ring from this many
   // bytes on (measured crossover on 4 hosts at 1 Gbit/s: 64 KiB).
   size_t ring_min_bytes = 64 * 1024;
+  // All-reduces below this many bytes use the tree (measured crossover
+  // with the ring on 4 and 8 hosts at 1 Gbit/s: 64 KiB). 0 turns it off.
+  size_t allreduce_tree_max_bytes = 64 * 1024;
   // Butterfly all-reduces up to this many bytes exchange the whole vector
   // (recursive doubling, log2 N latencies) instead of halving + doubling
   // (2 log2 N latencies). 0 turns it off.

@@ -6,13 +6,25 @@ namespace starling {
 namespace collective {
 namespace {
 
-TEST(Selector, SmallAllReduceUsesTheButterflysRecursiveDoubling) {
+TEST(Selector, SmallAllReduceUsesTheTree) {
   const SelectorOptions options;
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1024, 8),
+            Algorithm::kTree);
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64000, 5),
+            Algorithm::kTree);
+  // Up to the ring: no size between the two falls to another algorithm.
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce,
+                            options.allreduce_tree_max_bytes, 8),
+            Algorithm::kRing);
+}
+
+TEST(Selector, WithoutTheTreeSmallAllReduceUsesRecursiveDoubling) {
+  SelectorOptions options;
+  options.allreduce_tree_max_bytes = 0;
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1024, 8),
             Algorithm::kButterfly);
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1024, 5),
             Algorithm::kButterfly);
-  EXPECT_LE(options.tree_max_bytes, options.doubling_max_bytes);
 }
 
 TEST(Selector, SmallBroadcastUsesTheTree) {
@@ -49,6 +61,7 @@ TEST(Selector, ForcedAlgorithmWins) {
 TEST(Selector, ThresholdsComeFromOptions) {
   SelectorOptions options;
   options.tree_max_bytes = 0;
+  options.allreduce_tree_max_bytes = 0;
   options.doubling_max_bytes = 0;
   options.ring_min_bytes = 8;
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 4, 8),
