@@ -267,21 +267,17 @@ absl::Status WholeVectorDoubling(OpContext* ctx, const Geometry& g) {
 }
 
 // One butterfly over a vector (or a segment of one: Geometry), as steps
-// that can be interleaved with another's: Post(j) sends step j's range,
-// Receive(j) waits for the partner's and reduces it (halving) or takes it
-// (doubling), then moves to step j + 1. Steps 0..L-1 are the halving
-// (reduce-scatter), L..2L-1 the doubling (all-gather). Only the active
+// that can be interleaved with another's: PostHalving(j) sends halving
+// step j's range, ReceiveHalving(j) waits for the partner's and reduces it,
+// then moves to step j + 1 (L steps: the reduce-scatter); StartDoubling,
+// PostDoubling(j) and ReceiveDoubling(j) do the same for the doubling (L
+// steps: the all-gather), taking the partner's range. Only the active
 // ranks call them.
 class Butterfly {
  public:
   // `area` is where the halving's receive areas begin in the scratch.
   Butterfly(OpContext* ctx, const Geometry& g, size_t area)
       : ctx_(ctx), g_(g), area_(area), lo_(0), hi_(g.active()) {}
-
-  const Geometry& geometry() const { return g_; }
-  int steps(bool halving, bool doubling) const {
-    return (halving ? g_.levels() : 0) + (doubling ? g_.levels() : 0);
-  }
 
   void PostHalving(int j) {
     const int partner = Partner(j);
@@ -397,6 +393,34 @@ absl::Status Doubling(OpContext* ctx, const Geometry& g) {
   return absl::OkStatus();
 }
 
+// The segments of `whole`: at most kButterflyMaxSegments of at least
+// kButterflySegmentBytes (one below that), elements ShardLayout(count, S),
+// each its own write steps after the whole vector's.
+std::vector<Geometry> Segments(const Geometry& whole, size_t element_bytes) {
+  const size_t segments =
+      whole.levels() == 0
+          ? 1
+          : std::clamp<size_t>(whole.VectorBytes() / kButterflySegmentBytes, 1,
+                               kButterflyMaxSegments);
+  const ShardLayout cut(whole.layout().count(), segments);
+  std::vector<Geometry> out;
+  out.reserve(segments);
+  for (size_t s = 0; s < segments; ++s) {
+    out.emplace_back(cut.Size(s), element_bytes, whole.size(),
+                     cut.Begin(s) * element_bytes,
+                     static_cast<int>((s + 1) * (2 * whole.levels() + 3)));
+  }
+  return out;
+}
+
+size_t PipelinedScratchBytes(const Geometry& whole, size_t element_bytes) {
+  size_t total = whole.FoldBytes();
+  for (const Geometry& g : Segments(whole, element_bytes)) {
+    total += g.HalvingScratchBytes();
+  }
+  return total;
+}
+
 // The all-reduce's halving and doubling, pipelined over segments: the
 // vector is cut into S segments, each its own butterfly (its own scratch
 // areas and write steps), and the ranks walk the 2L steps segment by
@@ -405,43 +429,15 @@ absl::Status Doubling(OpContext* ctx, const Geometry& g) {
 // to the next step's partner carry data while the current step's tail is
 // still in flight, instead of idling from one step's last chunk to the
 // next step's first.
-size_t PipelineSegments(const Geometry& whole) {
-  if (whole.levels() == 0) return 1;
-  const size_t bytes = whole.VectorBytes();
-  return std::clamp<size_t>(bytes / kButterflySegmentBytes, 1,
-                            kButterflyMaxSegments);
-}
-
-// Segment s of `whole`: its geometry (elements ShardLayout(count, S)).
-Geometry SegmentOf(const Geometry& whole, size_t segments, size_t s,
-                   size_t element_bytes) {
-  const ShardLayout cut(whole.layout().count(), segments);
-  return Geometry(cut.Size(s), element_bytes, whole.size(),
-                  cut.Begin(s) * element_bytes,
-                  static_cast<int>((s + 1) * (2 * whole.levels() + 3)));
-}
-
-size_t PipelinedScratchBytes(const Geometry& whole, size_t element_bytes) {
-  const size_t segments = PipelineSegments(whole);
-  size_t total = whole.FoldBytes();
-  for (size_t s = 0; s < segments; ++s) {
-    total += SegmentOf(whole, segments, s, element_bytes).HalvingScratchBytes();
-  }
-  return total;
-}
-
 absl::Status PipelinedHalvingDoubling(OpContext* ctx, const Geometry& whole) {
   if (ctx->rank() >= whole.active() || whole.levels() == 0) {
     return absl::OkStatus();
   }
-  const size_t segments = PipelineSegments(whole);
   std::vector<Butterfly> flies;
-  flies.reserve(segments);
   size_t area = whole.FoldBytes();
-  for (size_t s = 0; s < segments; ++s) {
-    flies.emplace_back(ctx, SegmentOf(whole, segments, s, ctx->element_bytes()),
-                       area);
-    area += flies.back().geometry().HalvingScratchBytes();
+  for (const Geometry& g : Segments(whole, ctx->element_bytes())) {
+    flies.emplace_back(ctx, g, area);
+    area += g.HalvingScratchBytes();
   }
   const int levels = whole.levels();
   const auto post = [&](Butterfly& b, int step) {
@@ -488,8 +484,9 @@ size_t ButterflyScratchBytes(OpKind kind, size_t count, size_t element_bytes,
   if (UsesDoubling(kind, count * element_bytes, doubling_max_bytes)) {
     return DoublingScratchBytes(g);
   }
-  if (kind == OpKind::kAllReduce)
+  if (kind == OpKind::kAllReduce) {
     return PipelinedScratchBytes(g, element_bytes);
+  }
   return g.ScratchBytes();
 }
 

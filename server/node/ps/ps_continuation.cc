@@ -189,27 +189,19 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
   // new state's id.
   const HeldStates states =
       StatesOf(carried.run.get(), carried.old_rank, carried.old_size);
-  std::vector<int64_t> row;
-  for (const HeldState* h : {&states.held, &states.unconfirmed}) {
-    const std::vector<int64_t> packed =
-        PackPsAccount(PsAccountOf(static_cast<PsRun*>(h->run), options.run_id,
-                                  h->rank, h->size, carried.local_workers));
-    row.insert(row.end(), packed.begin(), packed.end());
-  }
-  row.push_back(StateNonce());
+  const auto row = [&](const HeldState& h) {
+    return PackPsAccount(PsAccountOf(static_cast<PsRun*>(h.run), options.run_id,
+                                     h.rank, h.size, carried.local_workers));
+  };
+  uint64_t state_id = 0;
   STARLING_ASSIGN_OR_RETURN(
-      const std::vector<int64_t> rows,
-      ExchangeRows(row, comm_, call,
-                   absl::StrCat("exchanging the survivors' accounts of run ",
-                                options.run_id)));
-  std::vector<std::pair<PsAccount, PsAccount>> held;
-  std::vector<int64_t> nonces;
-  for (int r = 0; r < comm_->size(); ++r) {
-    const int64_t* f = rows.data() + r * row.size();
-    held.emplace_back(UnpackPsAccount(f),
-                      UnpackPsAccount(f + PsAccount::kFields));
-    nonces.push_back(f[2 * PsAccount::kFields]);
-  }
+      const auto held,
+      ExchangeHeld<PsAccount>(
+          row(states.held), row(states.unconfirmed), UnpackPsAccount, comm_,
+          call,
+          absl::StrCat("exchanging the survivors' accounts of run ",
+                       options.run_id),
+          &state_id));
   // 2. Which state each daemon brings and the plan, alike on every daemon;
   // the tensors where a daemon joins.
   STARLING_ASSIGN_OR_RETURN(const auto choice,
@@ -222,10 +214,7 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
                                 [](const PsResumePlan&) { return true; })));
   const std::vector<PsAccount>& accounts = choice.accounts;
   const PsResumePlan& plan = choice.plan;
-  const int which = choice.which[comm_->rank()];
-  const HeldState mine = which == 0   ? states.held
-                         : which == 1 ? states.unconfirmed
-                                      : HeldState();
+  const HeldState mine = states.Chosen(choice.which[comm_->rank()]);
   PsRun* const old = static_cast<PsRun*>(mine.run);
   STARLING_ASSIGN_OR_RETURN(const std::vector<proto::TensorSpec> tensors,
                             ShareTable(old, plan.joining > 0, plan.carrier,
@@ -305,7 +294,7 @@ absl::StatusOr<std::shared_ptr<Run>> PsEngine::ContinueRun(
     replica.updates = plan.updates;
     replica.ready = true;
   }
-  run.state_id = StateId(nonces);
+  run.state_id = state_id;
   // 6. Every daemon moved it (else it is kept beside `old`).
   STARLING_RETURN_IF_ERROR(ConfirmMoved(old, base, comm_, call));
   metrics_->run_continuations->Increment();

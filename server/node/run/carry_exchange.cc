@@ -31,19 +31,13 @@ absl::StatusOr<std::vector<int64_t>> ExchangeRows(
 }
 
 HeldStates StatesOf(Run* carried, int rank, int size) {
-  std::vector<HeldState> chain;
-  if (carried != nullptr) {
-    chain.push_back({carried, rank, size});
-    for (Run* r = carried; r->successor != nullptr; r = r->successor.get()) {
-      chain.push_back(
-          {r->successor.get(), r->successor_rank, r->successor_size});
-    }
-  }
   HeldStates states;
-  if (chain.size() == 1) states.held = chain[0];
-  if (chain.size() >= 2) {
-    states.held = chain[chain.size() - 2];
-    states.unconfirmed = chain.back();
+  if (carried == nullptr) return states;
+  states.held = {carried, rank, size};
+  for (Run* r = carried; r->successor != nullptr; r = r->successor.get()) {
+    if (states.unconfirmed.run != nullptr) states.held = states.unconfirmed;
+    states.unconfirmed = {r->successor.get(), r->successor_rank,
+                          r->successor_size};
   }
   return states;
 }
@@ -70,21 +64,30 @@ absl::Status ConfirmMoved(Run* mine, std::shared_ptr<Run> run,
                         "the group re-forms");
 }
 
-int64_t StateNonce() {
+absl::StatusOr<std::vector<int64_t>> ExchangeHeldRows(
+    const std::vector<int64_t>& held, const std::vector<int64_t>& unconfirmed,
+    collective::Communicator* comm, const collective::CallOptions& call,
+    const std::string& what, uint64_t* state_id) {
+  std::vector<int64_t> row = held;
+  row.insert(row.end(), unconfirmed.begin(), unconfirmed.end());
   std::random_device random;
-  return static_cast<int64_t>(((uint64_t{random()} << 32) ^ random()) &
-                              ((uint64_t{1} << 62) - 1));
-}
-
-uint64_t StateId(const std::vector<int64_t>& nonces) {
+  row.push_back(static_cast<int64_t>(((uint64_t{random()} << 32) ^ random()) &
+                                     ((uint64_t{1} << 62) - 1)));
+  STARLING_ASSIGN_OR_RETURN(const std::vector<int64_t> table,
+                            ExchangeRows(row, comm, call, what));
+  const size_t width = row.size() - 1;
+  std::vector<int64_t> rows;
   uint64_t id = 0;
-  for (int64_t n : nonces) {
-    id = id * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(n);
+  for (int r = 0; r < comm->size(); ++r) {
+    const auto begin = table.begin() + static_cast<ptrdiff_t>(r * row.size());
+    rows.insert(rows.end(), begin, begin + static_cast<ptrdiff_t>(width));
+    id = id * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(begin[width]);
   }
-  // 0 is a run begun in its group; an id stays below 2^63 (it travels as
+  // 0 is a run begun in its group; an id stays below 2^62 (it travels as
   // an int64).
   id &= (uint64_t{1} << 62) - 1;
-  return id == 0 ? 1 : id;
+  *state_id = id == 0 ? 1 : id;
+  return rows;
 }
 
 proto::TensorTable TableOf(const Run& run) {

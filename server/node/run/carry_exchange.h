@@ -62,6 +62,10 @@ struct HeldState {
 struct HeldStates {
   HeldState held;
   HeldState unconfirmed;
+  // CarryChoice::which's state: 0 held, 1 unconfirmed, -1 none.
+  HeldState Chosen(int which) const {
+    return which == 0 ? held : which == 1 ? unconfirmed : HeldState();
+  }
 };
 HeldStates StatesOf(Run* carried, int rank, int size);
 
@@ -74,10 +78,35 @@ absl::Status ConfirmMoved(Run* mine, std::shared_ptr<Run> run,
                           collective::Communicator* comm,
                           const collective::CallOptions& call);
 
-// A random id for the state a continuation makes, from every daemon's
-// nonce (the same on every daemon; another in every continuation).
-int64_t StateNonce();
-uint64_t StateId(const std::vector<int64_t>& nonces);
+// Every daemon's packed accounts of its held and its unconfirmed state
+// (`held` and `unconfirmed`, as many integers each, on every daemon),
+// exchanged with a random nonce each (ExchangeRows): the rows in rank
+// order, each the two accounts (2 * held.size() integers), and in
+// `*state_id` the id of the state this continuation makes, from the
+// nonces (the same on every daemon, another in every continuation).
+absl::StatusOr<std::vector<int64_t>> ExchangeHeldRows(
+    const std::vector<int64_t>& held, const std::vector<int64_t>& unconfirmed,
+    collective::Communicator* comm, const collective::CallOptions& call,
+    const std::string& what, uint64_t* state_id);
+
+// ExchangeHeldRows, each daemon's pair of accounts unpacked by
+// `unpack(const int64_t*) -> Account`, in rank order.
+template <typename Account, typename Unpack>
+absl::StatusOr<std::vector<std::pair<Account, Account>>> ExchangeHeld(
+    const std::vector<int64_t>& held, const std::vector<int64_t>& unconfirmed,
+    const Unpack& unpack, collective::Communicator* comm,
+    const collective::CallOptions& call, const std::string& what,
+    uint64_t* state_id) {
+  absl::StatusOr<std::vector<int64_t>> table =
+      ExchangeHeldRows(held, unconfirmed, comm, call, what, state_id);
+  if (!table.ok()) return table.status();
+  std::vector<std::pair<Account, Account>> pairs;
+  for (int r = 0; r < comm->size(); ++r) {
+    const int64_t* f = table->data() + 2 * held.size() * r;
+    pairs.emplace_back(unpack(f), unpack(f + held.size()));
+  }
+  return pairs;
+}
 
 // Which state each daemon brings (index = new rank; 0: its held one, 1:
 // its unconfirmed one, -1: none, it joins), their accounts and the plan

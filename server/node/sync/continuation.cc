@@ -493,37 +493,27 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
   // 1. Every daemon's accounts of what it holds (its held state and an
   // unconfirmed one beside it), and a nonce for the new state's id.
   const HeldStates states = StatesOf(carried.get(), old_rank, old_size);
-  std::vector<int64_t> row;
-  for (const HeldState* h : {&states.held, &states.unconfirmed}) {
-    CarryAccount a = AccountOf(static_cast<SyncRun*>(h->run), options.run_id,
-                               h->rank, h->size, local_workers);
+  const auto row = [&](const HeldState& h) {
+    CarryAccount a = AccountOf(static_cast<SyncRun*>(h.run), options.run_id,
+                               h.rank, h.size, local_workers);
     if (checkpoints != nullptr) NoteDurable(*checkpoints, &a);
-    const std::vector<int64_t> packed = Pack(a);
-    row.insert(row.end(), packed.begin(), packed.end());
-  }
-  row.push_back(StateNonce());
+    return Pack(a);
+  };
+  uint64_t state_id = 0;
   STARLING_ASSIGN_OR_RETURN(
-      const std::vector<int64_t> table,
-      ExchangeRows(row, comm, call,
-                   absl::StrCat("exchanging the survivors' accounts of run ",
-                                options.run_id)));
-  std::vector<std::pair<CarryAccount, CarryAccount>> held;
-  std::vector<int64_t> nonces;
-  for (int r = 0; r < comm->size(); ++r) {
-    const int64_t* f = table.data() + r * row.size();
-    held.emplace_back(Unpack(f), Unpack(f + CarryAccount::kFields));
-    nonces.push_back(f[2 * CarryAccount::kFields]);
-  }
+      const auto held,
+      ExchangeHeld<CarryAccount>(
+          row(states.held), row(states.unconfirmed), Unpack, comm, call,
+          absl::StrCat("exchanging the survivors' accounts of run ",
+                       options.run_id),
+          &state_id));
   // 2. Which state each daemon brings, and the plan, alike on every daemon.
   STARLING_ASSIGN_OR_RETURN(
       SyncCarryChoice choice,
       ChooseAndPlan(options.run_id, held, options.optimizer == "none"));
   const std::vector<CarryAccount>& accounts = choice.accounts;
   ResumePlan& plan = choice.plan;
-  const int which = choice.which[comm->rank()];
-  const HeldState mine = which == 0   ? states.held
-                         : which == 1 ? states.unconfirmed
-                                      : HeldState();
+  const HeldState mine = states.Chosen(choice.which[comm->rank()]);
   SyncRun* const from = static_cast<SyncRun*>(mine.run);
   STARLING_ASSIGN_OR_RETURN(
       std::vector<proto::TensorSpec> tensors,
@@ -571,7 +561,7 @@ absl::StatusOr<std::shared_ptr<SyncRun>> ContinueRun(
         run->layout.total_elements, " parameters; its state ", elements));
   }
   STARLING_RETURN_IF_ERROR(InstallState(full, v, slots, *run));
-  run->state_id = StateId(nonces);
+  run->state_id = state_id;
   // 6. Every daemon moved it (else it is kept beside `from`).
   STARLING_RETURN_IF_ERROR(ConfirmMoved(from, run, comm, call));
   STARLING_LOG(INFO) << "run " << options.run_id << ": state at version " << v
