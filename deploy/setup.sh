@@ -16,6 +16,9 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   # Abseil 20220623, RDMA verbs, HTTP endpoints.
   libabsl-dev libibverbs-dev libcpp-httplib-dev
+  # The fabric transport: libfabric 1.17 (verbs on InfiniBand/RoCE, tcp
+  # here) and fi_info for deploy/fabric_smoke.sh.
+  libfabric-dev libfabric-bin
   # sd_notify(3) for the systemd units; systemd-analyze for their check.
   libsystemd-dev systemd
   # Tests and benchmarks.

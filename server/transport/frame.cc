@@ -81,7 +81,7 @@ void EncodeFrameHeader(const FrameHeader& header,
   out[kVersionAt] = header.version;
   out[kTypeAt] = static_cast<uint8_t>(header.type);
   out[kFlagsAt] = header.flags;
-  out[kPartCountAt] = header.part_count;
+  out[kPartCountAt] = static_cast<uint8_t>(header.part_count);
   PutLittleEndian64(header.region, out + kRegionAt);
   PutLittleEndian64(header.offset, out + kOffsetAt);
   PutLittleEndian64(header.length, out + kLengthAt);

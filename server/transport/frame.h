@@ -45,7 +45,9 @@ struct FrameHeader {
   uint8_t version = kProtocolVersion;
   FrameType type = FrameType::kWrite;
   uint8_t flags = 0;
-  uint8_t part_count = 0;
+  // On the stream transports' wire one byte (frame_format.md); the fabric
+  // path's slots carry more parts (fabric/slot_header.h).
+  uint32_t part_count = 0;
   uint64_t region = 0;
   uint64_t offset = 0;
   uint64_t length = 0;

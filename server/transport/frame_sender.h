@@ -124,13 +124,13 @@ class FrameSender {
     std::vector<std::byte> owned;
     Completion* done = nullptr;  // WRITE frames only
     uint32_t seq = 0;
-    uint8_t part_count = 0;
+    uint32_t part_count = 0;
   };
   // A WRITE frame whose completion is due.
   struct Finished {
     Completion* done = nullptr;
     uint32_t seq = 0;
-    uint8_t part_count = 0;
+    uint32_t part_count = 0;
   };
   using FinishedList = absl::InlinedVector<Finished, 8>;
 

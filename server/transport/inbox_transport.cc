@@ -1,5 +1,6 @@
 #include "server/transport/inbox_transport.h"
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,12 +10,96 @@
 namespace starling {
 namespace transport {
 
+namespace {
+
+// The subclass's wake-up, then every adopted path's.
+Inbox::Options WakingPathsToo(Inbox::Options options,
+                              std::function<void()> wake_paths) {
+  options.wake_io = [stream = std::move(options.wake_io),
+                     paths = std::move(wake_paths)] {
+    if (stream) stream();
+    paths();
+  };
+  return options;
+}
+
+}  // namespace
+
 InboxTransport::InboxTransport(Inbox::Options inbox_options,
                                size_t max_control_bytes)
     : rank_(inbox_options.rank),
       size_(inbox_options.size),
       max_control_bytes_(max_control_bytes),
-      inbox_(std::move(inbox_options)) {}
+      inbox_(WakingPathsToo(std::move(inbox_options),
+                            [this] {
+                              for (WritePath* path : Paths()) path->Wake();
+                            })),
+      path_of_(new std::atomic<WritePath*>[size_ > 0 ? size_ : 1]) {
+  for (int peer = 0; peer < size_; ++peer) {
+    path_of_[peer].store(nullptr, std::memory_order_relaxed);
+  }
+}
+
+absl::Status InboxTransport::AdoptWritePath(std::unique_ptr<WritePath> path,
+                                            const std::vector<int>& peers) {
+  for (int peer : peers) {
+    if (!ValidPeer(peer) ||
+        path_of_[peer].load(std::memory_order_acquire) != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot carry ", PeerName(peer), "'s writes over ",
+                       path->name(), ": not another rank of this group, or ",
+                       "its writes have a path already"));
+    }
+  }
+  WritePath* raw = path.get();
+  raw->Attach(WritePath::Sink{
+      &inbox_, [this](int peer, const absl::Status& why) {
+        if (!ValidPeer(peer)) return;
+        // Makes `why` sticky first, then tells the peer on the stream.
+        inbox_.FailPeer(peer, why);
+        FailPeer(peer, inbox_.PeerStatus(peer), /*tell_peer=*/true,
+                 /*orderly=*/false);
+      }});
+  {
+    absl::MutexLock lock(&paths_mu_);
+    paths_.push_back(std::move(path));
+  }
+  for (int peer : peers) {
+    path_of_[peer].store(raw, std::memory_order_release);
+    // A peer lost before the path was adopted is lost on it too.
+    absl::Status status = inbox_.PeerStatus(peer);
+    if (!status.ok()) raw->FailPeer(peer, status);
+  }
+  return absl::OkStatus();
+}
+
+std::string InboxTransport::PathName(int peer,
+                                     const std::string& stream_name) const {
+  if (peer < 0 || peer >= size_) return stream_name;
+  WritePath* path = path_of_[peer].load(std::memory_order_acquire);
+  return path == nullptr ? stream_name : path->name();
+}
+
+std::vector<WritePath*> InboxTransport::Paths() {
+  absl::MutexLock lock(&paths_mu_);
+  std::vector<WritePath*> paths;
+  for (auto& path : paths_) paths.push_back(path.get());
+  return paths;
+}
+
+void InboxTransport::DrainWritePaths(absl::Time deadline) {
+  for (WritePath* path : Paths()) path->Drain(deadline);
+}
+
+void InboxTransport::StopWritePaths() {
+  for (WritePath* path : Paths()) path->Stop();
+}
+
+void InboxTransport::FailWritePath(int peer, const absl::Status& why) {
+  if (peer < 0 || peer >= size_) return;
+  WritePath* path = path_of_[peer].load(std::memory_order_acquire);
+  if (path != nullptr) path->FailPeer(peer, why);
+}
 
 bool InboxTransport::ValidPeer(int peer) const {
   return peer >= 0 && peer < size() && peer != rank();
@@ -69,6 +154,11 @@ void InboxTransport::Write(int peer, absl::Span<const std::byte> data,
   absl::Status sticky = inbox_.PeerStatus(peer);
   if (!sticky.ok()) {
     done->Finish(sticky);
+    return;
+  }
+  WritePath* path = path_of_[peer].load(std::memory_order_acquire);
+  if (path != nullptr) {
+    path->PostWrite(peer, data, remote, remote_offset_bytes, imm, done);
     return;
   }
   PostWrite(peer, data, remote, remote_offset_bytes, imm, done);

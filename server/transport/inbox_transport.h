@@ -13,16 +13,21 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/transport/completion.h"
 #include "server/transport/frame.h"
 #include "server/transport/inbox.h"
 #include "server/transport/transport.h"
+#include "server/transport/write_path.h"
 
 namespace starling {
 namespace transport {
@@ -63,6 +68,18 @@ class InboxTransport : public Transport {
   // Bytes held for regions not registered yet (for tests and metrics).
   size_t early_bytes() const { return inbox_.early_bytes(); }
 
+  // From now on the writes between this rank and each of `peers` travel over
+  // `path` (write_path.h) instead of this transport's stream; the rest
+  // (control messages, liveness, failures) stays here. Call before the first
+  // Write() to those peers, at most once per peer: InvalidArgument for a bad
+  // or already adopted peer. A peer that has failed already fails the path's
+  // side at once.
+  absl::Status AdoptWritePath(std::unique_ptr<WritePath> path,
+                              const std::vector<int>& peers);
+
+  // How writes to `peer` travel: the adopted path's name, or `stream_name`.
+  std::string PathName(int peer, const std::string& stream_name) const;
+
  protected:
   // `inbox_options` gives rank and size; its callbacks may call the
   // subclass's methods (they run only once the subclass is constructed).
@@ -101,6 +118,16 @@ class InboxTransport : public Transport {
 
   Inbox* inbox() { return &inbox_; }
 
+  // The subclass's destructor calls DrainWritePaths() before it says GOODBYE
+  // (writes already posted over a path land first), and StopWritePaths()
+  // once its peers have closed, before its own members go.
+  void DrainWritePaths(absl::Time deadline);
+  void StopWritePaths();
+
+  // The subclass's FailPeer() calls this: the path carrying `peer`'s writes
+  // fails them with `why`.
+  void FailWritePath(int peer, const absl::Status& why);
+
  private:
   const int rank_;
   const int size_;
@@ -108,6 +135,16 @@ class InboxTransport : public Transport {
   Inbox inbox_;
   // Relaxed: only chooses how loudly peer failures are logged.
   std::atomic<bool> shutting_down_{false};
+  // The adopted paths; they live as long as this transport. No lock is held
+  // while they are called.
+  std::vector<WritePath*> Paths();
+
+  // Adopted paths (owned) and, per peer, the one carrying its writes (null:
+  // the stream). Acquire/release: set once per peer by AdoptWritePath().
+  // Declared after inbox_: a path's thread delivers into it until Stop().
+  absl::Mutex paths_mu_;
+  std::vector<std::unique_ptr<WritePath>> paths_ ABSL_GUARDED_BY(paths_mu_);
+  std::unique_ptr<std::atomic<WritePath*>[]> path_of_;
 };
 
 }  // namespace transport

@@ -145,6 +145,8 @@ absl::Status TcpTransport::Start(int listen_fd) {
 
 TcpTransport::~TcpTransport() {
   BeginShutdown();
+  // Writes posted over a path land before GOODBYE tells peers we are gone.
+  DrainWritePaths(absl::Now() + options_.shutdown_timeout);
   if (loop_.joinable()) {
     // Say GOODBYE; each peer answers by closing, and the loop closes our end
     // when it sees that.
@@ -174,6 +176,7 @@ TcpTransport::~TcpTransport() {
     Wake();
     loop_.join();
   }
+  StopWritePaths();
   inbox()->Shutdown();
   const absl::Status why = absl::FailedPreconditionError(
       absl::StrCat(PeerName(rank()), " shut its transport down"));
@@ -305,6 +308,7 @@ void TcpTransport::FailPeer(int peer, const absl::Status& why, bool tell_peer,
   }
   const absl::Status sticky = first ? why : inbox()->PeerStatus(peer);
   if (first || tell_peer) LogPeerFailure(peer, sticky, orderly);
+  FailWritePath(peer, sticky);
   // Every connection carries the ERROR: the peer may read any of them first
   // and must learn why (a rejected write is DataLoss there too), not just see
   // a connection close.

@@ -1,0 +1,74 @@
+// The collective grid over the fabric path (libfabric's tcp provider on
+// 127.0.0.1, under the TCP transport): every algorithm and op on group
+// sizes 1 to 11 and odd lengths, every dtype, as the provider reports its
+// rules and as verbs requires them.
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/base/status_matchers.h"
+#include "server/collective/collective_test_util.h"
+#include "server/collective/communicator.h"
+#include "server/transport/fabric/fabric_test_util.h"
+
+namespace starling {
+namespace collective {
+namespace {
+
+using transport::fabric::CreateFabricGroup;
+using transport::fabric::FabricGroup;
+
+class CollectiveOverFabric : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CollectiveOverFabric, EveryAlgorithmAndOpMatchesTheReference) {
+  for (int size : {1, 2, 3, 4, 5, 8, 11}) {
+    ASSERT_OK_AND_ASSIGN(FabricGroup group,
+                         CreateFabricGroup(size, GetParam()));
+    const std::vector<transport::Transport*> transports = group.Raw();
+    std::vector<size_t> counts = {0, 1, static_cast<size_t>(size - 1), 97,
+                                  100003};
+    for (Algorithm algorithm :
+         {Algorithm::kButterfly, Algorithm::kRing, Algorithm::kTree,
+          Algorithm::kReduceBroadcast, Algorithm::kAuto}) {
+      for (size_t count : counts) {
+        for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter,
+                            OpKind::kAllGather, OpKind::kBroadcast}) {
+          GridCase c{size, count, DataType::kFloat32, ReduceOp::kSum, 4096};
+          ASSERT_OK(CheckCollective(kind, algorithm, c, transports))
+              << OpKindName(kind) << " " << AlgorithmName(algorithm) << " "
+              << c.ToString();
+        }
+      }
+    }
+    for (DataType type :
+         {DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+          DataType::kInt32, DataType::kInt64}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                          ReduceOp::kAverage}) {
+        GridCase c{size, 1009, type, op, 512};
+        ASSERT_OK(CheckCollective(OpKind::kAllReduce, Algorithm::kButterfly, c,
+                                  transports))
+            << c.ToString();
+      }
+    }
+  }
+}
+
+TEST_P(CollectiveOverFabric, AllReducesAMillionAndThreeFloatsOnFourRanks) {
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(4, GetParam()));
+  for (Algorithm algorithm :
+       {Algorithm::kButterfly, Algorithm::kRing, Algorithm::kReduceBroadcast}) {
+    GridCase c{4, 1000003, DataType::kFloat32, ReduceOp::kSum,
+               ChunkPlanner::kDefaultChunkBytes};
+    ASSERT_OK(CheckCollective(OpKind::kAllReduce, algorithm, c, group.Raw()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ProviderRulesAndVerbsRules, CollectiveOverFabric,
+                         ::testing::Bool(), [](const auto& info) {
+                           return info.param ? "VerbsStyle" : "AsReported";
+                         });
+
+}  // namespace
+}  // namespace collective
+}  // namespace starling

@@ -1,0 +1,257 @@
+// The fabric path over libfabric's tcp provider on 127.0.0.1, as providers
+// report their rules and (verbs_style) as verbs requires them: exact bytes
+// and notices for every size around the slot, writes larger than every
+// slot together (credits), early arrivals, lost peers, per-peer choice and
+// no registration per op.
+#include "server/transport/fabric/fabric_path.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/base/status_matchers.h"
+#include "server/transport/completion.h"
+#include "server/transport/fabric/fabric_connect.h"
+#include "server/transport/fabric/fabric_test_util.h"
+
+namespace starling {
+namespace transport {
+namespace fabric {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::byte Pattern(int writer, int reader, size_t k, size_t i) {
+  return static_cast<std::byte>(
+      (writer * 131 + reader * 31 + k * 7 + i * 13 + (i >> 9)) & 0xff);
+}
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(20); }
+
+class FabricPathTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FabricPathTest, EveryPairWritesEverySizeAroundTheSlotExactly) {
+  constexpr int kRanks = 3;
+  ASSERT_OK_AND_ASSIGN(FabricGroup group,
+                       CreateFabricGroup(kRanks, /*verbs_style=*/GetParam()));
+  const size_t payload = TestFabricOptions().slot_bytes - kSlotHeaderBytes;
+  // 17 parts for the largest: more than the 4 slots a peer has.
+  const std::vector<size_t> sizes = {
+      0, 1, payload - 1, payload, payload + 1, 3 * payload + 7, (1 << 20) + 13};
+  std::vector<uint64_t> registered;
+  for (const FabricRoutes& routes : group.routes) {
+    ASSERT_NE(routes.path, nullptr);
+    registered.push_back(routes.path->registrations());
+    for (const FabricRoute& route : routes.peers) {
+      EXPECT_TRUE(route.fabric) << route.why;
+      EXPECT_THAT(route.why, HasSubstr("fabric (tcp"));
+    }
+  }
+  // regions[reader][writer][k], each with a margin that must stay zero.
+  constexpr size_t kMargin = 64;
+  std::vector<std::vector<std::vector<std::vector<std::byte>>>> regions(
+      kRanks, std::vector<std::vector<std::vector<std::byte>>>(kRanks));
+  for (int r = 0; r < kRanks; ++r) {
+    for (int w = 0; w < kRanks; ++w) {
+      if (w == r) continue;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        regions[r][w].emplace_back(sizes[k] + 2 * kMargin);
+        ASSERT_OK(group.transports[r]->RegisterRegion(
+            1000 * w + k, absl::MakeSpan(regions[r][w][k])));
+      }
+    }
+  }
+  std::vector<std::vector<std::vector<std::byte>>> sources(kRanks);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kRanks; ++w) {
+    threads.emplace_back([&, w] {
+      Completion done;
+      std::vector<std::vector<std::byte>> data;
+      for (int r = 0; r < kRanks; ++r) {
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          std::vector<std::byte> bytes(sizes[k]);
+          for (size_t i = 0; i < bytes.size(); ++i) {
+            bytes[i] = Pattern(w, r, k, i);
+          }
+          data.push_back(std::move(bytes));
+        }
+      }
+      size_t at = 0;
+      for (int r = 0; r < kRanks; ++r) {
+        for (size_t k = 0; k < sizes.size(); ++k, ++at) {
+          if (r == w) continue;
+          group.transports[w]->Write(r, data[at], 1000 * w + k, kMargin,
+                                     static_cast<uint32_t>(k), &done);
+        }
+      }
+      EXPECT_OK(done.Wait(Soon()));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    for (int w = 0; w < kRanks; ++w) {
+      if (w == r) continue;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        WriteMatch match;
+        match.region = 1000 * w + k;
+        match.peer = w;
+        ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                             group.transports[r]->WaitForWrite(match, Soon()));
+        EXPECT_EQ(notice.imm, k);
+        EXPECT_EQ(notice.offset_bytes, kMargin);
+        EXPECT_EQ(notice.length_bytes, sizes[k]);
+        const std::vector<std::byte>& got = regions[r][w][k];
+        for (size_t i = 0; i < got.size(); ++i) {
+          const bool inside = i >= kMargin && i < kMargin + sizes[k];
+          const std::byte want =
+              inside ? Pattern(w, r, k, i - kMargin) : std::byte{0};
+          ASSERT_EQ(got[i], want) << "reader " << r << " writer " << w
+                                  << " size " << sizes[k] << " byte " << i;
+        }
+      }
+    }
+  }
+  // Each write is cut into slots' worth of parts (at least one).
+  uint64_t parts = 0;
+  for (size_t size : sizes) {
+    parts += std::max<uint64_t>(1, (size + payload - 1) / payload);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    // Registered once, at open: none per write.
+    EXPECT_EQ(group.routes[r].path->registrations(), registered[r]);
+    EXPECT_EQ(group.routes[r].path->parts_written(), parts * (kRanks - 1));
+    EXPECT_THAT(group.transports[r]->PathName((r + 1) % kRanks, "tcp"),
+                HasSubstr("fabric"));
+  }
+}
+
+TEST_P(FabricPathTest, AWriteBeforeItsRegionIsHeldAndLandsAtRegistration) {
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(2, GetParam()));
+  std::vector<std::byte> data(300000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = Pattern(1, 0, 0, i);
+  Completion done;
+  group.transports[1]->Write(0, data, 7, 0, 3, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  std::vector<std::byte> region(data.size());
+  ASSERT_OK(group.transports[0]->RegisterRegion(7, absl::MakeSpan(region)));
+  WriteMatch match;
+  match.region = 7;
+  ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                       group.transports[0]->WaitForWrite(match, Soon()));
+  EXPECT_EQ(notice.peer, 1);
+  EXPECT_EQ(notice.imm, 3u);
+  EXPECT_EQ(region, data);
+}
+
+TEST_P(FabricPathTest, AWritePastTheRegionFailsThePeerNamingIt) {
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(2, GetParam()));
+  std::vector<std::byte> region(100);
+  ASSERT_OK(group.transports[0]->RegisterRegion(9, absl::MakeSpan(region)));
+  std::vector<std::byte> data(200);
+  Completion done;
+  group.transports[1]->Write(0, data, 9, 0, 0, &done);
+  WriteMatch match;
+  match.region = 9;
+  absl::StatusOr<WriteNotice> notice =
+      group.transports[0]->WaitForWrite(match, Soon());
+  ASSERT_FALSE(notice.ok());
+  EXPECT_EQ(notice.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(notice.status().message(), HasSubstr("rank 1"));
+  // The writer learns it too, over the stream.
+  std::vector<std::byte> more(8);
+  WriteMatch none;
+  none.region = 1;
+  none.peer = 0;
+  EXPECT_FALSE(group.transports[1]->WaitForWrite(none, Soon()).ok());
+}
+
+TEST_P(FabricPathTest, AnAbortedPeerFailsWritesAndWaitsWithItsReason) {
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(3, GetParam()));
+  group.transports[0]->AbortPeer(1, absl::DeadlineExceededError("rank 1 late"));
+  std::vector<std::byte> data(1 << 20);
+  Completion done;
+  group.transports[0]->Write(1, data, 1, 0, 0, &done);
+  EXPECT_THAT(done.Wait(Soon()).message(), HasSubstr("rank 1 late"));
+  WriteMatch match;
+  match.region = 1;
+  match.peer = 1;
+  EXPECT_THAT(
+      group.transports[0]->WaitForWrite(match, Soon()).status().message(),
+      HasSubstr("rank 1 late"));
+  // Rank 2 is unaffected.
+  std::vector<std::byte> region(data.size());
+  ASSERT_OK(group.transports[2]->RegisterRegion(1, absl::MakeSpan(region)));
+  Completion to_two;
+  group.transports[0]->Write(2, data, 1, 0, 0, &to_two);
+  ASSERT_OK(to_two.Wait(Soon()));
+  match.peer = 0;
+  ASSERT_OK(group.transports[2]->WaitForWrite(match, Soon()).status());
+}
+
+INSTANTIATE_TEST_SUITE_P(ProviderRulesAndVerbsRules, FabricPathTest,
+                         ::testing::Bool(), [](const auto& info) {
+                           return info.param ? "VerbsStyle" : "AsReported";
+                         });
+
+TEST(FabricConnect, APeerWithoutTheFabricGetsTcpAndIsNamed) {
+  ASSERT_OK_AND_ASSIGN(
+      FabricGroup group,
+      CreateFabricGroup(3, false,
+                        {FabricUse::kAuto, FabricUse::kOff, FabricUse::kAuto}));
+  ASSERT_EQ(group.routes[0].peers.size(), 2u);
+  EXPECT_FALSE(group.routes[0].peers[0].fabric);
+  EXPECT_THAT(group.routes[0].peers[0].why,
+              HasSubstr("tcp: rank 1 (127.0.0.1:"));
+  EXPECT_THAT(group.routes[0].peers[0].why, HasSubstr("has no fabric"));
+  EXPECT_TRUE(group.routes[0].peers[1].fabric);
+  EXPECT_EQ(group.routes[1].path, nullptr);
+  EXPECT_EQ(group.transports[0]->PathName(1, "tcp"), "tcp");
+  EXPECT_THAT(group.transports[0]->PathName(2, "tcp"), HasSubstr("fabric"));
+  // Writes go both ways on both kinds of pair.
+  for (int w : {0, 1, 2}) {
+    for (int r : {0, 1, 2}) {
+      if (w == r) continue;
+      std::vector<std::byte> data(200000, static_cast<std::byte>(w * 3 + r));
+      std::vector<std::byte> region(data.size());
+      ASSERT_OK(
+          group.transports[r]->RegisterRegion(50 + w, absl::MakeSpan(region)));
+      Completion done;
+      group.transports[w]->Write(r, data, 50 + w, 0, 0, &done);
+      ASSERT_OK(done.Wait(Soon()));
+      WriteMatch match;
+      match.region = 50 + w;
+      ASSERT_OK(group.transports[r]->WaitForWrite(match, Soon()).status());
+      EXPECT_EQ(region, data) << w << " -> " << r;
+      ASSERT_OK(group.transports[r]->DeregisterRegion(50 + w));
+    }
+  }
+}
+
+TEST(FabricConnect, RequiredWithAPeerWithoutItIsAnErrorNamingThePeer) {
+  absl::StatusOr<FabricGroup> group =
+      CreateFabricGroup(2, false, {FabricUse::kRequired, FabricUse::kOff});
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(group.status().message(), HasSubstr("rank 1 (127.0.0.1:"));
+  EXPECT_THAT(group.status().message(), HasSubstr("the fabric is off here"));
+}
+
+TEST(FabricPath, AProviderThatIsNotHereIsNamed) {
+  FabricOptions options = TestFabricOptions();
+  options.provider = "verbs";
+  absl::StatusOr<std::unique_ptr<FabricPath>> path = FabricPath::Open(
+      options, 0, 2, [](int r) { return absl::StrCat("rank ", r); });
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(path.status().message(),
+              HasSubstr("fi_getinfo(verbs) found none for 127.0.0.1"));
+}
+
+}  // namespace
+}  // namespace fabric
+}  // namespace transport
+}  // namespace starling

@@ -1,0 +1,54 @@
+#include "server/transport/fabric/fabric_test_util.h"
+
+#include <thread>
+#include <utility>
+
+#include "server/base/status_macros.h"
+#include "server/transport/tcp/tcp_test_util.h"
+
+namespace starling {
+namespace transport {
+namespace fabric {
+
+FabricOptions TestFabricOptions() {
+  FabricOptions options;
+  options.host = "127.0.0.1";
+  options.slot_bytes = 64 << 10;
+  options.slots = 4;
+  return options;
+}
+
+std::vector<Transport*> FabricGroup::Raw() const {
+  std::vector<Transport*> out;
+  for (const auto& t : transports) out.push_back(t.get());
+  return out;
+}
+
+absl::StatusOr<FabricGroup> CreateFabricGroup(int n, bool verbs_style,
+                                              std::vector<FabricUse> uses,
+                                              FabricOptions options) {
+  FabricGroup group;
+  STARLING_ASSIGN_OR_RETURN(group.transports, tcp::CreateGroup(n));
+  if (uses.empty()) uses.assign(n, FabricUse::kRequired);
+  options.verbs_style = verbs_style;
+  std::vector<absl::StatusOr<FabricRoutes>> results(
+      n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = ConnectFabric(group.transports[r].get(), uses[r], {"tcp"},
+                                 options, deadline);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    STARLING_RETURN_IF_ERROR(results[r].status());
+    group.routes.push_back(*std::move(results[r]));
+  }
+  return group;
+}
+
+}  // namespace fabric
+}  // namespace transport
+}  // namespace starling
