@@ -12,6 +12,7 @@
 #include "server/bench/cpu_usage.h"
 #include "server/collective/communicator.h"
 #include "server/collective/selector.h"
+#include "server/transport/fabric/fabric_connect.h"
 #include "server/transport/tcp/tcp_transport.h"
 
 namespace starling {
@@ -234,6 +235,21 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   }
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp,
                             transport::tcp::TcpTransport::Create(topts));
+  const transport::fabric::FabricPath* fabric = nullptr;
+  if (config.transport == "fabric") {
+    transport::fabric::FabricOptions fopts;
+    fopts.host =
+        config.fabric_host.empty() ? peers[rank].host : config.fabric_host;
+    fopts.verbs_style = config.fabric_verbs_style;
+    STARLING_ASSIGN_OR_RETURN(
+        transport::fabric::FabricRoutes routes,
+        transport::fabric::ConnectFabric(
+            tcp.get(), transport::fabric::FabricUse::kRequired,
+            {config.fabric_provider}, fopts, absl::Now() + config.timeout));
+    fabric = routes.path;
+  }
+  const uint64_t registrations_before =
+      fabric != nullptr ? fabric->registrations() : 0;
   collective::CommunicatorOptions copts;
   copts.timeout = config.timeout;
   if (config.chunk_bytes > 0) copts.chunk_bytes = config.chunk_bytes;
@@ -247,6 +263,8 @@ absl::Status RunRank(const BenchConfig& config, int rank,
                 std::string(collective::DataTypeName(config.dtype)).c_str(),
                 std::string(collective::ReduceOpName(config.reduce)).c_str(),
                 config.check ? ", checked against the fp64 reference" : "");
+    std::printf("# transport: %s\n",
+                tcp->PathName(comm->size() > 1 ? 1 : 0, "tcp").c_str());
     std::fputs(config.csv ? CsvHeader().c_str() : TableHeader().c_str(),
                stdout);
     std::fflush(stdout);
@@ -270,6 +288,12 @@ absl::Status RunRank(const BenchConfig& config, int rank,
       if (config.peerbench) std::fputs(PeerbenchLine(r).c_str(), stdout);
       std::fflush(stdout);
     }
+  }
+  if (fabric != nullptr && printer) {
+    // Memory is registered once, when the path opens: never per op.
+    std::printf("# fabric registrations during the benchmark: %llu\n",
+                static_cast<unsigned long long>(fabric->registrations() -
+                                                registrations_before));
   }
   if (config.check && !all_ok) {
     return absl::DataLossError(

@@ -42,7 +42,13 @@ struct BenchConfig {
   // Accept unauthenticated peers from any address (no cluster secret);
   // otherwise only loopback peers are accepted.
   bool insecure = false;
-  int64_t wait_spin_us = -1;      // transport poll before sleeping; -1: default
+  int64_t wait_spin_us = -1;  // transport poll before sleeping; -1: default
+  // "tcp", or "fabric": every peer's writes over libfabric's
+  // `fabric_provider` (the group fails to form if it cannot).
+  std::string transport = "tcp";
+  std::string fabric_provider = "verbs";
+  bool fabric_verbs_style = false;
+  std::string fabric_host;  // the endpoint's address; empty: this rank's host
   bool print_iterations = false;  // rank 0 prints every iteration's time
 };
 

@@ -76,6 +76,13 @@ ABSL_FLAG(int, socket_buffer_bytes, 0,
 ABSL_FLAG(int64_t, wait_spin_us, -1,
           "microseconds a rank polls for an incoming write before sleeping "
           "(-1: the transport's default)");
+ABSL_FLAG(std::string, transport, "tcp",
+          "tcp, or fabric: writes between ranks as one-sided libfabric writes "
+          "(--fabric_provider); the run fails if a rank cannot open it");
+ABSL_FLAG(std::string, fabric_provider, "verbs",
+          "libfabric provider with --transport=fabric: verbs, efa, or tcp");
+ABSL_FLAG(bool, fabric_verbs_style, false,
+          "follow verbs' registration rules on any provider");
 ABSL_FLAG(bool, print_iterations, false,
           "rank 0 prints the slowest rank's time of every timed iteration");
 ABSL_FLAG(std::string, log_level, "warning", "debug, info, warning or error");
@@ -123,6 +130,13 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.socket_buffer_bytes = absl::GetFlag(FLAGS_socket_buffer_bytes);
   c.insecure = absl::GetFlag(FLAGS_insecure);
   c.wait_spin_us = absl::GetFlag(FLAGS_wait_spin_us);
+  c.transport = absl::GetFlag(FLAGS_transport);
+  c.fabric_provider = absl::GetFlag(FLAGS_fabric_provider);
+  c.fabric_verbs_style = absl::GetFlag(FLAGS_fabric_verbs_style);
+  if (c.transport != "tcp" && c.transport != "fabric") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--transport=", c.transport, " is not one of tcp, fabric"));
+  }
   if (c.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout_s must be positive");
   }

@@ -31,6 +31,7 @@
 #include "server/node/node_admin_service.h"
 #include "server/node/node_daemon.h"
 #include "server/node/node_options.h"
+#include "server/node/transport_choice.h"
 #include "server/transport/auth.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
@@ -92,6 +93,20 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "connecting to the peers (a group that already runs takes the "
           "daemon in between runs: that wait lasts as long as the run)");
 
+ABSL_FLAG(std::string, transport, "auto",
+          "how writes to each peer daemon travel: auto (the fabric with every "
+          "peer whose end has a usable provider other than plain tcp, TCP "
+          "with the rest; the log names each peer's choice and why), tcp, or "
+          "fabric (every peer over the fabric, or the daemon does not start, "
+          "naming what is missing)");
+ABSL_FLAG(std::vector<std::string>, fabric_provider, {},
+          "libfabric providers to try, in order, comma-separated (verbs for "
+          "InfiniBand/RoCE, efa, tcp for a test without RDMA); default: "
+          "verbs,efa");
+ABSL_FLAG(bool, fabric_verbs_style, false,
+          "follow verbs' memory registration rules (descriptors, provider "
+          "keys, pre-posted receives) on any provider, to test them on tcp");
+
 namespace starling {
 namespace node {
 namespace {
@@ -134,6 +149,11 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
   options.worker_grace = absl::GetFlag(FLAGS_worker_grace);
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.link_gbits = absl::GetFlag(FLAGS_link_gbits);
+  options.transport = absl::GetFlag(FLAGS_transport);
+  options.fabric_providers = absl::GetFlag(FLAGS_fabric_provider);
+  options.fabric_verbs_style = absl::GetFlag(FLAGS_fabric_verbs_style);
+  absl::Status transport = CheckTransportOptions(options);
+  if (!transport.ok()) return transport;
   if (!(options.link_gbits >= 0) || !std::isfinite(options.link_gbits)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--link_gbits=", options.link_gbits, " must be a rate >= 0 (Gbit/s)"));
@@ -237,6 +257,11 @@ int Main(int argc, char** argv) {
     if (!status.ok()) {
       return Fail(absl::IsInvalidArgument(status) ? 2 : 1, status.message());
     }
+  }
+  // A forced fabric that is not here fails now, before the daemon joins.
+  {
+    absl::Status fabric = ProbeForcedFabric(options);
+    if (!fabric.ok()) return Fail(1, fabric.message());
   }
 
   const sigset_t signals = BlockStopSignals();

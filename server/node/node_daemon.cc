@@ -10,12 +10,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "server/base/job_config_checks.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 #include "server/base/version.h"
 #include "server/node/sync/buddy.h"
+#include "server/node/transport_choice.h"
+#include "server/transport/fabric/fabric_connect.h"
 #include "server/transport/peer_address.h"
 #include "server/transport/tcp/socket_util.h"
 #include "server/transport/tcp/tcp_options.h"
@@ -270,6 +273,34 @@ absl::Status NodeDaemon::Join() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::string>> NodeDaemon::ChooseTransports(
+    transport::tcp::TcpTransport* tcp, absl::Time deadline) {
+  transport::fabric::FabricUse use = transport::fabric::FabricUse::kAuto;
+  if (options_.transport == "tcp") use = transport::fabric::FabricUse::kOff;
+  if (options_.transport == "fabric") {
+    use = transport::fabric::FabricUse::kRequired;
+  }
+  transport::fabric::FabricOptions fabric;
+  fabric.host = options_.data_host;
+  fabric.verbs_style = options_.fabric_verbs_style;
+  STARLING_ASSIGN_OR_RETURN(
+      transport::fabric::FabricRoutes routes,
+      transport::fabric::ConnectFabric(tcp, use, FabricProviders(options_),
+                                       fabric, deadline));
+  std::vector<std::string> names(tcp->size());
+  // Once per group: which transport each peer got, and why.
+  std::vector<std::string> lines;
+  for (const transport::fabric::FabricRoute& route : routes.peers) {
+    names[route.peer] = tcp->PathName(route.peer, "tcp");
+    lines.push_back(absl::StrCat(tcp->PeerName(route.peer), ": ", route.why));
+  }
+  if (!lines.empty()) {
+    STARLING_LOG(INFO) << tcp->PeerName(tcp->rank()) << " writes to "
+                       << absl::StrJoin(lines, "; ");
+  }
+  return names;
+}
+
 absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
     const proto::JoinResponse& group, absl::Duration connect_timeout) {
   const proto::JobConfig& config = config_;
@@ -316,6 +347,9 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
   };
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp_t,
                             transport::tcp::TcpTransport::Create(tcp));
+  STARLING_ASSIGN_OR_RETURN(
+      plane->peer_transports,
+      ChooseTransports(tcp_t.get(), absl::Now() + connect_timeout));
   plane->transport = MeteredTransport::Create(std::move(tcp_t), traffic_);
   collectives_->SetGroup(rank, size);
   metrics_.rank->Set(rank);
@@ -1057,6 +1091,7 @@ proto::NodeStatusReply NodeDaemon::Status() const {
     p = plane_;
   }
   if (p == nullptr) return reply;
+  reply.set_transport(TransportSummary(p->peer_transports));
   RunManager* runs = p->runs.get();
   const proto::RunStatus run = runs->run_status();
   *reply.mutable_run() = run;

@@ -77,6 +77,7 @@
 #include "server/node/worker/worker_server.h"
 #include "server/node/worker/worker_session.h"
 #include "server/transport/tcp/socket_util.h"
+#include "server/transport/tcp/tcp_transport.h"
 #include "server/transport/transport.h"
 
 namespace starling {
@@ -173,6 +174,9 @@ class NodeDaemon : public WorkerRequestHandler {
     proto::JoinResponse group;
     std::string self;  // "rank 2 (127.0.0.1:29502)"
     std::unique_ptr<MeteredTransport> transport;
+    // How the writes to each peer travel, by rank ("" for this rank):
+    // "tcp", or the fabric path's name ("fabric (verbs;ofi_rxm)").
+    std::vector<std::string> peer_transports;
     std::unique_ptr<collective::Communicator> comm;
     // Each calls the other; both are stopped before either goes.
     std::unique_ptr<RunManager> runs;
@@ -192,6 +196,11 @@ class NodeDaemon : public WorkerRequestHandler {
   // `connect_timeout`), started.
   absl::StatusOr<std::shared_ptr<Plane>> OpenDataPlane(
       const proto::JoinResponse& group, absl::Duration connect_timeout);
+  // Puts the fabric under `tcp` where --transport allows and both ends have
+  // it (every rank of the group runs this), logs each peer's transport and
+  // why, and returns each peer's transport name by rank.
+  absl::StatusOr<std::vector<std::string>> ChooseTransports(
+      transport::tcp::TcpTransport* tcp, absl::Time deadline);
   // The plane now; null before the first and while a re-formed group's is
   // being built.
   std::shared_ptr<Plane> plane() const;

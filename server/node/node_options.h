@@ -4,6 +4,7 @@
 #define STARLING_SERVER_NODE_NODE_OPTIONS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "server/base/grpc_server.h"
@@ -55,6 +56,16 @@ struct NodeOptions {
   // (exported as starling_node_link_rate_bytes_per_second for dashboards to
   // hold bus bandwidth against); 0: not stated.
   double link_gbits = 0;
+  // How the writes to each peer daemon travel (--transport): "auto" (the
+  // fabric with every peer whose end has a usable provider that is not
+  // plain TCP, TCP with the rest), "tcp", or "fabric" (every peer over the
+  // fabric, or the group fails to form naming what is missing).
+  std::string transport = "auto";
+  // libfabric providers to try, in order (--fabric_provider); empty: verbs,
+  // then efa.
+  std::vector<std::string> fabric_providers;
+  // Follow verbs' registration rules on any provider (--fabric_verbs_style).
+  bool fabric_verbs_style = false;
 };
 
 }  // namespace node

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -113,7 +114,7 @@ std::string FabricMode::ToString() const {
     if (!on) return;
     rules.push_back(by_provider ? what : absl::StrCat(what, " (emulated)"));
   };
-  rules.push_back("virtual addresses");
+  add(true, provider_virt_addr, "virtual addresses");
   add(local, provider_local, "descriptors");
   add(prov_key, provider_prov_key, "provider keys");
   add(rx_cq_data, provider_rx_cq_data, "pre-posted receives");
@@ -145,20 +146,30 @@ absl::StatusOr<std::unique_ptr<FabricPath>> FabricPath::Open(
 }
 
 absl::Status FabricPath::OpenFabric() {
-  struct fi_info* hints = fi_allocinfo();
-  if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
-  hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_RECV;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->mr_mode =
-      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  hints->domain_attr->cq_data_size = 4;
-  hints->domain_attr->threading = FI_THREAD_SAFE;
-  hints->fabric_attr->prov_name = strdup(options_.provider.c_str());
+  // Offsets are asked for first: a provider that needs virtual addresses
+  // (verbs, efa) refuses, and is asked again with FI_MR_VIRT_ADDR, which
+  // its mr_mode then reports. Where the hints allow both, ofi_rxm over tcp
+  // was seen to treat targets one way or the other from one process to the
+  // next; asking for exactly one leaves no doubt.
   const char* node = options_.host.empty() ? nullptr : options_.host.c_str();
-  int ret = fi_getinfo(FI_VERSION(1, 17), node, nullptr,
-                       node != nullptr ? FI_SOURCE : 0, hints, &info_);
-  fi_freeinfo(hints);
+  int ret = -FI_ENODATA;
+  for (const uint64_t address_mode : {uint64_t{0}, uint64_t{FI_MR_VIRT_ADDR}}) {
+    struct fi_info* hints = fi_allocinfo();
+    if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
+    hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_RECV;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->domain_attr->mr_mode =
+        FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | address_mode;
+    hints->domain_attr->cq_data_size = 4;
+    hints->domain_attr->threading = FI_THREAD_SAFE;
+    hints->fabric_attr->prov_name = strdup(options_.provider.c_str());
+    ret = fi_getinfo(FI_VERSION(1, 17), node, nullptr,
+                     node != nullptr ? FI_SOURCE : 0, hints, &info_);
+    fi_freeinfo(hints);
+    if (ret == 0 && info_ != nullptr) break;
+    info_ = nullptr;
+  }
   if (ret != 0 || info_ == nullptr) {
     info_ = nullptr;
     return absl::UnavailableError(absl::StrCat(
@@ -173,6 +184,7 @@ absl::Status FabricPath::OpenFabric() {
   const uint64_t mr_mode = info_->domain_attr->mr_mode;
   const uint64_t mode = info_->mode | info_->rx_attr->mode;
   mode_.provider_rx_cq_data = (mode & FI_RX_CQ_DATA) != 0;
+  mode_.provider_virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
   mode_.provider_local = (mr_mode & FI_MR_LOCAL) != 0;
   mode_.provider_prov_key = (mr_mode & FI_MR_PROV_KEY) != 0;
   mode_.local = options_.verbs_style || mode_.provider_local;
@@ -253,14 +265,113 @@ absl::Status FabricPath::OpenFabric() {
   }
   // Every immediate this rank can be sent at once: a data part per slot of
   // each peer, and a credit per slot this rank writes to each peer.
-  receive_op_count_ = 2 * (size_ - 1) * static_cast<int>(options_.slots);
-  receive_ops_.reset(new Op[std::max(receive_op_count_, 1)]);
+  // And one for the probe below, whose receive is posted again after it.
+  receive_op_count_ = 2 * (size_ - 1) * static_cast<int>(options_.slots) + 1;
+  receive_ops_.reset(new Op[receive_op_count_]);
   for (int i = 0; i < receive_op_count_; ++i) {
     receive_ops_[i].kind = Op::Kind::kReceive;
   }
-  if (mode_.rx_cq_data)
-    STARLING_RETURN_IF_ERROR(PostReceives(receive_op_count_));
-  return absl::OkStatus();
+  if (mode_.rx_cq_data) {
+    for (int i = 0; i < receive_op_count_; ++i) {
+      STARLING_RETURN_IF_ERROR(PostReceive(&receive_ops_[i]));
+    }
+  }
+  return ProbeAddressing();
+}
+
+absl::Status FabricPath::ProbeAddressing() {
+  // One write-with-immediate to this endpoint itself, addressed as an
+  // offset, then (if it did not land) as a virtual address: the target side
+  // of a provider treats addresses as its mr_mode says, except ofi_rxm over
+  // tcp in libfabric 1.17, which reports neither and was seen to use
+  // offsets in one process and virtual addresses in another.
+  uint64_t* cell = reinterpret_cast<uint64_t*>(AllocateZeroed(64));
+  uint64_t* source = reinterpret_cast<uint64_t*>(AllocateZeroed(64));
+  fid_mr* cell_mr = nullptr;
+  fid_mr* source_mr = nullptr;
+  fi_addr_t self = FI_ADDR_UNSPEC;
+  absl::Status status;
+  auto cleanup = [&] {
+    if (cell_mr != nullptr) fi_close(&cell_mr->fid);
+    if (source_mr != nullptr) fi_close(&source_mr->fid);
+    std::free(cell);
+    std::free(source);
+  };
+  if (cell == nullptr || source == nullptr) {
+    cleanup();
+    return absl::ResourceExhaustedError("fabric probe cells");
+  }
+  status = Register(cell, 64, FI_REMOTE_WRITE, &cell_mr);
+  if (status.ok()) status = Register(source, 64, FI_WRITE, &source_mr);
+  if (status.ok() &&
+      fi_av_insert(av_, address_.data(), 1, &self, 0, nullptr) != 1) {
+    status = absl::UnavailableError(
+        "fabric: cannot insert this endpoint's own address");
+  }
+  if (!status.ok()) {
+    cleanup();
+    return status;
+  }
+  Op op;
+  const uint64_t key = fi_mr_key(cell_mr);
+  // What an earlier path of this process found is tried first.
+  static std::atomic<int> found{0};  // 1: offsets, 2: virtual addresses
+  const bool virtual_first = found.load(std::memory_order_relaxed) == 2;
+  for (const bool virtual_addresses : {virtual_first, !virtual_first}) {
+    *source = virtual_addresses ? 0x5649525455414cu : 0x4f4646534554u;
+    const uint64_t target =
+        virtual_addresses ? reinterpret_cast<uint64_t>(cell) + 8 : 8;
+    ssize_t ret;
+    const absl::Time deadline = absl::Now() + absl::Seconds(1);
+    do {
+      ret = fi_writedata(ep_, source, sizeof(uint64_t),
+                         mode_.local ? fi_mr_desc(source_mr) : nullptr, 0, self,
+                         target, key, &op.context);
+      if (ret == -FI_EAGAIN) {
+        struct fi_cq_data_entry entry;
+        fi_cq_read(cq_, &entry, 1);
+      }
+    } while (ret == -FI_EAGAIN && absl::Now() < deadline);
+    if (ret != 0) continue;
+    bool wrote = false;
+    bool landed = false;
+    while (absl::Now() < deadline && !(wrote && landed)) {
+      struct fi_cq_data_entry entry;
+      const ssize_t n = fi_cq_read(cq_, &entry, 1);
+      if (n == 1) {
+        if ((entry.flags & FI_REMOTE_CQ_DATA) != 0) {
+          landed = true;
+          if (mode_.rx_cq_data) status = TakeReceive(entry);
+        } else {
+          wrote = true;
+        }
+      } else if (n == -FI_EAVAIL) {
+        struct fi_cq_err_entry err = {};
+        fi_cq_readerr(cq_, &err, 0);
+        wrote = true;
+      }
+      if (cell[1] == *source && landed) break;
+    }
+    if (landed && cell[1] == *source) {
+      mode_.provider_virt_addr = virtual_addresses;
+      found.store(virtual_addresses ? 2 : 1, std::memory_order_relaxed);
+      // Waits for our own write's completion too, so that nothing of the
+      // probe is left in flight.
+      while (!wrote && absl::Now() < deadline) {
+        struct fi_cq_data_entry entry;
+        if (fi_cq_read(cq_, &entry, 1) == 1) wrote = true;
+      }
+      fi_av_remove(av_, &self, 1, 0);
+      cleanup();
+      return status;
+    }
+  }
+  fi_av_remove(av_, &self, 1, 0);
+  cleanup();
+  return absl::UnavailableError(absl::StrCat(
+      "fabric provider ", provider_, ": a write-with-immediate to this ",
+      "endpoint itself did not land, addressed as an offset or as a virtual ",
+      "address"));
 }
 
 absl::Status FabricPath::Register(void* buf, size_t len, uint64_t access,
@@ -285,30 +396,38 @@ absl::Status FabricPath::Register(void* buf, size_t len, uint64_t access,
   return absl::OkStatus();
 }
 
-absl::Status FabricPath::PostReceives(int count) {
-  for (int i = 0; i < count; ++i) {
-    if (mode_.provider_rx_cq_data) {
-      Op& op = receive_ops_[(receives_posted_ + i) % receive_op_count_];
-      const ssize_t ret =
-          fi_recv(ep_, nullptr, 0, nullptr, FI_ADDR_UNSPEC, &op.context);
-      if (ret != 0) {
-        return absl::UnavailableError(
-            FiError("fi_recv (a receive for an immediate)", ret));
-      }
+absl::Status FabricPath::PostReceive(Op* op) {
+  if (mode_.provider_rx_cq_data) {
+    if (op == nullptr) {
+      return absl::InternalError("fabric: an immediate took no known receive");
+    }
+    const ssize_t ret =
+        fi_recv(ep_, nullptr, 0, nullptr, FI_ADDR_UNSPEC, &op->context);
+    if (ret != 0) {
+      return absl::UnavailableError(
+          FiError("fi_recv (a receive for an immediate)", ret));
     }
   }
   // Emulated (verbs_style on a provider that does not consume receives):
   // the same count is kept, and an immediate that finds none is an error.
-  receives_posted_ += count;
+  ++receives_posted_;
   return absl::OkStatus();
 }
 
+absl::Status FabricPath::TakeReceive(const ::fi_cq_data_entry& entry) {
+  if (receives_posted_ == 0) {
+    return absl::InternalError(
+        "fabric: an immediate arrived with no receive posted (FI_RX_CQ_DATA)");
+  }
+  --receives_posted_;
+  return PostReceive(static_cast<Op*>(entry.op_context));
+}
+
 uint64_t FabricPath::ProviderAddress(uint64_t base, uint64_t offset) const {
-  // Always the peer's virtual address: verbs and efa require it
-  // (FI_MR_VIRT_ADDR), and ofi_rxm over tcp in libfabric 1.17 reports no
-  // mr_mode bit yet checks the target as a virtual address ("target region
-  // (nil) - 0x10000 out of registered range" with an offset).
-  return base + offset;
+  // Computed as verbs wants it (the peer's virtual base plus the offset); a
+  // provider that addresses by offset gets the offset back.
+  const uint64_t virtual_address = base + offset;
+  return mode_.provider_virt_addr ? virtual_address : virtual_address - base;
 }
 
 FabricPath::~FabricPath() {
@@ -577,14 +696,7 @@ bool FabricPath::ReadCompletions(bool block) {
 void FabricPath::HandleCompletion(const ::fi_cq_data_entry& entry) {
   if ((entry.flags & FI_REMOTE_CQ_DATA) == 0) return;  // our own write ended
   if (mode_.rx_cq_data) {
-    if (receives_posted_ == 0) {
-      STARLING_LOG(ERROR) << name_(rank_)
-                          << ": an immediate arrived with no receive posted "
-                             "(FI_RX_CQ_DATA): the fabric path posts too few";
-    } else {
-      --receives_posted_;
-    }
-    absl::Status posted = PostReceives(1);
+    absl::Status posted = TakeReceive(entry);
     if (!posted.ok()) STARLING_LOG(ERROR) << name_(rank_) << ": " << posted;
   }
   const uint32_t imm = static_cast<uint32_t>(entry.data);

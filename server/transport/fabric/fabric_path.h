@@ -88,13 +88,15 @@ struct FabricOptions {
 };
 
 // What registration rules the path follows (from the provider's mr_mode and
-// mode bits, or forced by verbs_style). Remote addresses are always virtual
-// (FI_MR_VIRT_ADDR): see ProviderAddress().
+// mode bits, or forced by verbs_style). Remote addresses are computed as
+// virtual ones (FI_MR_VIRT_ADDR) and turned into offsets last where the
+// provider wants those (ProviderAddress()).
 struct FabricMode {
   bool local = false;       // FI_MR_LOCAL: a descriptor on every operation
   bool prov_key = false;    // FI_MR_PROV_KEY: keys are read back, not chosen
   bool rx_cq_data = false;  // FI_RX_CQ_DATA: each immediate takes a receive
   // What the provider itself requires (the rest is emulated).
+  bool provider_virt_addr = false;
   bool provider_local = false;
   bool provider_prov_key = false;
   bool provider_rx_cq_data = false;
@@ -152,8 +154,15 @@ class FabricPath : public WritePath {
 
   FabricPath(const FabricOptions& options, int rank, int size, RankNamer name);
   absl::Status OpenFabric();
+  // Finds how the provider's targets read remote addresses (offset or
+  // virtual) with a write to this endpoint itself.
+  absl::Status ProbeAddressing();
   absl::Status Register(void* buf, size_t len, uint64_t access, fid_mr** mr);
-  absl::Status PostReceives(int count);
+  // Posts `op` as a receive for an immediate (FI_RX_CQ_DATA), or counts
+  // one where that is emulated.
+  absl::Status PostReceive(Op* op);
+  // An immediate arrived: it took a receive; post it again.
+  absl::Status TakeReceive(const ::fi_cq_data_entry& entry);
   uint64_t ProviderAddress(uint64_t base, uint64_t offset) const;
 
   void Loop();
