@@ -7,6 +7,11 @@
 #   tests/bench/run_peerbench.sh --ns "8" --big-ns "8" --out tests/bench/results/n8.csv
 #   tests/bench/run_peerbench.sh --peers starling --sizes "1e6 1e7"
 #   tests/bench/run_peerbench.sh --repeat 3 --ns "4 8" --big-ns "4 8"
+#   tests/bench/run_peerbench.sh --peers starling,starling-fabric   # TCP vs fabric
+#
+# Peer starling-fabric is starling-bench with --transport fabric over
+# libfabric's tcp provider (STARLING_FABRIC_PROVIDER to change it): the
+# fabric path's own cost on the same link as Starling's TCP transport.
 #
 # --repeat K runs the whole of it K times (each run measures every peer in
 # turn, so the runs interleave them) and combines the runs with
@@ -35,7 +40,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     *) ARGS+=("$1" "$2"); shift 2 ;;
   esac
 done
@@ -50,6 +55,8 @@ install -m 755 "$REPO/bazel-bin/server/bench/starling-bench" "$WORK/starling-ben
 (cd "$REPO" && bazel shutdown >/dev/null 2>&1 || true)
 
 TEMPLATE="$WORK/starling-bench --rank {RANK} --world {WORLD} --peers {HOSTS} --port {PORT} --sizes {SIZE} --warmup {WARMUP} --iters {ITERS} --max-seconds {MAXSEC} --algo $ALGOS --check --peerbench --timeout-s 120 --insecure"
+FABRIC_TEMPLATE="$TEMPLATE --transport fabric --fabric_provider ${STARLING_FABRIC_PROVIDER:-tcp}"
+ARGS+=(--peer starling-fabric "$FABRIC_TEMPLATE")
 cd "$WORK"
 if [[ $REPEAT -le 1 ]]; then
   ./run.sh "${ARGS[@]}" --peer starling "$TEMPLATE" --out "$OUT"

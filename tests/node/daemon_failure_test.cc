@@ -47,6 +47,7 @@ void KillOneDaemonMidRun(const ClusterOptions& options, absl::Duration bound) {
       },
       &status);
   ASSERT_TRUE(running) << "the job did not get going\n" << cluster.ServerLogs();
+  cluster.ExpectPeerTransports(options.daemons);
 
   constexpr int kVictim = 3;
   const absl::Time killed = absl::Now();

@@ -132,6 +132,7 @@ std::vector<WorkerRun> RunJob(const Job& job, const std::string& tag) {
         << run.result.out << run.result.err << cluster.ServerLogs();
     runs.push_back(std::move(run));
   }
+  cluster.ExpectPeerTransports(job.daemons);
   return runs;
 }
 

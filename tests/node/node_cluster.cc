@@ -336,6 +336,38 @@ std::vector<std::string> NodeCluster::CoordinatorFlags(
 
 std::vector<std::string> NodeCluster::DaemonFlags(
     int daemon, const std::vector<std::string>& extra) const {
+  // A suite's second target runs every daemon with these too (e.g. the
+  // fabric transport: tests/node/BUILD), before the test's own.
+  std::vector<std::string> suite_flags;
+  if (const char* flags = std::getenv("STARLING_TEST_DAEMON_FLAGS")) {
+    suite_flags = absl::StrSplit(flags, ' ', absl::SkipEmpty());
+  }
+  return MergeFlags(MergeFlags(DaemonBaseFlags(daemon), suite_flags), extra);
+}
+
+void NodeCluster::ExpectPeerTransports(int group_size) {
+  const char* flags = std::getenv("STARLING_TEST_DAEMON_FLAGS");
+  const bool fabric =
+      flags != nullptr &&
+      std::string(flags).find("--transport=fabric") != std::string::npos;
+  const int peers = group_size - 1;
+  const std::string want =
+      absl::StrCat(fabric ? "fabric (tcp;ofi_rxm)" : "tcp", " to ", peers,
+                   peers == 1 ? " peer" : " peers");
+  for (int d = 0; d < options_.daemons; ++d) {
+    if (d >= static_cast<int>(daemon_pids_.size()) || daemon_pids_[d] < 0 ||
+        !Alive(daemon_pids_[d])) {
+      continue;
+    }
+    proto::NodeStatusReply status;
+    std::string error;
+    ASSERT_TRUE(NodeStatus(d, &status, &error))
+        << "daemon " << d << ": " << error;
+    EXPECT_EQ(status.transport(), want) << "daemon " << d;
+  }
+}
+
+std::vector<std::string> NodeCluster::DaemonBaseFlags(int daemon) const {
   return MergeFlags({absl::StrCat("--coordinator=", coordinator_address()),
                      "--job_id=test", absl::StrCat("--hostname=node", daemon),
                      absl::StrCat("--data_port=", data_ports_[daemon]),
@@ -346,7 +378,7 @@ std::vector<std::string> NodeCluster::DaemonFlags(
                      absl::StrCat("--worker_grace=",
                                   absl::FormatDuration(options_.worker_grace)),
                      "--timeout=30s", "--log_level=warning"},
-                    extra);
+                    {});
 }
 
 pid_t NodeCluster::StartCoordinatorWith(const std::string& name,

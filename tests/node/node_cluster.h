@@ -99,6 +99,11 @@ class NodeCluster {
   }
   bool NodeStatus(int daemon, proto::NodeStatusReply* status,
                   std::string* error);
+  // Every running daemon of a formed group of `group_size` says its writes
+  // to all its peers travel as this suite configured them: over the fabric
+  // (tcp provider) with STARLING_TEST_DAEMON_FLAGS' --transport=fabric, over
+  // TCP otherwise. Failures are gtest failures naming the daemon.
+  void ExpectPeerTransports(int group_size);
   bool NodeGroup(int daemon, proto::GroupReply* group, std::string* error);
 
   // Runs a binary of this workspace (runfiles path) with `args`.
@@ -109,6 +114,9 @@ class NodeCluster {
   // each flag of `extra` replacing the one of the same name or appended.
   std::vector<std::string> CoordinatorFlags(
       const std::vector<std::string>& extra) const;
+  // The daemon's flags also take STARLING_TEST_DAEMON_FLAGS (space-separated)
+  // from the environment, below `extra`: a suite's second Bazel target runs
+  // the same cases over another transport that way.
   std::vector<std::string> DaemonFlags(
       int daemon, const std::vector<std::string>& extra) const;
   // Starts a coordinator (at coordinator_address() unless `extra` says
@@ -137,6 +145,8 @@ class NodeCluster {
       proto::NodeStatusReply* last);
 
  private:
+  // The flags every daemon gets before the suite's and the test's.
+  std::vector<std::string> DaemonBaseFlags(int daemon) const;
   // A context for an operator's `method` call, due in 5 s.
   std::unique_ptr<grpc::ClientContext> OperatorContext(
       absl::string_view method) const;

@@ -85,6 +85,7 @@ TEST(ParameterServer, AsyncPushesConvergeToTheOptimum) {
     EXPECT_EQ(status.recent_runs(0).state(), proto::RunStatus::STATE_FINISHED);
     EXPECT_EQ(status.recent_runs(0).steps(), 8 * kSteps) << "daemon " << d;
   }
+  cluster.ExpectPeerTransports(options.daemons);
 }
 
 // 3,000,017 floats (odd, so the two shards differ in size): 6 MB per owner.

@@ -63,6 +63,7 @@ void RunJob(int staleness) {
   for (int w = 1; w < kWorkers; ++w) {
     EXPECT_EQ(params[w], params[0]) << "worker " << w << " differs";
   }
+  cluster.ExpectPeerTransports(kDaemons);
 
   const std::vector<float> got = ParamsOf(absl::StrCat("params=", params[0]));
   ASSERT_EQ(got.size(), static_cast<size_t>(kDim));

@@ -159,6 +159,7 @@ TEST(WorkerLifecycle, KilledWorkerIsReplacedAndEveryWorkerEndsBitIdentical) {
         << "worker " << w << ": " << result.err << cluster.ServerLogs();
     EXPECT_EQ(Params(result.out), expected) << "worker " << w;
   }
+  cluster.ExpectPeerTransports(cluster.options().daemons);
 }
 
 TEST(WorkerLifecycle, MissingWorkerPastTheGraceFailsEveryRankNamingIt) {

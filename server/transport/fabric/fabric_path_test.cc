@@ -11,12 +11,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/base/status_matchers.h"
 #include "server/transport/completion.h"
 #include "server/transport/fabric/fabric_connect.h"
 #include "server/transport/fabric/fabric_test_util.h"
+#include "server/transport/inbox.h"
+#include "server/transport/write_path.h"
 
 namespace starling {
 namespace transport {
@@ -238,6 +241,74 @@ TEST(FabricConnect, RequiredWithAPeerWithoutItIsAnErrorNamingThePeer) {
   EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(group.status().message(), HasSubstr("rank 1 (127.0.0.1:"));
   EXPECT_THAT(group.status().message(), HasSubstr("the fabric is off here"));
+}
+
+// A process that holds an earlier group's HELLO (its keys and slot
+// addresses) but is no member of the new group: the provider drops its
+// writes (the tcp provider without telling the writer), nothing lands and
+// no notice appears, and the group goes on.
+TEST(FabricPath, AKeyOfAnEarlierGroupLandsNothing) {
+  FabricHello old_hello;
+  {
+    ASSERT_OK_AND_ASSIGN(FabricGroup earlier, CreateFabricGroup(2, false));
+    old_hello = earlier.routes[0].path->HelloFor(1);
+  }
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(2, false));
+  std::vector<std::byte> region(1 << 16);
+  ASSERT_OK(group.transports[0]->RegisterRegion(3, absl::MakeSpan(region)));
+
+  // The stranger: rank 1 of a group of 2 of its own, aimed at rank 0's new
+  // endpoint with the old keys and slot addresses.
+  auto name = [](int r) { return absl::StrCat("stranger's rank ", r); };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FabricPath> stranger,
+                       FabricPath::Open(TestFabricOptions(), 1, 2, name));
+  FabricHello forged = old_hello;
+  forged.text = group.routes[0].path->HelloFor(1).text;  // the new address
+  ASSERT_OK(stranger->Connect(0, forged));
+  Inbox::Options inbox_options;
+  inbox_options.rank = 1;
+  inbox_options.size = 2;
+  inbox_options.name = name;
+  Inbox inbox(inbox_options);
+  absl::Mutex mu;
+  absl::Status refused;
+  stranger->Attach(
+      WritePath::Sink{&inbox, [&](int peer, const absl::Status& why) {
+                        absl::MutexLock lock(&mu);
+                        if (refused.ok()) refused = why;
+                        (void)peer;
+                      }});
+  std::vector<std::byte> data(1000, std::byte{0x5a});
+  Completion done;
+  done.Add(1);
+  stranger->PostWrite(0, data, 3, 0, 0, &done);
+  ASSERT_OK(done.Wait(Soon()));  // copied into its slot and posted
+  // The members still write to each other; theirs is the only notice.
+  std::vector<std::byte> member(100, std::byte{1});
+  Completion sent;
+  group.transports[1]->Write(0, member, 3, 0, 9, &sent);
+  ASSERT_OK(sent.Wait(Soon()));
+  WriteMatch match;
+  match.region = 3;
+  ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                       group.transports[0]->WaitForWrite(match, Soon()));
+  EXPECT_EQ(notice.peer, 1);
+  EXPECT_EQ(notice.imm, 9u);
+  // A bounded look for a second notice (the stranger's): there is none.
+  EXPECT_EQ(group.transports[0]
+                ->WaitForWrite(match, absl::Now() + absl::Seconds(1))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  stranger->Stop();
+  for (size_t i = 0; i < region.size(); ++i) {
+    ASSERT_EQ(region[i], i < member.size() ? std::byte{1} : std::byte{0})
+        << "byte " << i;
+  }
+  absl::MutexLock lock(&mu);
+  if (!refused.ok()) {
+    EXPECT_THAT(refused.message(), HasSubstr("fabric write to"));
+  }
 }
 
 TEST(FabricPath, AProviderThatIsNotHereIsNamed) {
