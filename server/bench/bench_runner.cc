@@ -1,5 +1,7 @@
 #include "server/bench/bench_runner.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -236,17 +238,25 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp,
                             transport::tcp::TcpTransport::Create(topts));
   const transport::fabric::FabricPath* fabric = nullptr;
-  if (config.transport == "fabric") {
-    transport::fabric::FabricOptions fopts;
-    fopts.host =
+  if (config.transport != "tcp") {
+    transport::fabric::ConnectOptions connect;
+    connect.fabric_options.host =
         config.fabric_host.empty() ? peers[rank].host : config.fabric_host;
-    fopts.verbs_style = config.fabric_verbs_style;
+    connect.fabric_options.verbs_style = config.fabric_verbs_style;
+    connect.providers = {config.fabric_provider};
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    connect.host_id = transport::fabric::LocalHostId(host);
+    const bool shm = config.transport == "shm";
+    connect.fabric = shm ? transport::fabric::FabricUse::kOff
+                         : transport::fabric::FabricUse::kRequired;
+    connect.shm = shm ? transport::fabric::FabricUse::kRequired
+                      : transport::fabric::FabricUse::kOff;
     STARLING_ASSIGN_OR_RETURN(
         transport::fabric::FabricRoutes routes,
-        transport::fabric::ConnectFabric(
-            tcp.get(), transport::fabric::FabricUse::kRequired,
-            {config.fabric_provider}, fopts, absl::Now() + config.timeout));
-    fabric = routes.path;
+        transport::fabric::ConnectFabric(tcp.get(), connect,
+                                         absl::Now() + config.timeout));
+    fabric = shm ? routes.shm_path : routes.path;
   }
   const uint64_t registrations_before =
       fabric != nullptr ? fabric->registrations() : 0;

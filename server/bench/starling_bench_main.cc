@@ -77,8 +77,10 @@ ABSL_FLAG(int64_t, wait_spin_us, -1,
           "microseconds a rank polls for an incoming write before sleeping "
           "(-1: the transport's default)");
 ABSL_FLAG(std::string, transport, "tcp",
-          "tcp, or fabric: writes between ranks as one-sided libfabric writes "
-          "(--fabric_provider); the run fails if a rank cannot open it");
+          "tcp; fabric: writes between ranks as one-sided libfabric writes "
+          "(--fabric_provider); shm: through shared memory (libfabric's shm "
+          "provider; every rank on this host); the run fails if a rank "
+          "cannot open it");
 ABSL_FLAG(std::string, fabric_provider, "verbs",
           "libfabric provider with --transport=fabric: verbs, efa, or tcp");
 ABSL_FLAG(bool, fabric_verbs_style, false,
@@ -133,9 +135,9 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.transport = absl::GetFlag(FLAGS_transport);
   c.fabric_provider = absl::GetFlag(FLAGS_fabric_provider);
   c.fabric_verbs_style = absl::GetFlag(FLAGS_fabric_verbs_style);
-  if (c.transport != "tcp" && c.transport != "fabric") {
+  if (c.transport != "tcp" && c.transport != "fabric" && c.transport != "shm") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--transport=", c.transport, " is not one of tcp, fabric"));
+        "--transport=", c.transport, " is not one of tcp, fabric, shm"));
   }
   if (c.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout_s must be positive");

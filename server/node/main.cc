@@ -95,10 +95,11 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
 
 ABSL_FLAG(std::string, transport, "auto",
           "how writes to each peer daemon travel: auto (the fabric with every "
-          "peer whose end has a usable provider other than plain tcp, TCP "
-          "with the rest; the log names each peer's choice and why), tcp, or "
-          "fabric (every peer over the fabric, or the daemon does not start, "
-          "naming what is missing)");
+          "peer whose end has one of --fabric_provider, TCP with the rest; "
+          "the log names each peer's choice and why), tcp, fabric (every "
+          "peer over the fabric, or the daemon does not start, naming what "
+          "is missing) or shm (shared memory with every peer: daemons of "
+          "one host with the same --hostname)");
 ABSL_FLAG(std::vector<std::string>, fabric_provider, {},
           "libfabric providers to try, in order, comma-separated (verbs for "
           "InfiniBand/RoCE, efa, tcp for a test without RDMA); default: "

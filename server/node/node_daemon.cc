@@ -275,23 +275,14 @@ absl::Status NodeDaemon::Join() {
 
 absl::StatusOr<std::vector<std::string>> NodeDaemon::ChooseTransports(
     transport::tcp::TcpTransport* tcp, absl::Time deadline) {
-  transport::fabric::FabricUse use = transport::fabric::FabricUse::kAuto;
-  if (options_.transport == "tcp") use = transport::fabric::FabricUse::kOff;
-  if (options_.transport == "fabric") {
-    use = transport::fabric::FabricUse::kRequired;
-  }
-  transport::fabric::FabricOptions fabric;
-  fabric.host = options_.data_host;
-  fabric.verbs_style = options_.fabric_verbs_style;
-  STARLING_ASSIGN_OR_RETURN(
-      transport::fabric::FabricRoutes routes,
-      transport::fabric::ConnectFabric(tcp, use, FabricProviders(options_),
-                                       fabric, deadline));
+  STARLING_ASSIGN_OR_RETURN(transport::fabric::FabricRoutes routes,
+                            transport::fabric::ConnectFabric(
+                                tcp, ConnectOptionsFor(options_), deadline));
   std::vector<std::string> names(tcp->size());
   // Once per group: which transport each peer got, and why.
   std::vector<std::string> lines;
   for (const transport::fabric::FabricRoute& route : routes.peers) {
-    names[route.peer] = tcp->PathName(route.peer, "tcp");
+    names[route.peer] = route.transport;
     lines.push_back(absl::StrCat(tcp->PeerName(route.peer), ": ", route.why));
   }
   if (!lines.empty()) {

@@ -57,9 +57,10 @@ struct NodeOptions {
   // hold bus bandwidth against); 0: not stated.
   double link_gbits = 0;
   // How the writes to each peer daemon travel (--transport): "auto" (the
-  // fabric with every peer whose end has a usable provider that is not
-  // plain TCP, TCP with the rest), "tcp", or "fabric" (every peer over the
-  // fabric, or the group fails to form naming what is missing).
+  // fabric with every peer whose end has a usable provider, TCP with the
+  // rest), "tcp", "fabric" (every peer over the fabric, or the group fails
+  // to form naming what is missing) or "shm" (every peer over shared
+  // memory: daemons of one host with the same --hostname).
   std::string transport = "auto";
   // libfabric providers to try, in order (--fabric_provider); empty: verbs,
   // then efa.

@@ -14,9 +14,10 @@ namespace node {
 
 absl::Status CheckTransportOptions(const NodeOptions& options) {
   if (options.transport != "auto" && options.transport != "tcp" &&
-      options.transport != "fabric") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--transport=", options.transport, " is not one of auto, tcp, fabric"));
+      options.transport != "fabric" && options.transport != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport=", options.transport,
+                     " is not one of auto, tcp, fabric, shm"));
   }
   for (const std::string& provider : options.fabric_providers) {
     if (provider.empty()) {
@@ -33,12 +34,17 @@ std::vector<std::string> FabricProviders(const NodeOptions& options) {
 }
 
 absl::Status ProbeForcedFabric(const NodeOptions& options) {
-  if (options.transport != "fabric") return absl::OkStatus();
+  if (options.transport != "fabric" && options.transport != "shm") {
+    return absl::OkStatus();
+  }
   transport::fabric::FabricOptions fabric;
   fabric.host = options.data_host;
   fabric.verbs_style = options.fabric_verbs_style;
   std::vector<std::string> errors;
-  for (const std::string& provider : FabricProviders(options)) {
+  const std::vector<std::string> providers =
+      options.transport == "shm" ? std::vector<std::string>{"shm"}
+                                 : FabricProviders(options);
+  for (const std::string& provider : providers) {
     fabric.provider = provider;
     absl::StatusOr<std::unique_ptr<transport::fabric::FabricPath>> path =
         transport::fabric::FabricPath::Open(
@@ -54,9 +60,34 @@ absl::Status ProbeForcedFabric(const NodeOptions& options) {
                   : absl::StrCat(limit.rlim_cur / 1024, " KiB");
   }
   return absl::UnavailableError(absl::StrCat(
-      "--transport=fabric, but ", absl::StrJoin(errors, "; "),
+      "--transport=", options.transport, ", but ", absl::StrJoin(errors, "; "),
       "; ulimit -l is ", memlock,
       " (see deploy/FABRIC.md; --transport=auto falls back to TCP)"));
+}
+
+transport::fabric::ConnectOptions ConnectOptionsFor(
+    const NodeOptions& options) {
+  using transport::fabric::FabricUse;
+  transport::fabric::ConnectOptions connect;
+  connect.providers = FabricProviders(options);
+  connect.fabric_options.host = options.data_host;
+  connect.fabric_options.verbs_style = options.fabric_verbs_style;
+  connect.host_id = transport::fabric::LocalHostId(options.hostname);
+  connect.fabric = FabricUse::kAuto;
+  // Shared memory only when asked for: through its staging slots it
+  // measured slower than TCP over loopback (tests/bench/FABRIC.md).
+  connect.shm = FabricUse::kOff;
+  if (options.transport == "tcp") {
+    connect.fabric = FabricUse::kOff;
+    connect.shm = FabricUse::kOff;
+  } else if (options.transport == "fabric") {
+    connect.fabric = FabricUse::kRequired;
+    connect.shm = FabricUse::kOff;
+  } else if (options.transport == "shm") {
+    connect.fabric = FabricUse::kOff;
+    connect.shm = FabricUse::kRequired;
+  }
+  return connect;
 }
 
 std::string TransportSummary(const std::vector<std::string>& peer_transports) {

@@ -9,24 +9,33 @@
 
 #include "absl/status/status.h"
 #include "server/node/node_options.h"
+#include "server/transport/fabric/fabric_connect.h"
 
 namespace starling {
 namespace node {
 
-// InvalidArgument naming the flag unless --transport is auto, tcp or
-// fabric.
+// InvalidArgument naming the flag unless --transport is auto, tcp, fabric
+// or shm.
 absl::Status CheckTransportOptions(const NodeOptions& options);
 
 // The libfabric providers to try, in order: --fabric_provider's, else the
 // fabrics that beat TCP (verbs, then efa).
 std::vector<std::string> FabricProviders(const NodeOptions& options);
 
-// With --transport=fabric, opens the fabric once at start-up (and closes
-// it), so that a machine without it fails before joining: Unavailable
-// naming what is missing ("no fabric: fi_getinfo(verbs) found none for
-// 10.0.0.1 ... ; ulimit -l is 64 KiB"). Ok otherwise, without opening
-// anything.
+// With --transport=fabric (or shm), opens the fabric (the shm provider)
+// once at start-up and closes it, so that a machine without it fails before
+// joining: Unavailable naming what is missing ("no fabric:
+// fi_getinfo(verbs) found none for 10.0.0.1 ... ; ulimit -l is 64 KiB"). Ok
+// otherwise, without opening anything.
 absl::Status ProbeForcedFabric(const NodeOptions& options);
+
+// What ConnectFabric() is told, from --transport: auto: the fabric (verbs,
+// efa) with every peer where both ends have it (not shared memory: through
+// its staging slots it measured slower than TCP over loopback); tcp:
+// neither; fabric: the fabric with every peer; shm: shared memory with
+// every peer (the daemons of this host: the same --hostname, kernel and
+// network namespace).
+transport::fabric::ConnectOptions ConnectOptionsFor(const NodeOptions& options);
 
 // "fabric (verbs;ofi_rxm) to 3 peers, tcp to 1" from each peer's transport
 // name ("" for this rank); "none" with no peer.

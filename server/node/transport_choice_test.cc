@@ -17,7 +17,7 @@ TEST(TransportChoice, AnUnknownTransportIsNamed) {
   absl::Status status = CheckTransportOptions(options);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("--transport=rdma"));
-  for (const char* ok : {"auto", "tcp", "fabric"}) {
+  for (const char* ok : {"auto", "tcp", "fabric", "shm"}) {
     options.transport = ok;
     EXPECT_OK(CheckTransportOptions(options));
   }
@@ -44,6 +44,29 @@ TEST(TransportChoice, AForcedFabricThatIsNotHereFailsAtStartNamingIt) {
   options.transport = "auto";
   options.fabric_providers = {"verbs"};
   EXPECT_OK(ProbeForcedFabric(options));  // auto never fails for it
+}
+
+TEST(TransportChoice, EachTransportFlagAsksForItsPaths) {
+  using transport::fabric::FabricUse;
+  NodeOptions options;
+  options.hostname = "node1";
+  transport::fabric::ConnectOptions connect = ConnectOptionsFor(options);
+  EXPECT_EQ(connect.fabric, FabricUse::kAuto);
+  EXPECT_EQ(connect.shm, FabricUse::kOff);
+  EXPECT_THAT(connect.host_id, ::testing::StartsWith("node1/"));
+  EXPECT_GT(connect.host_id.size(), 10u);  // the boot id follows
+  options.transport = "tcp";
+  connect = ConnectOptionsFor(options);
+  EXPECT_EQ(connect.fabric, FabricUse::kOff);
+  EXPECT_EQ(connect.shm, FabricUse::kOff);
+  options.transport = "fabric";
+  connect = ConnectOptionsFor(options);
+  EXPECT_EQ(connect.fabric, FabricUse::kRequired);
+  EXPECT_EQ(connect.shm, FabricUse::kOff);
+  options.transport = "shm";
+  connect = ConnectOptionsFor(options);
+  EXPECT_EQ(connect.fabric, FabricUse::kOff);
+  EXPECT_EQ(connect.shm, FabricUse::kRequired);
 }
 
 TEST(TransportChoice, TheSummaryCountsPeersByTransport) {

@@ -1,113 +1,219 @@
 #include "server/transport/fabric/fabric_connect.h"
 
+#include <unistd.h>
+
+#include <fstream>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "server/base/logging.h"
 #include "server/base/status_macros.h"
 
 namespace starling {
 namespace transport {
 namespace fabric {
+namespace {
+
+// One kind of path (the fabric, or shared memory) on this rank.
+struct Side {
+  const char* what = "";  // "fabric", "shared memory"
+  uint32_t tag = 0;
+  FabricUse use = FabricUse::kOff;
+  std::unique_ptr<FabricPath> path;
+  std::string unusable;    // why there is no path here
+  std::vector<int> peers;  // peers it will carry
+};
+
+// Opens `side`'s path with the first of `providers` that opens.
+absl::Status OpenSide(Side* side, const std::vector<std::string>& providers,
+                      FabricOptions options, int rank, int size,
+                      const RankNamer& name) {
+  if (side->use == FabricUse::kOff) {
+    side->unusable = absl::StrCat("the ", side->what, " is off here");
+    return absl::OkStatus();
+  }
+  std::vector<std::string> errors;
+  for (const std::string& provider : providers) {
+    options.provider = provider;
+    absl::StatusOr<std::unique_ptr<FabricPath>> opened =
+        FabricPath::Open(options, rank, size, name);
+    if (opened.ok()) {
+      side->path = *std::move(opened);
+      return absl::OkStatus();
+    }
+    errors.push_back(std::string(opened.status().message()));
+  }
+  side->unusable = providers.empty() ? "no fabric provider named"
+                                     : absl::StrJoin(errors, "; ");
+  if (side->use == FabricUse::kRequired) {
+    return absl::UnavailableError(absl::StrCat(
+        name(rank), " cannot use the ", side->what, ": ", side->unusable));
+  }
+  return absl::OkStatus();
+}
+
+FabricHello HelloOf(const Side& side, int peer, int rank, int size,
+                    const std::string& host_id) {
+  FabricHello hello;
+  if (side.path != nullptr) {
+    hello = side.path->HelloFor(peer);
+  } else {
+    hello.rank = static_cast<uint32_t>(rank);
+    hello.size = static_cast<uint32_t>(size);
+    hello.text = side.unusable;
+  }
+  hello.host = host_id;
+  return hello;
+}
+
+absl::StatusOr<FabricHello> ReceiveHello(InboxTransport* transport, int peer,
+                                         uint32_t tag, absl::Time deadline) {
+  absl::StatusOr<std::vector<std::byte>> message =
+      transport->RecvControl(peer, tag, deadline);
+  if (!message.ok()) {
+    return absl::Status(
+        message.status().code(),
+        absl::StrCat("waiting for ", transport->PeerName(peer), "'s ",
+                     tag == kShmHelloTag ? "shared-memory" : "fabric",
+                     " HELLO: ", message.status().message()));
+  }
+  absl::StatusOr<FabricHello> hello = DecodeFabricHello(*message);
+  if (!hello.ok()) {
+    return absl::Status(hello.status().code(),
+                        absl::StrCat(transport->PeerName(peer), " sent a ",
+                                     hello.status().message()));
+  }
+  return hello;
+}
+
+}  // namespace
+
+std::string LocalHostId(const std::string& hostname) {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(in, boot_id);
+  // Network namespaces of one kernel (a simulated cluster) stay apart.
+  char netns[64] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/net", netns, sizeof(netns) - 1);
+  return absl::StrCat(hostname, "/", absl::StripAsciiWhitespace(boot_id), "/",
+                      n > 0 ? std::string(netns, n) : std::string());
+}
+
+absl::StatusOr<FabricRoutes> ConnectFabric(InboxTransport* transport,
+                                           const ConnectOptions& options,
+                                           absl::Time deadline) {
+  const int rank = transport->rank();
+  const int size = transport->size();
+  const RankNamer name = [transport](int r) { return transport->PeerName(r); };
+  Side fabric;
+  fabric.what = "fabric";
+  fabric.tag = kFabricHelloTag;
+  fabric.use = options.fabric;
+  Side shm;
+  shm.what = "shared memory";
+  shm.tag = kShmHelloTag;
+  shm.use = options.shm;
+  STARLING_RETURN_IF_ERROR(OpenSide(&fabric, options.providers,
+                                    options.fabric_options, rank, size, name));
+  STARLING_RETURN_IF_ERROR(
+      OpenSide(&shm, {"shm"}, options.fabric_options, rank, size, name));
+
+  // Every peer gets both HELLOs, usable or not, so that no one waits.
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    for (const Side* side : {&fabric, &shm}) {
+      STARLING_RETURN_IF_ERROR(transport->SendControl(
+          peer, side->tag,
+          EncodeFabricHello(
+              HelloOf(*side, peer, rank, size, options.host_id))));
+    }
+  }
+
+  FabricRoutes routes;
+  std::vector<std::string> missing;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    STARLING_ASSIGN_OR_RETURN(
+        FabricHello fabric_hello,
+        ReceiveHello(transport, peer, kFabricHelloTag, deadline));
+    STARLING_ASSIGN_OR_RETURN(
+        FabricHello shm_hello,
+        ReceiveHello(transport, peer, kShmHelloTag, deadline));
+    FabricRoute route;
+    route.peer = peer;
+    std::vector<std::string> reasons;
+    const bool same_host =
+        !options.host_id.empty() && shm_hello.host == options.host_id;
+    // Shared memory first, for a peer on this host; then the fabric.
+    const std::pair<Side*, const FabricHello*> order[] = {
+        {&shm, &shm_hello}, {&fabric, &fabric_hello}};
+    for (auto [side, hello] : order) {
+      if (side->use == FabricUse::kOff) continue;
+      if (side == &shm && !same_host) {
+        reasons.push_back(absl::StrCat("shared memory: ", name(peer),
+                                       " is on another host (", shm_hello.host,
+                                       ")"));
+        continue;
+      }
+      if (side->path == nullptr) {
+        reasons.push_back(absl::StrCat(side->what, ": ", side->unusable));
+        continue;
+      }
+      if (!hello->usable) {
+        reasons.push_back(absl::StrCat(side->what, ": ", name(peer),
+                                       " has none: ", hello->text));
+        continue;
+      }
+      absl::Status connected = side->path->Connect(peer, *hello);
+      if (!connected.ok()) {
+        reasons.push_back(absl::StrCat(side->what, ": ", connected.message()));
+        continue;
+      }
+      route.transport = side->path->name();
+      route.why = route.transport;
+      side->peers.push_back(peer);
+      break;
+    }
+    if (route.transport == "tcp") {
+      route.why = absl::StrCat("tcp: ", absl::StrJoin(reasons, "; "));
+      if (reasons.empty()) route.why = "tcp";
+    }
+    for (const Side* side : {&fabric, &shm}) {
+      if (side->use == FabricUse::kRequired &&
+          (side->path == nullptr || route.transport != side->path->name())) {
+        missing.push_back(absl::StrCat(name(peer), ": ", route.why));
+      }
+    }
+    routes.peers.push_back(std::move(route));
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name(rank), " was told to use ",
+        options.shm == FabricUse::kRequired ? "shared memory" : "the fabric",
+        " with every peer, but ", absl::StrJoin(missing, "; ")));
+  }
+  for (Side* side : {&fabric, &shm}) {
+    if (side->path == nullptr || side->peers.empty()) continue;
+    const FabricPath* raw = side->path.get();
+    STARLING_RETURN_IF_ERROR(
+        transport->AdoptWritePath(std::move(side->path), side->peers));
+    (side == &fabric ? routes.path : routes.shm_path) = raw;
+  }
+  return routes;
+}
 
 absl::StatusOr<FabricRoutes> ConnectFabric(
     InboxTransport* transport, FabricUse use,
     const std::vector<std::string>& providers, FabricOptions options,
     absl::Time deadline) {
-  const int rank = transport->rank();
-  const int size = transport->size();
-  auto name = [transport](int r) { return transport->PeerName(r); };
-  std::unique_ptr<FabricPath> path;
-  std::string unusable = "the fabric is off here (--transport)";
-  if (use != FabricUse::kOff) {
-    std::vector<std::string> errors;
-    for (const std::string& provider : providers) {
-      options.provider = provider;
-      absl::StatusOr<std::unique_ptr<FabricPath>> opened =
-          FabricPath::Open(options, rank, size, name);
-      if (opened.ok()) {
-        path = *std::move(opened);
-        break;
-      }
-      errors.push_back(std::string(opened.status().message()));
-    }
-    if (path == nullptr) {
-      unusable = providers.empty() ? "no fabric provider named"
-                                   : absl::StrJoin(errors, "; ");
-      if (use == FabricUse::kRequired) {
-        return absl::UnavailableError(
-            absl::StrCat(name(rank), " cannot use the fabric: ", unusable));
-      }
-    }
-  }
-
-  // Every peer gets a HELLO, usable or not, so that no one waits.
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    FabricHello hello;
-    if (path != nullptr) {
-      hello = path->HelloFor(peer);
-    } else {
-      hello.rank = static_cast<uint32_t>(rank);
-      hello.size = static_cast<uint32_t>(size);
-      hello.text = unusable;
-    }
-    STARLING_RETURN_IF_ERROR(transport->SendControl(peer, kFabricHelloTag,
-                                                    EncodeFabricHello(hello)));
-  }
-
-  FabricRoutes routes;
-  std::vector<int> fabric_peers;
-  std::vector<std::string> missing;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    absl::StatusOr<std::vector<std::byte>> message =
-        transport->RecvControl(peer, kFabricHelloTag, deadline);
-    if (!message.ok()) {
-      return absl::Status(
-          message.status().code(),
-          absl::StrCat("waiting for ", name(peer),
-                       "'s fabric HELLO: ", message.status().message()));
-    }
-    absl::StatusOr<FabricHello> hello = DecodeFabricHello(*message);
-    if (!hello.ok()) {
-      return absl::Status(
-          hello.status().code(),
-          absl::StrCat(name(peer), " sent a ", hello.status().message()));
-    }
-    FabricRoute route;
-    route.peer = peer;
-    if (path == nullptr) {
-      route.why = absl::StrCat("tcp: ", unusable);
-    } else if (!hello->usable) {
-      route.why =
-          absl::StrCat("tcp: ", name(peer), " has no fabric: ", hello->text);
-    } else {
-      absl::Status connected = path->Connect(peer, *hello);
-      if (connected.ok()) {
-        route.fabric = true;
-        route.why = path->name();
-        fabric_peers.push_back(peer);
-      } else {
-        route.why = absl::StrCat("tcp: ", connected.message());
-      }
-    }
-    if (!route.fabric) missing.push_back(route.why);
-    routes.peers.push_back(std::move(route));
-  }
-  if (use == FabricUse::kRequired && !missing.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name(rank), " was told to use the fabric with every ",
-                     "peer, but: ", absl::StrJoin(missing, "; ")));
-  }
-  if (path != nullptr && !fabric_peers.empty()) {
-    routes.path = path.get();
-    STARLING_RETURN_IF_ERROR(
-        transport->AdoptWritePath(std::move(path), fabric_peers));
-  }
-  return routes;
+  ConnectOptions connect;
+  connect.fabric = use;
+  connect.providers = providers;
+  connect.fabric_options = std::move(options);
+  return ConnectFabric(transport, connect, deadline);
 }
 
 }  // namespace fabric

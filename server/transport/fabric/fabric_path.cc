@@ -151,7 +151,11 @@ absl::Status FabricPath::OpenFabric() {
   // its mr_mode then reports. Where the hints allow both, ofi_rxm over tcp
   // was seen to treat targets one way or the other from one process to the
   // next; asking for exactly one leaves no doubt.
-  const char* node = options_.host.empty() ? nullptr : options_.host.c_str();
+  // The shm provider names its endpoint itself (one per process); a host
+  // would give every process on it the same name.
+  const char* node = options_.host.empty() || options_.provider == "shm"
+                         ? nullptr
+                         : options_.host.c_str();
   int ret = -FI_ENODATA;
   for (const uint64_t address_mode : {uint64_t{0}, uint64_t{FI_MR_VIRT_ADDR}}) {
     struct fi_info* hints = fi_allocinfo();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "server/transport/fabric/fabric_connect.h"
 #include "server/transport/fabric/fabric_test_util.h"
 #include "server/transport/inbox.h"
+#include "server/transport/tcp/tcp_test_util.h"
 #include "server/transport/write_path.h"
 
 namespace starling {
@@ -50,7 +52,7 @@ TEST_P(FabricPathTest, EveryPairWritesEverySizeAroundTheSlotExactly) {
     ASSERT_NE(routes.path, nullptr);
     registered.push_back(routes.path->registrations());
     for (const FabricRoute& route : routes.peers) {
-      EXPECT_TRUE(route.fabric) << route.why;
+      EXPECT_NE(route.transport, "tcp") << route.why;
       EXPECT_THAT(route.why, HasSubstr("fabric (tcp"));
     }
   }
@@ -206,11 +208,12 @@ TEST(FabricConnect, APeerWithoutTheFabricGetsTcpAndIsNamed) {
       CreateFabricGroup(3, false,
                         {FabricUse::kAuto, FabricUse::kOff, FabricUse::kAuto}));
   ASSERT_EQ(group.routes[0].peers.size(), 2u);
-  EXPECT_FALSE(group.routes[0].peers[0].fabric);
+  EXPECT_EQ(group.routes[0].peers[0].transport, "tcp");
   EXPECT_THAT(group.routes[0].peers[0].why,
-              HasSubstr("tcp: rank 1 (127.0.0.1:"));
-  EXPECT_THAT(group.routes[0].peers[0].why, HasSubstr("has no fabric"));
-  EXPECT_TRUE(group.routes[0].peers[1].fabric);
+              HasSubstr("tcp: fabric: rank 1 (127.0.0.1:"));
+  EXPECT_THAT(group.routes[0].peers[0].why,
+              HasSubstr("has none: the fabric is off here"));
+  EXPECT_EQ(group.routes[0].peers[1].transport, "fabric (tcp;ofi_rxm)");
   EXPECT_EQ(group.routes[1].path, nullptr);
   EXPECT_EQ(group.transports[0]->PathName(1, "tcp"), "tcp");
   EXPECT_THAT(group.transports[0]->PathName(2, "tcp"), HasSubstr("fabric"));
@@ -309,6 +312,73 @@ TEST(FabricPath, AKeyOfAnEarlierGroupLandsNothing) {
   if (!refused.ok()) {
     EXPECT_THAT(refused.message(), HasSubstr("fabric write to"));
   }
+}
+
+// Shared memory with the peers of this host (the same host id), the fabric
+// with the other, and both carry exact bytes.
+TEST(FabricConnect, PeersOfThisHostShareMemoryTheOthersTakeTheFabric) {
+  ASSERT_OK_AND_ASSIGN(auto transports, tcp::CreateGroup(3));
+  const std::vector<std::string> hosts = {"h1", "h1", "h2"};
+  std::vector<absl::StatusOr<FabricRoutes>> results(
+      3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      ConnectOptions connect;
+      connect.fabric = FabricUse::kAuto;
+      connect.providers = {"tcp"};
+      connect.fabric_options = TestFabricOptions();
+      connect.shm = FabricUse::kAuto;
+      connect.host_id = hosts[r];
+      results[r] = ConnectFabric(transports[r].get(), connect, Soon());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) ASSERT_OK(results[r].status()) << r;
+  EXPECT_EQ(results[0]->peers[0].transport, "fabric (shm)");
+  EXPECT_EQ(results[0]->peers[1].transport, "fabric (tcp;ofi_rxm)");
+  EXPECT_EQ(results[1]->peers[0].transport, "fabric (shm)");
+  EXPECT_EQ(results[2]->peers[0].transport, "fabric (tcp;ofi_rxm)");
+  EXPECT_EQ(transports[0]->PathName(1, "tcp"), "fabric (shm)");
+  for (int w = 0; w < 3; ++w) {
+    for (int r = 0; r < 3; ++r) {
+      if (w == r) continue;
+      std::vector<std::byte> data(300001);
+      for (size_t i = 0; i < data.size(); ++i) data[i] = Pattern(w, r, 1, i);
+      std::vector<std::byte> region(data.size());
+      ASSERT_OK(transports[r]->RegisterRegion(60 + w, absl::MakeSpan(region)));
+      Completion done;
+      transports[w]->Write(r, data, 60 + w, 0, 4, &done);
+      ASSERT_OK(done.Wait(Soon()));
+      WriteMatch match;
+      match.region = 60 + w;
+      ASSERT_OK(transports[r]->WaitForWrite(match, Soon()).status());
+      EXPECT_EQ(region, data) << w << " -> " << r;
+      ASSERT_OK(transports[r]->DeregisterRegion(60 + w));
+    }
+  }
+}
+
+TEST(FabricConnect, RequiredSharedMemoryWithAPeerElsewhereNamesIt) {
+  ASSERT_OK_AND_ASSIGN(auto transports, tcp::CreateGroup(2));
+  std::vector<absl::StatusOr<FabricRoutes>> results(
+      2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ConnectOptions connect;
+      connect.fabric = FabricUse::kOff;
+      connect.shm = FabricUse::kRequired;
+      connect.host_id = r == 0 ? "h1" : "h2";
+      results[r] = ConnectFabric(transports[r].get(), connect, Soon());
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(results[0].status().message(), HasSubstr("rank 1 (127.0.0.1:"));
+  EXPECT_THAT(results[0].status().message(),
+              HasSubstr("is on another host (h2)"));
 }
 
 TEST(FabricPath, AProviderThatIsNotHereIsNamed) {

@@ -91,8 +91,11 @@ std::vector<std::byte> EncodeFabricHello(const FabricHello& hello) {
   Put64(hello.credit_key, &out);
   const std::string provider = hello.provider.substr(0, kMaxProviderBytes);
   const std::string text = hello.text.substr(0, kMaxTextBytes);
+  const std::string host = hello.host.substr(0, kMaxHostBytes);
   Put16(static_cast<uint16_t>(provider.size()), &out);
   for (char c : provider) out.push_back(static_cast<std::byte>(c));
+  Put16(static_cast<uint16_t>(host.size()), &out);
+  for (char c : host) out.push_back(static_cast<std::byte>(c));
   Put16(static_cast<uint16_t>(text.size()), &out);
   for (char c : text) out.push_back(static_cast<std::byte>(c));
   return out;
@@ -101,9 +104,9 @@ std::vector<std::byte> EncodeFabricHello(const FabricHello& hello) {
 absl::StatusOr<FabricHello> DecodeFabricHello(
     absl::Span<const std::byte> bytes) {
   Reader in(bytes);
-  if (!in.Has(kHelloFixedBytes + 4)) {
+  if (!in.Has(kHelloFixedBytes + 6)) {
     return HelloError(absl::StrCat(bytes.size(), " bytes, fewer than the ",
-                                   kHelloFixedBytes + 4, " of its fixed part"));
+                                   kHelloFixedBytes + 6, " of its fixed part"));
   }
   if (std::memcmp(bytes.data(), kHelloMagic, 4) != 0) {
     return HelloError("bad magic (not a fabric HELLO)");
@@ -133,6 +136,13 @@ absl::StatusOr<FabricHello> DecodeFabricHello(
                                    ", and within the message)"));
   }
   hello.provider = in.Text(provider_len);
+  const uint16_t host_len = in.U16();
+  if (host_len > kMaxHostBytes || !in.Has(host_len + 2)) {
+    return HelloError(absl::StrCat("host name of ", host_len,
+                                   " bytes (at most ", kMaxHostBytes,
+                                   ", and within the message)"));
+  }
+  hello.host = in.Text(host_len);
   const uint16_t text_len = in.U16();
   if (text_len > kMaxTextBytes || in.left() != text_len) {
     return HelloError(absl::StrCat(

@@ -10,7 +10,10 @@
 //   magic "SFH1" (4) | version u16 | usable u16 (0/1) | rank u32 | size u32
 //   | slot_bytes u32 | slots u32 | recv_base u64 | recv_key u64
 //   | credit_base u64 | credit_key u64 | provider_len u16 | provider bytes
-//   | text_len u16 | text bytes
+//   | host_len u16 | host bytes | text_len u16 | text bytes
+//
+// `host` names the machine (hostname and kernel boot id): peers with the
+// same one may share memory.
 //
 // `text` is the endpoint address (fi_getname) when usable, else the reason
 // the fabric is not usable here ("no provider 'verbs': ..."). Lengths are
@@ -39,11 +42,15 @@ namespace starling {
 namespace transport {
 namespace fabric {
 
-// Control tag of the HELLO (below the collectives' op tags, 0x8...).
+// Control tags of the HELLOs (below the collectives' op tags, 0x8...): one
+// for the fabric path, one for the shared-memory path (libfabric's shm
+// provider) between daemons on one host.
 inline constexpr uint32_t kFabricHelloTag = 0x46414201;
+inline constexpr uint32_t kShmHelloTag = 0x46414202;
 inline constexpr uint16_t kFabricHelloVersion = 1;
 inline constexpr size_t kMaxProviderBytes = 64;
 inline constexpr size_t kMaxTextBytes = 512;
+inline constexpr size_t kMaxHostBytes = 320;
 
 struct FabricHello {
   bool usable = false;
@@ -56,6 +63,7 @@ struct FabricHello {
   uint64_t credit_base = 0;
   uint64_t credit_key = 0;
   std::string provider;
+  std::string host;
   // The endpoint address when usable; the reason it is not, otherwise.
   std::string text;
 };

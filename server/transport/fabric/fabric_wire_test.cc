@@ -26,6 +26,7 @@ FabricHello Usable() {
   hello.credit_base = 0x7f0000001000;
   hello.credit_key = 42;
   hello.provider = "verbs;ofi_rxm";
+  hello.host = "node7/8a1f0c2e-5d4b-4f43-9a7e-0f1e2d3c4b5a";
   hello.text = std::string("\x02\x00\x75\x30\x7f\x00\x00\x01", 8);
   return hello;
 }
@@ -44,6 +45,7 @@ TEST(FabricHello, RoundTripsEveryField) {
   EXPECT_EQ(got.credit_base, sent.credit_base);
   EXPECT_EQ(got.credit_key, 42u);
   EXPECT_EQ(got.provider, "verbs;ofi_rxm");
+  EXPECT_EQ(got.host, sent.host);
   EXPECT_EQ(got.text, sent.text);
 }
 
