@@ -243,6 +243,7 @@ absl::Status RunRank(const BenchConfig& config, int rank,
     connect.fabric_options.host =
         config.fabric_host.empty() ? peers[rank].host : config.fabric_host;
     connect.fabric_options.verbs_style = config.fabric_verbs_style;
+    connect.fabric_options.spin = absl::Microseconds(config.fabric_spin_us);
     connect.providers = {config.fabric_provider};
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);

@@ -48,6 +48,7 @@ struct BenchConfig {
   std::string transport = "tcp";
   std::string fabric_provider = "verbs";
   bool fabric_verbs_style = false;
+  int64_t fabric_spin_us = 0;  // the fabric path's poll before it blocks
   std::string fabric_host;  // the endpoint's address; empty: this rank's host
   bool print_iterations = false;  // rank 0 prints every iteration's time
 };

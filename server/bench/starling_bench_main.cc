@@ -83,6 +83,9 @@ ABSL_FLAG(std::string, transport, "tcp",
           "cannot open it");
 ABSL_FLAG(std::string, fabric_provider, "verbs",
           "libfabric provider with --transport=fabric: verbs, efa, or tcp");
+ABSL_FLAG(int64_t, fabric_spin_us, 0,
+          "microseconds the fabric path's progress thread polls its "
+          "completion queue before it blocks (0: block at once)");
 ABSL_FLAG(bool, fabric_verbs_style, false,
           "follow verbs' registration rules on any provider");
 ABSL_FLAG(bool, print_iterations, false,
@@ -135,6 +138,10 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.transport = absl::GetFlag(FLAGS_transport);
   c.fabric_provider = absl::GetFlag(FLAGS_fabric_provider);
   c.fabric_verbs_style = absl::GetFlag(FLAGS_fabric_verbs_style);
+  c.fabric_spin_us = absl::GetFlag(FLAGS_fabric_spin_us);
+  if (c.fabric_spin_us < 0) {
+    return absl::InvalidArgumentError("--fabric_spin_us must be >= 0");
+  }
   if (c.transport != "tcp" && c.transport != "fabric" && c.transport != "shm") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--transport=", c.transport, " is not one of tcp, fabric, shm"));

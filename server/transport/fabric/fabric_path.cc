@@ -99,7 +99,7 @@ struct FabricPath::Peer {
   uint32_t next_seq = 0;
   std::deque<Outgoing> queue;
   std::vector<int> free_slots;
-  bool copying = false;  // the progress thread reads a queued write's data
+  int copying = 0;  // writes whose data is being copied into a send slot
 
   // The progress thread's alone.
   std::deque<int> arrived;      // slots written, not yet handed on
@@ -195,6 +195,7 @@ absl::Status FabricPath::OpenFabric() {
   mode_.prov_key = options_.verbs_style || mode_.provider_prov_key;
   mode_.rx_cq_data = options_.verbs_style || mode_.provider_rx_cq_data;
   key_bytes_ = std::min<size_t>(8, info_->domain_attr->mr_key_size);
+  thread_safe_ = info_->domain_attr->threading == FI_THREAD_SAFE;
   if (info_->domain_attr->cq_data_size < 4) {
     return absl::UnavailableError(
         absl::StrCat("fabric provider ", provider_, " carries ",
@@ -558,9 +559,18 @@ void FabricPath::PostWrite(int peer, absl::Span<const std::byte> data,
   const uint64_t parts =
       data.empty() ? 1 : (data.size() + payload - 1) / payload;
   absl::Status failed;
+  Peer& p = *peers_[peer];
+  Outgoing w;
+  // A write of one part to a peer with nothing queued and a free slot is
+  // copied and posted on the caller's thread (where the provider allows
+  // that): no hop to the progress thread on a small write's way out.
+  bool direct = false;
+  int slot = -1;
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  uint64_t remote_address = 0;
+  uint64_t key = 0;
   {
     absl::MutexLock lock(&mu_);
-    Peer& p = *peers_[peer];
     if (!p.failed.ok()) {
       failed = p.failed;
     } else if (!p.connected) {
@@ -571,7 +581,6 @@ void FabricPath::PostWrite(int peer, absl::Span<const std::byte> data,
           absl::StrCat("write of ", data.size(), " bytes to ", name_(peer),
                        " needs ", parts, " fabric slots"));
     } else {
-      Outgoing w;
       w.data = data;
       w.region = remote;
       w.offset = remote_offset_bytes;
@@ -579,12 +588,51 @@ void FabricPath::PostWrite(int peer, absl::Span<const std::byte> data,
       w.seq = p.next_seq++;
       w.parts = static_cast<uint32_t>(parts);
       w.done = done;
-      p.queue.push_back(w);
+      if (thread_safe_ && parts == 1 && p.queue.empty() &&
+          !p.free_slots.empty() && !stopping_) {
+        direct = true;
+        slot = p.free_slots.back();
+        p.free_slots.pop_back();
+        ++p.copying;
+        addr = p.addr;
+        remote_address = ProviderAddress(
+            p.recv_base, static_cast<uint64_t>(slot) * options_.slot_bytes);
+        key = p.recv_key;
+      } else {
+        p.queue.push_back(w);
+      }
     }
   }
   if (!failed.ok()) {
     done->Finish(failed);
     return;
+  }
+  if (direct) {
+    const ssize_t ret = PostPart(&p, slot, w, 0, addr, remote_address, key);
+    {
+      absl::MutexLock lock(&mu_);
+      --p.copying;
+      changed_.SignalAll();
+      if (ret == 0) {
+        parts_written_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        p.free_slots.push_back(slot);
+        // Writes queued meanwhile have later sequence numbers.
+        if (ret == -FI_EAGAIN && p.failed.ok()) p.queue.push_front(w);
+      }
+    }
+    if (ret == 0) {
+      done->Finish(absl::OkStatus());
+      return;
+    }
+    if (ret != -FI_EAGAIN) {
+      const absl::Status refused = absl::UnavailableError(absl::StrCat(
+          "fabric write to ", name_(peer),
+          " refused: ", FiError("fi_writedata", static_cast<int>(ret))));
+      Report(peer, refused);
+      done->Finish(refused);
+      return;
+    }
   }
   Signal();
 }
@@ -598,7 +646,7 @@ void FabricPath::FailPeer(int peer, const absl::Status& why) {
     if (!p.failed.ok()) return;
     p.failed = why.ok() ? absl::AbortedError("aborted") : why;
     // The progress thread may be copying a queued write's bytes.
-    while (p.copying) changed_.Wait(&mu_);
+    while (p.copying > 0) changed_.Wait(&mu_);
     pending.swap(p.queue);
     changed_.SignalAll();
   }
@@ -756,9 +804,34 @@ void FabricPath::HandleError() {
              detail != nullptr ? absl::StrCat(" (", detail, ")") : "")));
 }
 
+ssize_t FabricPath::PostPart(Peer* p, int slot, const Outgoing& w,
+                             uint32_t part, fi_addr_t addr, uint64_t remote,
+                             uint64_t key) {
+  const uint64_t payload = options_.slot_bytes - kSlotHeaderBytes;
+  const uint64_t begin = uint64_t{part} * payload;
+  const uint64_t length = std::min<uint64_t>(
+      payload, w.data.size() - std::min<uint64_t>(begin, w.data.size()));
+  FrameHeader header;
+  header.type = FrameType::kWrite;
+  header.region = w.region;
+  header.offset = w.offset + begin;
+  header.length = length;
+  header.imm = w.imm;
+  header.seq = w.seq;
+  header.part_count = w.parts;
+  std::byte* dst = p->send + static_cast<size_t>(slot) * options_.slot_bytes;
+  EncodeSlotHeader(header, dst);
+  if (length > 0) {
+    std::memcpy(dst + kSlotHeaderBytes, w.data.data() + begin, length);
+  }
+  return fi_writedata(ep_, dst, kSlotHeaderBytes + length,
+                      mode_.local ? fi_mr_desc(p->send_mr) : nullptr,
+                      DataImm(rank_, slot), addr, remote, key,
+                      &p->data_ops[slot].context);
+}
+
 bool FabricPath::SendQueued() {
   bool did = false;
-  const uint64_t payload = options_.slot_bytes - kSlotHeaderBytes;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     Peer& p = *peers_[r];
@@ -777,36 +850,18 @@ bool FabricPath::SendQueued() {
         w = &p.queue.front();
         slot = p.free_slots.back();
         p.free_slots.pop_back();
-        p.copying = true;
+        ++p.copying;
         addr = p.addr;
         remote = ProviderAddress(
             p.recv_base, static_cast<uint64_t>(slot) * options_.slot_bytes);
         key = p.recv_key;
       }
-      const uint64_t begin = uint64_t{w->next_part} * payload;
-      const uint64_t length = std::min<uint64_t>(
-          payload, w->data.size() - std::min<uint64_t>(begin, w->data.size()));
-      FrameHeader header;
-      header.type = FrameType::kWrite;
-      header.region = w->region;
-      header.offset = w->offset + begin;
-      header.length = length;
-      header.imm = w->imm;
-      header.seq = w->seq;
-      header.part_count = w->parts;
-      std::byte* dst = p.send + static_cast<size_t>(slot) * options_.slot_bytes;
-      EncodeSlotHeader(header, dst);
-      if (length > 0) {
-        std::memcpy(dst + kSlotHeaderBytes, w->data.data() + begin, length);
-      }
-      const ssize_t ret = fi_writedata(
-          ep_, dst, kSlotHeaderBytes + length,
-          mode_.local ? fi_mr_desc(p.send_mr) : nullptr, DataImm(rank_, slot),
-          addr, remote, key, &p.data_ops[slot].context);
+      const ssize_t ret =
+          PostPart(&p, slot, *w, w->next_part, addr, remote, key);
       Completion* finished = nullptr;
       {
         absl::MutexLock lock(&mu_);
-        p.copying = false;
+        --p.copying;
         changed_.SignalAll();
         if (ret == 0) {
           parts_written_.fetch_add(1, std::memory_order_relaxed);

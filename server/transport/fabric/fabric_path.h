@@ -23,8 +23,9 @@
 //
 // Progress: one thread per path reads the completion queue. It blocks in
 // fi_cq_sread() when idle (callers wake it with fi_cq_signal()) and spins
-// only for FabricOptions::spin first; it also does the copies and posts, so
-// every libfabric call on the endpoint comes from that one thread.
+// only for FabricOptions::spin first. It copies and posts the writes that
+// wait for slots; a write of one part with a slot free is copied and posted
+// on the caller's thread where the provider is FI_THREAD_SAFE.
 //
 // Registration modes: whatever the provider reports is followed (virtual
 // addresses, provider keys, a descriptor on every operation, receives
@@ -171,6 +172,10 @@ class FabricPath : public WritePath {
   void HandleCompletion(const ::fi_cq_data_entry& entry);
   void HandleError();
   bool SendQueued();
+  // Copies part `part` of `w` with its header into send slot `slot` of `p`
+  // and writes it to the peer's slot at `remote`; fi_writedata()'s result.
+  ssize_t PostPart(Peer* p, int slot, const Outgoing& w, uint32_t part,
+                   fi_addr_t addr, uint64_t remote, uint64_t key);
   bool DeliverArrived();
   bool PostCredits();
   // Fails `peer` from the progress thread: the transport (and so this path)
@@ -185,6 +190,9 @@ class FabricPath : public WritePath {
   std::string provider_;
   FabricMode mode_;
   size_t key_bytes_ = 8;
+  // The provider takes calls from several threads at once (FI_THREAD_SAFE):
+  // small writes are posted on the caller's thread.
+  bool thread_safe_ = false;
 
   struct fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
