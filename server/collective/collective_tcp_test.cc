@@ -28,34 +28,7 @@ std::vector<transport::Transport*> Raw(
 TEST(CollectiveOverTcp, EveryAlgorithmAndOpMatchesTheReference) {
   for (int size : {2, 3, 4, 5, 8}) {
     ASSERT_OK_AND_ASSIGN(auto group, transport::tcp::CreateGroup(size));
-    const std::vector<transport::Transport*> transports = Raw(group);
-    std::vector<size_t> counts = {0, 1, static_cast<size_t>(size - 1), 97,
-                                  100003};
-    for (Algorithm algorithm :
-         {Algorithm::kButterfly, Algorithm::kRing, Algorithm::kTree,
-          Algorithm::kReduceBroadcast, Algorithm::kAuto}) {
-      for (size_t count : counts) {
-        for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter,
-                            OpKind::kAllGather, OpKind::kBroadcast}) {
-          GridCase c{size, count, DataType::kFloat32, ReduceOp::kSum, 4096};
-          ASSERT_OK(CheckCollective(kind, algorithm, c, transports))
-              << OpKindName(kind) << " " << AlgorithmName(algorithm) << " "
-              << c.ToString();
-        }
-      }
-    }
-    // Every dtype and op once per group size.
-    for (DataType type :
-         {DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
-          DataType::kInt32, DataType::kInt64}) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
-                          ReduceOp::kAverage}) {
-        GridCase c{size, 1009, type, op, 512};
-        ASSERT_OK(CheckCollective(OpKind::kAllReduce, Algorithm::kButterfly, c,
-                                  transports))
-            << c.ToString();
-      }
-    }
+    ASSERT_OK(CheckGridOnTransports(Raw(group))) << size << " ranks";
   }
 }
 

@@ -302,5 +302,44 @@ absl::Status CheckCollective(
   return FirstError(RunOnLoopback(n, options, body));
 }
 
+absl::Status CheckGridOnTransports(
+    const std::vector<transport::Transport*>& transports) {
+  const int size = static_cast<int>(transports.size());
+  const std::vector<size_t> counts = {0, 1, static_cast<size_t>(size - 1), 97,
+                                      100003};
+  for (Algorithm algorithm :
+       {Algorithm::kButterfly, Algorithm::kRing, Algorithm::kTree,
+        Algorithm::kReduceBroadcast, Algorithm::kAuto}) {
+    for (size_t count : counts) {
+      for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter,
+                          OpKind::kAllGather, OpKind::kBroadcast}) {
+        GridCase c{size, count, DataType::kFloat32, ReduceOp::kSum, 4096};
+        absl::Status status = CheckCollective(kind, algorithm, c, transports);
+        if (!status.ok()) {
+          return absl::Status(
+              status.code(),
+              absl::StrCat(OpKindName(kind), " ", AlgorithmName(algorithm), " ",
+                           c.ToString(), ": ", status.message()));
+        }
+      }
+    }
+  }
+  for (DataType type :
+       {DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+        DataType::kInt32, DataType::kInt64}) {
+    for (ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAverage}) {
+      GridCase c{size, 1009, type, op, 512};
+      absl::Status status = CheckCollective(
+          OpKind::kAllReduce, Algorithm::kButterfly, c, transports);
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat(c.ToString(), ": ", status.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace collective
 }  // namespace starling

@@ -68,6 +68,13 @@ absl::Status CheckCollective(
     OpKind kind, Algorithm algorithm, const GridCase& c,
     const std::vector<transport::Transport*>& transports = {});
 
+// The grid a real transport runs once per group size: every algorithm and
+// op on lengths 0, 1, size - 1, 97 and 100003 (float32 sum), then every
+// dtype and reduction once (butterfly all-reduce of 1009). The first
+// mismatch, naming the case.
+absl::Status CheckGridOnTransports(
+    const std::vector<transport::Transport*>& transports);
+
 // The input of `rank`: `count` deterministic values of `type` (floats in
 // [-1, 1) rounded to the type, integers in [-1000, 1000]).
 std::vector<std::byte> MakeInput(DataType type, size_t count, int rank,
