@@ -1435,6 +1435,9 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   member->workers.assign(request.workers().begin(), request.workers().end());
   UpdateWorkerGaugesLocked(request.rank(), member->workers);
   member->run = request.run();
+  // Empty from a node whose plane of this epoch has not formed yet, or of
+  // an earlier build: shown as not known.
+  member->transport = request.transport();
   const proto::RunStatus& run = request.run();
   if (run.run_id() != 0) {
     runs_.NoteSteps(run.run_id(), run.steps());

@@ -271,6 +271,8 @@ class Coordinator {
     // From the last heartbeat.
     std::vector<proto::WorkerStatus> workers;
     proto::RunStatus run;
+    // How its data-plane writes travel ("" : not known).
+    std::string transport;
   };
   struct BeginCall {
     uint64_t id;

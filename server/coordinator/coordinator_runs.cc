@@ -416,6 +416,7 @@ absl::StatusOr<proto::JobStatus> Coordinator::GetJobStatus(
       *node->add_workers() = worker;
     }
     *node->mutable_run() = m.run;
+    node->set_transport(m.transport);
   }
   // Late joiners, taken in between runs.
   add_waiting(pending_);

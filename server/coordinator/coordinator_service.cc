@@ -186,7 +186,8 @@ grpc::Status CoordinatorService::Heartbeat(
     return Answer(context, checked);
   }
   // A node lists its local workers: at most the coordinator's bound on
-  // them (a longer list is cut), each name and the run's error bounded.
+  // them (a longer list is cut), each name, the run's error and the
+  // transport summary bounded.
   proto::HeartbeatRequest bounded = *request;
   if (bounded.workers_size() > kMaxListedWorkers) {
     bounded.mutable_workers()->DeleteSubrange(
@@ -196,6 +197,7 @@ grpc::Status CoordinatorService::Heartbeat(
     Bound(worker.mutable_name(), kMaxNameBytes);
   }
   Bound(bounded.mutable_run()->mutable_error(), kMaxErrorBytes);
+  Bound(bounded.mutable_transport(), kMaxNameBytes);
   return Reply(context, coordinator_->Heartbeat(bounded), response);
 }
 

@@ -157,6 +157,7 @@ TEST_F(CoordinatorServiceTest, ReportsReachStatusBoundedAndPrintable) {
     worker->set_name("\x1b[2J\x1b[31mowned");
     worker->set_state(proto::WorkerStatus::STATE_ATTACHED);
   }
+  beat.set_transport("\x1b[2Jtcp" + std::string(1 << 16, 'x'));
   grpc::ClientContext beat_context;
   beat_context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   proto::HeartbeatResponse answer;
@@ -180,6 +181,8 @@ TEST_F(CoordinatorServiceTest, ReportsReachStatusBoundedAndPrintable) {
   ASSERT_EQ(status.nodes_size(), 1);
   EXPECT_EQ(status.nodes(0).workers_size(), 4096);
   EXPECT_EQ(status.nodes(0).workers(0).name(), "?[2J?[31mowned");
+  EXPECT_THAT(status.nodes(0).transport(), testing::StartsWith("?[2Jtcpxxx"));
+  EXPECT_LT(status.nodes(0).transport().size(), 512u);
   EXPECT_LT(status.ByteSizeLong(), size_t{1} << 20);
   EXPECT_THAT(status.last_error(), HasSubstr("?]0;title?xxx"));
   EXPECT_THAT(status.last_error(),

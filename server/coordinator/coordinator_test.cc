@@ -520,6 +520,31 @@ TEST_F(CoordinatorTest, ReportedSizesReplaceExpectedOnes) {
   EXPECT_EQ(status.nodes(0).last_iteration(), 3u);
 }
 
+TEST_F(CoordinatorTest, StatusShowsEachNodesTransportFromItsLastHeartbeat) {
+  Create(2);
+  for (const auto& r : JoinAll(2)) ASSERT_OK(r.status());
+  // Before any heartbeat (and from a node that does not report one): not
+  // known.
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, coordinator_->GetJobStatus({}));
+  EXPECT_EQ(status.nodes(0).transport(), "");
+  proto::HeartbeatRequest beat = Beat(0);
+  beat.set_transport("fabric (verbs;ofi_rxm) to 1 peer");
+  ASSERT_OK(coordinator_->Heartbeat(beat).status());
+  ASSERT_OK(coordinator_->Heartbeat(Beat(1)).status());
+  ASSERT_OK_AND_ASSIGN(status, coordinator_->GetJobStatus({}));
+  EXPECT_EQ(status.nodes(0).transport(), "fabric (verbs;ofi_rxm) to 1 peer");
+  EXPECT_EQ(status.nodes(1).transport(), "");
+  // Each heartbeat replaces it: a heartbeat without one (the node's plane
+  // of this epoch not formed yet) makes it unknown again.
+  beat.set_transport("tcp to 1 peer");
+  ASSERT_OK(coordinator_->Heartbeat(beat).status());
+  ASSERT_OK_AND_ASSIGN(status, coordinator_->GetJobStatus({}));
+  EXPECT_EQ(status.nodes(0).transport(), "tcp to 1 peer");
+  ASSERT_OK(coordinator_->Heartbeat(Beat(0)).status());
+  ASSERT_OK_AND_ASSIGN(status, coordinator_->GetJobStatus({}));
+  EXPECT_EQ(status.nodes(0).transport(), "");
+}
+
 TEST_F(CoordinatorTest, StatusForAnotherJobIsRefused) {
   Create(1);
   proto::GetJobStatusRequest request;

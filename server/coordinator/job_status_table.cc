@@ -137,9 +137,9 @@ std::string FormatRun(const proto::RunStatus& run, double now_unix_seconds) {
 }
 
 std::string FormatJobStatusTable(const proto::JobStatus& status) {
-  std::vector<std::vector<std::string>> rows = {{"RANK", "HOSTNAME", "ADDRESS",
-                                                 "HEALTH", "SHARD", "OPT STATE",
-                                                 "HEARTBEAT", "LAST ERROR"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"RANK", "HOSTNAME", "ADDRESS", "HEALTH", "SHARD", "OPT STATE",
+       "HEARTBEAT", "TRANSPORT", "LAST ERROR"}};
   for (const proto::NodeStatus& node : status.nodes()) {
     const bool ranked = node.peer().rank() >= 0;
     rows.push_back({
@@ -151,6 +151,8 @@ std::string FormatJobStatusTable(const proto::JobStatus& status) {
         ranked ? FormatBytes(node.optimizer_state_bytes()) : "-",
         ranked ? absl::StrFormat("%.1fs ago", node.heartbeat_age_seconds())
                : "-",
+        // "-" until the node's data plane reported (or an older node).
+        OneLine(node.transport()),
         OneLine(node.last_error()),
     });
   }

@@ -1,6 +1,7 @@
 // FormatJobStatusTable: a JobStatus as the text `starlingctl status`
 // prints: one row per node (rank, hostname, address, health, shard and
-// optimizer state sizes, heartbeat age, last error); then, for the nodes
+// optimizer state sizes, heartbeat age, data-plane transport to its peers,
+// last error); then, for the nodes
 // that reported them, their run and workers (a MISSING worker with its
 // grace left); the job's epoch, iteration and degraded flag; the runs (the
 // current one, then the recent ones with their outcome and error); and the

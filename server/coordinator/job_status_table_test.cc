@@ -43,14 +43,17 @@ TEST(JobStatusTable, PrintsOneRowPerRankThenTheJob) {
     node->set_heartbeat_age_seconds(rank == 0 ? 0.25 : 6);
   }
   status.mutable_nodes(1)->set_last_error("collective\ntimeout");
+  // Rank 1 reported no transport (an older daemon, or its plane not formed
+  // yet): "-".
+  status.mutable_nodes(0)->set_transport("fabric (verbs;ofi_rxm) to 1 peer");
   EXPECT_EQ(FormatJobStatusTable(status),
             "job demo: 1 of 2 nodes healthy, group epoch 1\n"
             "RANK  HOSTNAME  ADDRESS         HEALTH   SHARD    OPT STATE  "
-            "HEARTBEAT  LAST ERROR\n"
+            "HEARTBEAT  TRANSPORT                         LAST ERROR\n"
             "0     node-a    10.0.0.1:29500  HEALTHY  2.0 KiB  4.0 KiB    "
-            "0.2s ago   -\n"
+            "0.2s ago   fabric (verbs;ofi_rxm) to 1 peer  -\n"
             "1     node-b    10.0.0.2:29500  LOST     2.0 KiB  4.0 KiB    "
-            "6.0s ago   collective timeout\n"
+            "6.0s ago   -                                 collective timeout\n"
             "epoch 1 of 3, iteration 20 (16 per epoch); degraded: yes\n"
             "last error: rank 1 (node-b, 10.0.0.2:29500) lost\n");
 }

@@ -222,6 +222,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::StartUncancelled(
                        << " with this daemon: receiving its state";
     plane->runs->ContinueRun(joins, nullptr).IgnoreError();
   }
+  daemon->metrics_.peer_transports->Set(plane->peer_transports);
   {
     absl::MutexLock lock(&daemon->mu_);
     daemon->NoteServedLocked(plane->group);
@@ -628,6 +629,8 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     // transport is closed once its last user let go).
     old->Stop(why);
     old.reset();
+    // No peer is written to until the new plane serves.
+    metrics_.peer_transports->Set({});
   }
   // Every member learns of the group within a heartbeat period or so; one
   // that does not connect within twice the heartbeat timeout is dead too,
@@ -698,6 +701,7 @@ absl::Status NodeDaemon::Regroup(const proto::JoinResponse& group) {
     plane_ = plane;
     stale_workers = attached_.size();
   }
+  metrics_.peer_transports->Set(plane->peer_transports);
   metrics_.regroups->Increment();
   metrics_.attached_workers->Set(0);
   STARLING_LOG(INFO) << "serving as rank " << group.rank() << " of "
@@ -743,6 +747,8 @@ void NodeDaemon::FillHeartbeat(proto::HeartbeatRequest* request) {
     *request->add_workers() = w;
   }
   *request->mutable_run() = run;
+  // For `starlingctl status`: this plane's transport to each peer.
+  request->set_transport(TransportSummary(p->peer_transports));
   // The metrics that follow the heartbeat (same period, same truth).
   metrics_.missing_workers->Set(missing);
   metrics_.run_id->Set(run.state() == proto::RunStatus::STATE_RUNNING

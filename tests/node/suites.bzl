@@ -19,4 +19,16 @@ def node_suite(name, fabric_filter = None, **kwargs):
         args.append("--gtest_filter=" + fabric_filter)
     env = dict(kwargs.pop("env", {}))
     env["STARLING_TEST_DAEMON_FLAGS"] = FABRIC_DAEMON_FLAGS
-    native.cc_test(name = name + "_fabric", args = args, env = env, **kwargs)
+
+    # The kernels are the first target's to check: the portable-kernel rerun
+    # (tests/run_all.sh) skips this one.
+    tags = list(kwargs.pop("tags", []))
+    if "kernel_independent" not in tags:
+        tags.append("kernel_independent")
+    native.cc_test(
+        name = name + "_fabric",
+        args = args,
+        env = env,
+        tags = tags,
+        **kwargs
+    )

@@ -1,8 +1,11 @@
 #include "server/node/telemetry/node_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
 
 namespace starling {
@@ -268,6 +271,15 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
   loss->Set(std::nan(""));
   accuracy->Set(std::nan(""));
   m.progress = std::make_shared<WorkerProgress>(samples, loss, accuracy);
+  STARLING_ASSIGN_OR_RETURN(
+      g, registry->AddGauge(
+             "starling_node_peer_transport",
+             "1 for each peer (rank) of the data plane this daemon serves, "
+             "with the transport its writes to that peer travel by (tcp, or "
+             "the libfabric path); series of an earlier plane (a re-formed "
+             "group) are set to 0, not removed",
+             {"peer", "transport"}));
+  m.peer_transports = std::make_shared<PeerTransports>(g);
   return m;
 }
 
@@ -276,6 +288,24 @@ absl::StatusOr<NodeMetrics> NodeMetrics::Register(
 
 namespace starling {
 namespace node {
+
+void PeerTransports::Set(const std::vector<std::string>& peer_transports) {
+  std::vector<metrics::Gauge*> next;
+  for (size_t peer = 0; peer < peer_transports.size(); ++peer) {
+    if (peer_transports[peer].empty()) continue;  // this rank
+    next.push_back(
+        family_->WithLabels({absl::StrCat(peer), peer_transports[peer]}));
+  }
+  absl::MutexLock lock(&mu_);
+  // The new ones first: a series in both planes never reads 0 between.
+  for (metrics::Gauge* gauge : next) gauge->Set(1);
+  for (metrics::Gauge* gauge : current_) {
+    if (std::find(next.begin(), next.end(), gauge) == next.end()) {
+      gauge->Set(0);
+    }
+  }
+  current_ = std::move(next);
+}
 
 void WorkerProgress::Record(int worker_index,
                             const proto::PushGradientsRequest& push) {

@@ -6,6 +6,8 @@
 
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -40,6 +42,28 @@ class WorkerProgress {
   absl::Mutex mu_;
   std::map<int, double> last_loss_ ABSL_GUARDED_BY(mu_);
   std::map<int, double> last_accuracy_ ABSL_GUARDED_BY(mu_);
+};
+
+// starling_node_peer_transport{peer,transport}: 1 for each peer of the
+// data plane the daemon serves, labelled with its rank and the transport
+// the daemon's writes to it travel by ("tcp", "fabric (verbs;ofi_rxm)").
+// A family keeps every series it ever had, so the series of an earlier
+// plane (a re-formed group: other peers, or the same rank by another
+// transport) drop to 0 rather than go. Thread-safe.
+class PeerTransports {
+ public:
+  explicit PeerTransports(metrics::GaugeFamily* family) : family_(family) {}
+
+  // The plane now served: `peer_transports` by rank ("" for this rank;
+  // empty: no plane). Series of the plane before that are not in it go to
+  // 0.
+  void Set(const std::vector<std::string>& peer_transports);
+
+ private:
+  metrics::GaugeFamily* const family_;
+  absl::Mutex mu_;
+  // The series at 1.
+  std::vector<metrics::Gauge*> current_ ABSL_GUARDED_BY(mu_);
 };
 
 struct NodeMetrics {
@@ -128,6 +152,9 @@ struct NodeMetrics {
   metrics::Counter* checkpoint_restores = nullptr;
   // Samples, loss and accuracy the local workers report.
   std::shared_ptr<WorkerProgress> progress;
+  // Each peer's transport in the data plane served (set when a plane is
+  // installed, cleared when it is replaced).
+  std::shared_ptr<PeerTransports> peer_transports;
 };
 
 }  // namespace node
