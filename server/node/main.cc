@@ -98,8 +98,7 @@ ABSL_FLAG(std::string, transport, "auto",
           "peer whose end has one of --fabric_provider, TCP with the rest; "
           "the log names each peer's choice and why), tcp, fabric (every "
           "peer over the fabric, or the daemon does not start, naming what "
-          "is missing) or shm (shared memory with every peer: daemons of "
-          "one host with the same --hostname)");
+          "is missing)");
 ABSL_FLAG(std::vector<std::string>, fabric_provider, {},
           "libfabric providers to try, in order, comma-separated (verbs for "
           "InfiniBand/RoCE, efa, tcp for a test without RDMA); default: "

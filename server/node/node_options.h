@@ -58,9 +58,8 @@ struct NodeOptions {
   double link_gbits = 0;
   // How the writes to each peer daemon travel (--transport): "auto" (the
   // fabric with every peer whose end has a usable provider, TCP with the
-  // rest), "tcp", "fabric" (every peer over the fabric, or the group fails
-  // to form naming what is missing) or "shm" (every peer over shared
-  // memory: daemons of one host with the same --hostname).
+  // rest), "tcp" or "fabric" (every peer over the fabric, or the group
+  // fails to form naming what is missing).
   std::string transport = "auto";
   // libfabric providers to try, in order (--fabric_provider); empty: verbs,
   // then efa.

@@ -14,27 +14,24 @@
 namespace starling {
 namespace node {
 
-// InvalidArgument naming the flag unless --transport is auto, tcp, fabric
-// or shm.
+// InvalidArgument naming the flag unless --transport is auto, tcp or
+// fabric (shm names why it is not offered).
 absl::Status CheckTransportOptions(const NodeOptions& options);
 
 // The libfabric providers to try, in order: --fabric_provider's, else the
 // fabrics that beat TCP (verbs, then efa).
 std::vector<std::string> FabricProviders(const NodeOptions& options);
 
-// With --transport=fabric (or shm), opens the fabric (the shm provider)
-// once at start-up and closes it, so that a machine without it fails before
-// joining: Unavailable naming what is missing ("no fabric:
-// fi_getinfo(verbs) found none for 10.0.0.1 ... ; ulimit -l is 64 KiB"). Ok
-// otherwise, without opening anything.
+// With --transport=fabric, opens the fabric once at start-up and closes it, so
+// that a machine without it fails before joining: Unavailable naming what is
+// missing ("no fabric: fi_getinfo(verbs) found none for 10.0.0.1 ... ; ulimit
+// -l is 64 KiB"). Ok otherwise, without opening anything.
 absl::Status ProbeForcedFabric(const NodeOptions& options);
 
 // What ConnectFabric() is told, from --transport: auto: the fabric (verbs,
-// efa) with every peer where both ends have it (not shared memory: through
-// its staging slots it measured slower than TCP over loopback); tcp:
-// neither; fabric: the fabric with every peer; shm: shared memory with
-// every peer (the daemons of this host: the same --hostname, kernel and
-// network namespace).
+// efa) with every peer where both ends have it; tcp: neither; fabric: the
+// fabric with every peer. Never shared memory (ConnectOptions::shm says
+// why).
 transport::fabric::ConnectOptions ConnectOptionsFor(const NodeOptions& options);
 
 // "fabric (verbs;ofi_rxm) to 3 peers, tcp to 1" from each peer's transport

@@ -37,7 +37,10 @@ struct ConnectOptions {
   std::vector<std::string> providers;
   FabricOptions fabric_options;
   // Shared memory with the peers whose host_id equals this rank's; it goes
-  // before the fabric for them.
+  // before the fabric for them. The daemon offers no flag for it yet:
+  // between 4 processes libfabric 1.17's shm provider reported writes whose
+  // slot header had not landed (tests/bench/FABRIC.md); one process and two
+  // processes were exact.
   FabricUse shm = FabricUse::kOff;
   // Names this machine (LocalHostId()); empty: no peer shares it.
   std::string host_id;
