@@ -9,7 +9,11 @@
 // harness completes (44 header bytes without the checksum, then payload).
 // The worker-request seeds are worker socket streams (a 4-byte length, then
 // a serialized proto::WorkerRequest) or, with bit 0 of the setting, one
-// request's bytes alone.
+// request's bytes alone. The fabric HELLO seeds are one fabric HELLO or one
+// fabric slot header (with bit 0 of the setting, its checksum left for the
+// harness to fill in).
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -21,6 +25,7 @@
 #include "proto/worker.pb.h"
 #include "server/node/worker/worker_request_check.h"
 #include "server/transport/auth.h"
+#include "server/transport/fabric/fabric_wire.h"
 #include "server/transport/frame.h"
 #include "server/transport/handshake.h"
 
@@ -31,6 +36,7 @@ namespace {
 using Bytes = std::vector<uint8_t>;
 using transport::FrameHeader;
 using transport::FrameType;
+using transport::fabric::FabricHello;
 
 Bytes Frame(FrameHeader header, const Bytes& payload) {
   header.length = payload.size();
@@ -103,6 +109,47 @@ Bytes ProofOf(uint8_t value) {
   uint8_t frame[transport::kProofFrameBytes];
   transport::EncodeProofFrame(proof, frame);
   return Bytes(frame, frame + sizeof(frame));
+}
+
+Bytes Of(const std::vector<std::byte>& bytes) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  return Bytes(p, p + bytes.size());
+}
+
+// A usable fabric HELLO, as rank 3 of 5 on verbs sends it.
+FabricHello UsableFabricHello() {
+  FabricHello hello;
+  hello.usable = true;
+  hello.rank = 3;
+  hello.size = 5;
+  hello.slot_bytes = uint32_t{512} << 10;
+  hello.slots = 8;
+  hello.recv_base = 0x7f0012345000;
+  hello.recv_key = 0x1122334455667788;
+  hello.credit_base = 0x7f0000001000;
+  hello.credit_key = 42;
+  hello.provider = "verbs;ofi_rxm";
+  hello.host = "node7/8a1f0c2e-5d4b-4f43-9a7e-0f1e2d3c4b5a/net:[4026531840]";
+  hello.text = std::string("\x02\x00\x75\x30\x7f\x00\x00\x01", 8);
+  return hello;
+}
+
+Bytes EncodedHello(const FabricHello& hello) {
+  return Of(transport::fabric::EncodeFabricHello(hello));
+}
+
+// The slot header of one WRITE part; `strip` leaves its checksum (the 4
+// bytes after the first 48) zero, for the harness to fill in.
+Bytes SlotHeader(uint32_t seq, uint32_t parts, uint64_t region, uint64_t offset,
+                 uint64_t length, bool strip = false) {
+  FrameHeader header = Write(region, offset, seq, 1, seq * 3);
+  header.part_count = parts;
+  header.length = length;
+  std::vector<std::byte> slot(transport::fabric::kSlotHeaderBytes);
+  transport::fabric::EncodeSlotHeader(header, slot.data());
+  Bytes bytes = Of(slot);
+  if (strip) std::fill(bytes.begin() + 48, bytes.begin() + 52, 0);
+  return bytes;
 }
 
 void Save(const std::string& path, uint8_t setting,
@@ -350,6 +397,53 @@ void WorkerRequestSeeds(const std::string& dir) {
   Save(dir + "no_kind", kPayload, {Payload(Empty(22, 0))});
 }
 
+void FabricHelloSeeds(const std::string& dir) {
+  // Byte 0: bit 0 the harness fills in the slot header's checksum, bits 1-7
+  // (k) the slot's size: 65 bytes for 0, UINT32_MAX for 127, else k * 8 KiB.
+  constexpr uint8_t kFillChecksum = 1;
+  auto slot = [](int k) { return static_cast<uint8_t>(k << 1); };
+  constexpr uint64_t kDefaultPayload = (uint64_t{512} << 10) - 64;
+  // HELLOs: usable (verbs, shm), unusable with its reason, every field at
+  // its bound, and a usable one without slots (refused).
+  Save(dir + "usable_hello", slot(64), {EncodedHello(UsableFabricHello())});
+  FabricHello unusable;
+  unusable.rank = 1;
+  unusable.size = 2;
+  unusable.host = "node2/0d9c2e4f-1a2b-4c3d-8e9f-a0b1c2d3e4f5/net:[4026531840]";
+  unusable.text = "no provider 'verbs': fi_getinfo: No data available (-61)";
+  Save(dir + "unusable_hello", slot(64), {EncodedHello(unusable)});
+  FabricHello shm = UsableFabricHello();
+  shm.provider = "shm";
+  shm.text = "fi_shm_3_0_7";
+  Save(dir + "usable_shm_hello", slot(1), {EncodedHello(shm)});
+  FabricHello bounds = UsableFabricHello();
+  bounds.slots = 65535;
+  bounds.slot_bytes = 65;
+  bounds.provider = std::string(transport::fabric::kMaxProviderBytes, 'p');
+  bounds.host = std::string(transport::fabric::kMaxHostBytes, 'h');
+  bounds.text = std::string(transport::fabric::kMaxTextBytes, 't');
+  Save(dir + "hello_at_bounds", slot(0), {EncodedHello(bounds)});
+  FabricHello no_slots = UsableFabricHello();
+  no_slots.slots = 0;
+  Save(dir + "usable_hello_without_slots", slot(64), {EncodedHello(no_slots)});
+  // Slot headers: one part of a striped write, a payload filling its slot
+  // exactly and one byte past it.
+  Save(dir + "slot_header", slot(64), {SlotHeader(7, 2, 1, 4096, 65536)});
+  Save(dir + "slot_header_fills_slot", slot(64),
+       {SlotHeader(8, 1, 1, 0, kDefaultPayload)});
+  Save(dir + "slot_header_past_slot", slot(64),
+       {SlotHeader(9, 1, 1, 0, kDefaultPayload + 1)});
+  // With the checksum filled in by the harness: the largest slot, and the
+  // checks behind the checksum (part count 0, reserved word set).
+  Save(dir + "slot_header_fills_largest_slot", slot(127) | kFillChecksum,
+       {SlotHeader(10, 1000, 0x299, uint64_t{1} << 40, UINT32_MAX - 64, true)});
+  Save(dir + "slot_header_no_parts", slot(1) | kFillChecksum,
+       {SlotHeader(11, 0, 1, 0, 100, true)});
+  Bytes reserved = SlotHeader(12, 1, 1, 0, 1, true);
+  reserved[40] = 1;
+  Save(dir + "slot_header_reserved_set", slot(0) | kFillChecksum, {reserved});
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace starling
@@ -363,5 +457,6 @@ int main(int argc, char** argv) {
   starling::fuzz::FrameSeeds(root + "/frame_fuzzer/");
   starling::fuzz::HandshakeSeeds(root + "/handshake_fuzzer/");
   starling::fuzz::WorkerRequestSeeds(root + "/worker_request_fuzzer/");
+  starling::fuzz::FabricHelloSeeds(root + "/fabric_hello_fuzzer/");
   return 0;
 }

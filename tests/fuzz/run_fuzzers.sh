@@ -26,6 +26,7 @@ HARNESSES=(
   "frame_fuzzer|tests/fuzz/frame_fuzzer.cc server/transport/inbox.cc server/transport/frame_receiver.cc server/transport/retired_regions.cc|"
   "handshake_fuzzer|tests/fuzz/handshake_fuzzer.cc server/transport/auth.cc server/transport/tcp/handshaker.cc|libcrypto"
   "worker_request_fuzzer|tests/fuzz/worker_request_fuzzer.cc server/node/worker/worker_request_check.cc server/base/tensor_table.cc server/base/proto_data_type.cc server/base/data_type.cc bazel-bin/proto/common.pb.cc bazel-bin/proto/coordinator.pb.cc bazel-bin/proto/worker.pb.cc|protobuf"
+  "fabric_hello_fuzzer|tests/fuzz/fabric_hello_fuzzer.cc server/transport/fabric/fabric_wire.cc|"
 )
 COMMON_SRCS=(
   server/base/logging.cc
