@@ -7,6 +7,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -151,11 +152,17 @@ absl::Status FabricPath::OpenFabric() {
   // its mr_mode then reports. Where the hints allow both, ofi_rxm over tcp
   // was seen to treat targets one way or the other from one process to the
   // next; asking for exactly one leaves no doubt.
-  // The shm provider names its endpoint itself (one per process); a host
-  // would give every process on it the same name.
-  const char* node = options_.host.empty() || options_.provider == "shm"
-                         ? nullptr
-                         : options_.host.c_str();
+  // The shm provider's node is its endpoint's name in /dev/shm: a host
+  // would give every process on it the same one, and its own default (from
+  // the pid) repeats across pid namespaces (containers, sandboxes).
+  std::string shm_name;
+  if (options_.provider == "shm") {
+    static thread_local std::mt19937_64 random(std::random_device{}());
+    shm_name = absl::StrCat("starling_", getpid(), "_", random());
+  }
+  const char* node = options_.provider == "shm" ? shm_name.c_str()
+                     : options_.host.empty()    ? nullptr
+                                                : options_.host.c_str();
   int ret = -FI_ENODATA;
   for (const uint64_t address_mode : {uint64_t{0}, uint64_t{FI_MR_VIRT_ADDR}}) {
     struct fi_info* hints = fi_allocinfo();
