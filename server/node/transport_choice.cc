@@ -1,7 +1,5 @@
 #include "server/node/transport_choice.h"
 
-#include <sys/resource.h>
-
 #include <map>
 #include <memory>
 
@@ -52,16 +50,9 @@ absl::Status ProbeForcedFabric(const NodeOptions& options) {
     if (path.ok()) return absl::OkStatus();
     errors.push_back(std::string(path.status().message()));
   }
-  struct rlimit limit = {};
-  std::string memlock = "unknown";
-  if (getrlimit(RLIMIT_MEMLOCK, &limit) == 0) {
-    memlock = limit.rlim_cur == RLIM_INFINITY
-                  ? "unlimited"
-                  : absl::StrCat(limit.rlim_cur / 1024, " KiB");
-  }
   return absl::UnavailableError(absl::StrCat(
       "--transport=", options.transport, ", but ", absl::StrJoin(errors, "; "),
-      "; ulimit -l is ", memlock,
+      "; ulimit -l is ", transport::fabric::MemlockLimitText(),
       " (see deploy/FABRIC.md; --transport=auto falls back to TCP)"));
 }
 

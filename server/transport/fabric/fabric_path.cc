@@ -42,13 +42,6 @@ std::string FiError(const char* call, int ret) {
                       ")");
 }
 
-std::string MemlockLimit() {
-  struct rlimit limit = {};
-  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "unknown";
-  if (limit.rlim_cur == RLIM_INFINITY) return "unlimited";
-  return absl::StrCat(limit.rlim_cur / 1024, " KiB");
-}
-
 std::byte* AllocateZeroed(size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0) {
@@ -59,6 +52,13 @@ std::byte* AllocateZeroed(size_t bytes) {
 }
 
 }  // namespace
+
+std::string MemlockLimitText() {
+  struct rlimit limit = {};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "unknown";
+  if (limit.rlim_cur == RLIM_INFINITY) return "unlimited";
+  return absl::StrCat(limit.rlim_cur / 1024, " KiB");
+}
 
 struct FabricPath::Op {
   // First: the room FI_CONTEXT / FI_CONTEXT2 providers may use.
@@ -400,7 +400,7 @@ absl::Status FabricPath::Register(void* buf, size_t len, uint64_t access,
     return absl::UnavailableError(absl::StrCat(
         "fabric provider ", provider_, " refused to register ", len,
         " bytes: ", FiError("fi_mr_reg", ret), "; ulimit -l is ",
-        MemlockLimit(), ", registered memory needs at least ",
+        MemlockLimitText(), ", registered memory needs at least ",
         2 * static_cast<size_t>(size_) * options_.slots * options_.slot_bytes /
             1024,
         " KiB (LimitMEMLOCK=infinity in the unit)"));

@@ -104,6 +104,9 @@ struct FabricMode {
   std::string ToString() const;
 };
 
+// RLIMIT_MEMLOCK as an operator reads it: "64 KiB", "unlimited".
+std::string MemlockLimitText();
+
 class FabricPath : public WritePath {
  public:
   // Opens the provider's fabric, domain and endpoint for a group of `size`
