@@ -36,7 +36,7 @@ trap 'bazel shutdown >/dev/null 2>&1 || true' EXIT
 extra_passed=0
 extra_failed=0
 extra_skipped=0
-step() { echo; echo "=== $* ==="; }
+step() { echo; echo "=== $* === (at ${SECONDS} s)"; }
 
 step "format check (clang-format $(clang-format --version | grep -o '[0-9]*\.[0-9.]*' | head -1))"
 mapfile -t sources < <(git ls-files '*.h' '*.cc' '*.cu')
