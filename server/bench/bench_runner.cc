@@ -237,7 +237,7 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   }
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp,
                             transport::tcp::TcpTransport::Create(topts));
-  const transport::fabric::FabricPath* fabric = nullptr;
+  const transport::fabric::PeerPath* fabric = nullptr;
   if (config.transport != "tcp") {
     transport::fabric::ConnectOptions connect;
     connect.fabric_options.host =
@@ -245,9 +245,7 @@ absl::Status RunRank(const BenchConfig& config, int rank,
     connect.fabric_options.verbs_style = config.fabric_verbs_style;
     connect.fabric_options.spin = absl::Microseconds(config.fabric_spin_us);
     connect.providers = {config.fabric_provider};
-    char host[256] = {};
-    ::gethostname(host, sizeof(host) - 1);
-    connect.host_id = transport::fabric::LocalHostId(host);
+    connect.host_id = transport::fabric::LocalHostId();
     const bool shm = config.transport == "shm";
     connect.fabric = shm ? transport::fabric::FabricUse::kOff
                          : transport::fabric::FabricUse::kRequired;
@@ -257,7 +255,9 @@ absl::Status RunRank(const BenchConfig& config, int rank,
         transport::fabric::FabricRoutes routes,
         transport::fabric::ConnectFabric(tcp.get(), connect,
                                          absl::Now() + config.timeout));
-    fabric = shm ? routes.shm_path : routes.path;
+    fabric =
+        shm ? static_cast<const transport::fabric::PeerPath*>(routes.shm_path)
+            : routes.path;
   }
   const uint64_t registrations_before =
       fabric != nullptr ? fabric->registrations() : 0;

@@ -79,9 +79,8 @@ ABSL_FLAG(int64_t, wait_spin_us, -1,
 ABSL_FLAG(std::string, transport, "tcp",
           "tcp; fabric: writes between ranks as one-sided libfabric writes "
           "(--fabric_provider), the run failing if a rank cannot open it; "
-          "shm: libfabric's shm provider, every rank on this host "
-          "(experimental: it loses writes between 4 processes, "
-          "tests/bench/FABRIC.md)");
+          "shm: writes through shared-memory rings, every rank on this "
+          "host (the run fails if a peer is elsewhere)");
 ABSL_FLAG(std::string, fabric_provider, "verbs",
           "libfabric provider with --transport=fabric: verbs, efa, or tcp");
 ABSL_FLAG(int64_t, fabric_spin_us, 0,

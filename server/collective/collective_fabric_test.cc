@@ -1,7 +1,7 @@
-// The collective grid over the fabric path (libfabric's tcp provider on
-// 127.0.0.1, under the TCP transport): every algorithm and op on group
-// sizes 1 to 11 and odd lengths, every dtype, as the provider reports its
-// rules and as verbs requires them.
+// The collective grid over the write paths under the TCP transport: the
+// fabric (libfabric's tcp provider on 127.0.0.1) as the provider reports
+// its rules and as verbs requires them, and shared-memory rings: every
+// algorithm and op on group sizes 1 to 11 and odd lengths, every dtype.
 #include <memory>
 #include <vector>
 
@@ -15,21 +15,21 @@ namespace starling {
 namespace collective {
 namespace {
 
-using transport::fabric::CreateFabricGroup;
+using transport::fabric::CreatePathGroup;
 using transport::fabric::FabricGroup;
+using transport::fabric::PathKind;
 
-class CollectiveOverFabric : public ::testing::TestWithParam<bool> {};
+class CollectiveOverFabric : public ::testing::TestWithParam<PathKind> {};
 
 TEST_P(CollectiveOverFabric, EveryAlgorithmAndOpMatchesTheReference) {
   for (int size : {1, 2, 3, 4, 5, 8, 11}) {
-    ASSERT_OK_AND_ASSIGN(FabricGroup group,
-                         CreateFabricGroup(size, GetParam()));
+    ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(size, GetParam()));
     ASSERT_OK(CheckGridOnTransports(group.Raw())) << size << " ranks";
   }
 }
 
 TEST_P(CollectiveOverFabric, AllReducesAMillionAndThreeFloatsOnFourRanks) {
-  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(4, GetParam()));
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(4, GetParam()));
   for (Algorithm algorithm :
        {Algorithm::kButterfly, Algorithm::kRing, Algorithm::kReduceBroadcast}) {
     GridCase c{4, 1000003, DataType::kFloat32, ReduceOp::kSum,
@@ -38,9 +38,12 @@ TEST_P(CollectiveOverFabric, AllReducesAMillionAndThreeFloatsOnFourRanks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ProviderRulesAndVerbsRules, CollectiveOverFabric,
-                         ::testing::Bool(), [](const auto& info) {
-                           return info.param ? "VerbsStyle" : "AsReported";
+INSTANTIATE_TEST_SUITE_P(EveryPath, CollectiveOverFabric,
+                         ::testing::Values(PathKind::kAsReported,
+                                           PathKind::kVerbsStyle,
+                                           PathKind::kShm),
+                         [](const auto& info) {
+                           return transport::fabric::PathKindName(info.param);
                          });
 
 }  // namespace

@@ -22,15 +22,26 @@ struct Side {
   const char* what = "";  // "fabric", "shared memory"
   uint32_t tag = 0;
   FabricUse use = FabricUse::kOff;
-  std::unique_ptr<FabricPath> path;
+  std::unique_ptr<PeerPath> path;
   std::string unusable;    // why there is no path here
   std::vector<int> peers;  // peers it will carry
 };
 
-// Opens `side`'s path with the first of `providers` that opens.
-absl::Status OpenSide(Side* side, const std::vector<std::string>& providers,
-                      FabricOptions options, int rank, int size,
+// `side`'s use was `why` it has no path here: an error if it was required.
+absl::Status Unusable(Side* side, std::string why, int rank,
                       const RankNamer& name) {
+  side->unusable = std::move(why);
+  if (side->use == FabricUse::kRequired) {
+    return absl::UnavailableError(absl::StrCat(
+        name(rank), " cannot use the ", side->what, ": ", side->unusable));
+  }
+  return absl::OkStatus();
+}
+
+// Opens the fabric's path with the first of `providers` that opens.
+absl::Status OpenFabric(Side* side, const std::vector<std::string>& providers,
+                        FabricOptions options, int rank, int size,
+                        const RankNamer& name) {
   if (side->use == FabricUse::kOff) {
     side->unusable = absl::StrCat("the ", side->what, " is off here");
     return absl::OkStatus();
@@ -46,12 +57,24 @@ absl::Status OpenSide(Side* side, const std::vector<std::string>& providers,
     }
     errors.push_back(std::string(opened.status().message()));
   }
-  side->unusable = providers.empty() ? "no fabric provider named"
-                                     : absl::StrJoin(errors, "; ");
-  if (side->use == FabricUse::kRequired) {
-    return absl::UnavailableError(absl::StrCat(
-        name(rank), " cannot use the ", side->what, ": ", side->unusable));
+  return Unusable(side,
+                  providers.empty() ? "no fabric provider named"
+                                    : absl::StrJoin(errors, "; "),
+                  rank, name);
+}
+
+absl::Status OpenShm(Side* side, const shm::ShmPathOptions& options, int rank,
+                     int size, const RankNamer& name) {
+  if (side->use == FabricUse::kOff) {
+    side->unusable = absl::StrCat(side->what, " is off here");
+    return absl::OkStatus();
   }
+  absl::StatusOr<std::unique_ptr<shm::ShmPath>> opened =
+      shm::ShmPath::Open(options, rank, size, name);
+  if (!opened.ok()) {
+    return Unusable(side, std::string(opened.status().message()), rank, name);
+  }
+  side->path = *std::move(opened);
   return absl::OkStatus();
 }
 
@@ -91,7 +114,9 @@ absl::StatusOr<FabricHello> ReceiveHello(InboxTransport* transport, int peer,
 
 }  // namespace
 
-std::string LocalHostId(const std::string& hostname) {
+std::string LocalHostId() {
+  char hostname[256] = {};
+  ::gethostname(hostname, sizeof(hostname) - 1);
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string boot_id;
   std::getline(in, boot_id);
@@ -116,10 +141,10 @@ absl::StatusOr<FabricRoutes> ConnectFabric(InboxTransport* transport,
   shm.what = "shared memory";
   shm.tag = kShmHelloTag;
   shm.use = options.shm;
-  STARLING_RETURN_IF_ERROR(OpenSide(&fabric, options.providers,
-                                    options.fabric_options, rank, size, name));
+  STARLING_RETURN_IF_ERROR(OpenFabric(
+      &fabric, options.providers, options.fabric_options, rank, size, name));
   STARLING_RETURN_IF_ERROR(
-      OpenSide(&shm, {"shm"}, options.fabric_options, rank, size, name));
+      OpenShm(&shm, options.shm_options, rank, size, name));
 
   // Every peer gets both HELLOs, usable or not, so that no one waits.
   for (int peer = 0; peer < size; ++peer) {
@@ -197,10 +222,14 @@ absl::StatusOr<FabricRoutes> ConnectFabric(InboxTransport* transport,
   }
   for (Side* side : {&fabric, &shm}) {
     if (side->path == nullptr || side->peers.empty()) continue;
-    const FabricPath* raw = side->path.get();
+    STARLING_RETURN_IF_ERROR(side->path->Establish(deadline));
+    if (side == &fabric) {
+      routes.path = static_cast<const FabricPath*>(side->path.get());
+    } else {
+      routes.shm_path = static_cast<const shm::ShmPath*>(side->path.get());
+    }
     STARLING_RETURN_IF_ERROR(
         transport->AdoptWritePath(std::move(side->path), side->peers));
-    (side == &fabric ? routes.path : routes.shm_path) = raw;
   }
   return routes;
 }

@@ -1,10 +1,9 @@
-// Puts libfabric paths under a formed stream transport, per peer: shared
-// memory (libfabric's shm provider) with a peer daemon on the same host, the
-// fabric (verbs, efa, ...) with the others where both ends have it, the
-// stream (TCP) otherwise. Every rank opens the paths it may use
-// (fabric_path.h), the ranks trade HELLOs (fabric_wire.h) over the
-// transport's authenticated connections, and both ends of a pair decide
-// alike from the same HELLOs.
+// Puts write paths under a formed stream transport, per peer: shared memory
+// (shm/shm_path.h) with a peer daemon on the same host, the fabric (verbs,
+// efa, ...; fabric_path.h) with the others where both ends have it, the
+// stream (TCP) otherwise. Every rank opens the paths it may use, the ranks
+// trade HELLOs (fabric_wire.h) over the transport's authenticated
+// connections, and both ends of a pair decide alike from the same HELLOs.
 //
 // Every rank of the group must call ConnectFabric() (each with its own
 // choice: a rank that uses neither path still answers, as unusable), before
@@ -19,6 +18,7 @@
 #include "absl/time/time.h"
 #include "server/transport/fabric/fabric_path.h"
 #include "server/transport/inbox_transport.h"
+#include "server/transport/shm/shm_path.h"
 
 namespace starling {
 namespace transport {
@@ -37,18 +37,16 @@ struct ConnectOptions {
   std::vector<std::string> providers;
   FabricOptions fabric_options;
   // Shared memory with the peers whose host_id equals this rank's; it goes
-  // before the fabric for them. The daemon offers no flag for it yet:
-  // between 4 processes libfabric 1.17's shm provider reported writes whose
-  // slot header had not landed (tests/bench/FABRIC.md); one process and two
-  // processes were exact.
+  // before the fabric for them.
   FabricUse shm = FabricUse::kOff;
+  shm::ShmPathOptions shm_options;
   // Names this machine (LocalHostId()); empty: no peer shares it.
   std::string host_id;
 };
 
 struct FabricRoute {
   int peer = -1;
-  // "tcp", or the path's name: "fabric (verbs;ofi_rxm)", "fabric (shm)".
+  // "tcp", or the path's name: "fabric (verbs;ofi_rxm)", "shm".
   std::string transport = "tcp";
   // One line for the log: the transport, or "tcp: rank 2 (10.0.0.3:29500)
   // has no fabric: fi_getinfo(verbs) found none".
@@ -60,13 +58,14 @@ struct FabricRoutes {
   // The paths' counters where one was adopted (null otherwise); owned by
   // the transport.
   const FabricPath* path = nullptr;
-  const FabricPath* shm_path = nullptr;
+  const shm::ShmPath* shm_path = nullptr;
 };
 
-// "<hostname>/<kernel boot id>/<network namespace>": daemons with the same
-// one run on one kernel, in one network namespace, under one name, and can
-// share memory.
-std::string LocalHostId(const std::string& hostname);
+// "<hostname>/<kernel boot id>/<network namespace>" of this machine (the
+// kernel's host name, not a daemon's --hostname label): daemons with the
+// same one run on one kernel, in one network namespace, and can share
+// memory.
+std::string LocalHostId();
 
 // Runs the exchange over `transport` and adopts the paths for their peers.
 // kRequired: the path's own error if it cannot open, or FailedPrecondition

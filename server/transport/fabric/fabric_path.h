@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/transport/fabric/fabric_wire.h"
+#include "server/transport/fabric/peer_path.h"
 #include "server/transport/handshake.h"
 #include "server/transport/inbox.h"
 #include "server/transport/write_path.h"
@@ -107,7 +108,7 @@ struct FabricMode {
 // RLIMIT_MEMLOCK as an operator reads it: "64 KiB", "unlimited".
 std::string MemlockLimitText();
 
-class FabricPath : public WritePath {
+class FabricPath : public PeerPath {
  public:
   // Opens the provider's fabric, domain and endpoint for a group of `size`
   // with this rank at `rank`, and registers every slot. Unavailable naming
@@ -120,11 +121,11 @@ class FabricPath : public WritePath {
 
   // The HELLO to send `peer` (fabric_wire.h): this endpoint's address and
   // the slots and credit cell only `peer` may write into.
-  FabricHello HelloFor(int peer) const;
+  FabricHello HelloFor(int peer) const override;
 
   // Takes `peer`'s HELLO: its address goes into the address vector.
   // FailedPrecondition if its slots or provider differ from this path's.
-  absl::Status Connect(int peer, const FabricHello& hello);
+  absl::Status Connect(int peer, const FabricHello& hello) override;
 
   // "fabric (tcp;ofi_rxm)".
   std::string name() const override;
@@ -133,7 +134,7 @@ class FabricPath : public WritePath {
   const FabricMode& mode() const { return mode_; }
 
   // fi_mr_reg() calls since Open(): constant once open (none per op).
-  uint64_t registrations() const {
+  uint64_t registrations() const override {
     return registrations_.load(std::memory_order_relaxed);
   }
   // Parts written and credits received, since Open().

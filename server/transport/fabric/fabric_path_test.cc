@@ -5,6 +5,8 @@
 // no registration per op.
 #include "server/transport/fabric/fabric_path.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,6 +23,7 @@
 #include "server/transport/fabric/fabric_connect.h"
 #include "server/transport/fabric/fabric_test_util.h"
 #include "server/transport/inbox.h"
+#include "server/transport/shm/shm_path.h"
 #include "server/transport/tcp/tcp_test_util.h"
 #include "server/transport/write_path.h"
 
@@ -37,23 +41,24 @@ std::byte Pattern(int writer, int reader, size_t k, size_t i) {
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(20); }
 
-class FabricPathTest : public ::testing::TestWithParam<bool> {};
+class FabricPathTest : public ::testing::TestWithParam<PathKind> {};
 
 TEST_P(FabricPathTest, EveryPairWritesEverySizeAroundTheSlotExactly) {
   constexpr int kRanks = 3;
-  ASSERT_OK_AND_ASSIGN(FabricGroup group,
-                       CreateFabricGroup(kRanks, /*verbs_style=*/GetParam()));
+  const bool shm = GetParam() == PathKind::kShm;
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(kRanks, GetParam()));
   const size_t payload = TestFabricOptions().slot_bytes - kSlotHeaderBytes;
   // 17 parts for the largest: more than the 4 slots a peer has.
   const std::vector<size_t> sizes = {
       0, 1, payload - 1, payload, payload + 1, 3 * payload + 7, (1 << 20) + 13};
   std::vector<uint64_t> registered;
   for (const FabricRoutes& routes : group.routes) {
-    ASSERT_NE(routes.path, nullptr);
-    registered.push_back(routes.path->registrations());
+    ASSERT_NE(shm ? static_cast<const PeerPath*>(routes.shm_path) : routes.path,
+              nullptr);
+    if (!shm) registered.push_back(routes.path->registrations());
     for (const FabricRoute& route : routes.peers) {
       EXPECT_NE(route.transport, "tcp") << route.why;
-      EXPECT_THAT(route.why, HasSubstr("fabric (tcp"));
+      EXPECT_THAT(route.why, HasSubstr(shm ? "shm" : "fabric (tcp"));
     }
   }
   // regions[reader][writer][k], each with a margin that must stay zero.
@@ -120,6 +125,13 @@ TEST_P(FabricPathTest, EveryPairWritesEverySizeAroundTheSlotExactly) {
       }
     }
   }
+  if (shm) {
+    // A ring is no slot: every write is one frame, the rings 64 KiB.
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_EQ(group.transports[r]->PathName((r + 1) % kRanks, "tcp"), "shm");
+    }
+    return;
+  }
   // Each write is cut into slots' worth of parts (at least one).
   uint64_t parts = 0;
   for (size_t size : sizes) {
@@ -135,7 +147,7 @@ TEST_P(FabricPathTest, EveryPairWritesEverySizeAroundTheSlotExactly) {
 }
 
 TEST_P(FabricPathTest, AWriteBeforeItsRegionIsHeldAndLandsAtRegistration) {
-  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(2, GetParam()));
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(2, GetParam()));
   std::vector<std::byte> data(300000);
   for (size_t i = 0; i < data.size(); ++i) data[i] = Pattern(1, 0, 0, i);
   Completion done;
@@ -153,7 +165,7 @@ TEST_P(FabricPathTest, AWriteBeforeItsRegionIsHeldAndLandsAtRegistration) {
 }
 
 TEST_P(FabricPathTest, AWritePastTheRegionFailsThePeerNamingIt) {
-  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(2, GetParam()));
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(2, GetParam()));
   std::vector<std::byte> region(100);
   ASSERT_OK(group.transports[0]->RegisterRegion(9, absl::MakeSpan(region)));
   std::vector<std::byte> data(200);
@@ -177,7 +189,7 @@ TEST_P(FabricPathTest, AWritePastTheRegionFailsThePeerNamingIt) {
 }
 
 TEST_P(FabricPathTest, AnAbortedPeerFailsWritesAndWaitsWithItsReason) {
-  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreateFabricGroup(3, GetParam()));
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(3, GetParam()));
   group.transports[0]->AbortPeer(1, absl::DeadlineExceededError("rank 1 late"));
   std::vector<std::byte> data(1 << 20);
   Completion done;
@@ -199,9 +211,12 @@ TEST_P(FabricPathTest, AnAbortedPeerFailsWritesAndWaitsWithItsReason) {
   ASSERT_OK(group.transports[2]->WaitForWrite(match, Soon()).status());
 }
 
-INSTANTIATE_TEST_SUITE_P(ProviderRulesAndVerbsRules, FabricPathTest,
-                         ::testing::Bool(), [](const auto& info) {
-                           return info.param ? "VerbsStyle" : "AsReported";
+INSTANTIATE_TEST_SUITE_P(EveryPath, FabricPathTest,
+                         ::testing::Values(PathKind::kAsReported,
+                                           PathKind::kVerbsStyle,
+                                           PathKind::kShm),
+                         [](const auto& info) {
+                           return PathKindName(info.param);
                          });
 
 TEST(FabricConnect, APeerWithoutTheFabricGetsTcpAndIsNamed) {
@@ -337,11 +352,11 @@ TEST(FabricConnect, PeersOfThisHostShareMemoryTheOthersTakeTheFabric) {
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < 3; ++r) ASSERT_OK(results[r].status()) << r;
-  EXPECT_EQ(results[0]->peers[0].transport, "fabric (shm)");
+  EXPECT_EQ(results[0]->peers[0].transport, "shm");
   EXPECT_EQ(results[0]->peers[1].transport, "fabric (tcp;ofi_rxm)");
-  EXPECT_EQ(results[1]->peers[0].transport, "fabric (shm)");
+  EXPECT_EQ(results[1]->peers[0].transport, "shm");
   EXPECT_EQ(results[2]->peers[0].transport, "fabric (tcp;ofi_rxm)");
-  EXPECT_EQ(transports[0]->PathName(1, "tcp"), "fabric (shm)");
+  EXPECT_EQ(transports[0]->PathName(1, "tcp"), "shm");
   for (int w = 0; w < 3; ++w) {
     for (int r = 0; r < 3; ++r) {
       if (w == r) continue;
@@ -381,6 +396,69 @@ TEST(FabricConnect, RequiredSharedMemoryWithAPeerElsewhereNamesIt) {
   EXPECT_THAT(results[0].status().message(), HasSubstr("rank 1 (127.0.0.1:"));
   EXPECT_THAT(results[0].status().message(),
               HasSubstr("is on another host (h2)"));
+}
+
+// Nothing of a group's shared memory stays in /dev/shm once its members
+// have mapped each other's segments, even while they run (so a kill -9
+// later leaves nothing behind).
+TEST(ShmPath, SegmentNamesAreGoneOnceMapped) {
+  ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(3, PathKind::kShm));
+  std::vector<std::string> names;
+  for (const FabricRoutes& routes : group.routes) {
+    ASSERT_NE(routes.shm_path, nullptr);
+    names.push_back(routes.shm_path->segment_name());
+    EXPECT_THAT(names.back(), ::testing::StartsWith(
+                                  absl::StrCat("/starling-shm-", getpid())));
+  }
+  // Each path's thread removes its name once it sees every peer mapped.
+  const absl::Time deadline = Soon();
+  for (const std::string& name : names) {
+    while (access(absl::StrCat("/dev/shm", name).c_str(), F_OK) == 0 &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_NE(access(absl::StrCat("/dev/shm", name).c_str(), F_OK), 0)
+        << name << " is still in /dev/shm";
+  }
+  // And the group still writes.
+  std::vector<std::byte> region(70001);
+  ASSERT_OK(group.transports[2]->RegisterRegion(5, absl::MakeSpan(region)));
+  std::vector<std::byte> data(region.size(), std::byte{0x5a});
+  Completion done;
+  group.transports[0]->Write(2, data, 5, 0, 1, &done);
+  ASSERT_OK(done.Wait(Soon()));
+  WriteMatch match;
+  match.region = 5;
+  ASSERT_OK(group.transports[2]->WaitForWrite(match, Soon()).status());
+  EXPECT_EQ(region, data);
+}
+
+TEST(ShmPath, AHelloThatIsNotASegmentIsRefused) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<shm::ShmPath> path,
+                       shm::ShmPath::Open({}, 0, 2, [](int r) {
+                         return absl::StrCat("rank ", r);
+                       }));
+  FabricHello hello = path->HelloFor(1);
+  hello.rank = 1;
+  FabricHello other = hello;
+  other.provider = "tcp";
+  absl::Status refused = path->Connect(1, other);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("rank 1 offered shared memory"));
+  other = hello;
+  other.text = "/../etc/passwd";
+  EXPECT_THAT(path->Connect(1, other).message(),
+              HasSubstr("not a Starling segment"));
+  other.text = "/starling-shm-1-../../x";
+  EXPECT_FALSE(path->Connect(1, other).ok());
+  EXPECT_OK(path->Connect(1, hello));
+  shm::ShmPathOptions tiny;
+  tiny.ring_bytes = 4096;
+  EXPECT_THAT(
+      shm::ShmPath::Open(tiny, 0, 2, [](int r) { return absl::StrCat(r); })
+          .status()
+          .message(),
+      HasSubstr("is not between 64 KiB and 1 GiB"));
 }
 
 TEST(FabricPath, AProviderThatIsNotHereIsNamed) {

@@ -49,6 +49,46 @@ absl::StatusOr<FabricGroup> CreateFabricGroup(int n, bool verbs_style,
   return group;
 }
 
+std::string PathKindName(PathKind kind) {
+  switch (kind) {
+    case PathKind::kAsReported:
+      return "AsReported";
+    case PathKind::kVerbsStyle:
+      return "VerbsStyle";
+    case PathKind::kShm:
+      return "Shm";
+  }
+  return "?";
+}
+
+absl::StatusOr<FabricGroup> CreatePathGroup(int n, PathKind kind) {
+  if (kind != PathKind::kShm) {
+    return CreateFabricGroup(n, kind == PathKind::kVerbsStyle);
+  }
+  FabricGroup group;
+  STARLING_ASSIGN_OR_RETURN(group.transports, tcp::CreateGroup(n));
+  std::vector<absl::StatusOr<FabricRoutes>> results(
+      n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ConnectOptions connect;
+      connect.fabric = FabricUse::kOff;
+      connect.shm = FabricUse::kRequired;
+      connect.shm_options.ring_bytes = 64 << 10;
+      connect.host_id = "this-host";
+      results[r] = ConnectFabric(group.transports[r].get(), connect, deadline);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    STARLING_RETURN_IF_ERROR(results[r].status());
+    group.routes.push_back(*std::move(results[r]));
+  }
+  return group;
+}
+
 }  // namespace fabric
 }  // namespace transport
 }  // namespace starling

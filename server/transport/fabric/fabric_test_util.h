@@ -4,6 +4,7 @@
 #define STARLING_SERVER_TRANSPORT_FABRIC_FABRIC_TEST_UTIL_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,13 @@ struct FabricGroup {
 absl::StatusOr<FabricGroup> CreateFabricGroup(
     int n, bool verbs_style, std::vector<FabricUse> uses = {},
     FabricOptions options = TestFabricOptions());
+
+// The paths a test can put under a group on this machine: the fabric over
+// libfabric's tcp provider as it reports its rules, the same following
+// verbs' rules, and shared memory (every rank on one host, 64 KiB rings).
+enum class PathKind { kAsReported, kVerbsStyle, kShm };
+std::string PathKindName(PathKind kind);
+absl::StatusOr<FabricGroup> CreatePathGroup(int n, PathKind kind);
 
 }  // namespace fabric
 }  // namespace transport

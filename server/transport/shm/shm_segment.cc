@@ -85,7 +85,7 @@ char* ShmSegment::ring_data(int sender) const {
 
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
     const std::string& name, uint32_t version, uint32_t group_size,
-    uint32_t rank, uint64_t ring_bytes) {
+    uint32_t rank, uint64_t ring_bytes, const std::vector<int>& reserve) {
   shm_unlink(name.c_str());  // a stale segment of an earlier run
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return Errno(errno, absl::StrCat("shm_open ", name));
@@ -95,6 +95,19 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
     close(fd);
     shm_unlink(name.c_str());
     return Errno(err, absl::StrCat("ftruncate ", name, " to ", bytes));
+  }
+  const uint64_t ring_span = sizeof(RingControl) + ring_bytes;
+  for (int sender : reserve) {
+    const int failed =
+        posix_fallocate(fd, kHeaderBytes + sender * ring_span, ring_span);
+    if (failed != 0) {
+      close(fd);
+      shm_unlink(name.c_str());
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "shared memory: no room in /dev/shm for ", name, "'s ring from rank ",
+          sender, " (", ring_span >> 10, " KiB of ", reserve.size(),
+          " such rings): ", std::strerror(failed)));
+    }
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -67,10 +68,14 @@ void DoorbellRing(Doorbell* bell);
 class ShmSegment {
  public:
   // Removes a leftover of a previous run, then creates and initialises the
-  // segment for `rank`. Unavailable / ResourceExhausted on failure.
+  // segment for `rank`. The rings of the senders in `reserve` get their
+  // memory now (posix_fallocate), so that a full /dev/shm is an error here
+  // (ResourceExhausted naming the size) rather than a SIGBUS at a write;
+  // the others get pages as they are touched. Unavailable /
+  // ResourceExhausted on failure.
   static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(
       const std::string& name, uint32_t version, uint32_t group_size,
-      uint32_t rank, uint64_t ring_bytes);
+      uint32_t rank, uint64_t ring_bytes, const std::vector<int>& reserve = {});
   // Maps an existing, initialised segment. NotFound if absent or not yet
   // ready (retry), FailedPrecondition if it is not a Starling segment.
   static absl::StatusOr<std::unique_ptr<ShmSegment>> Open(

@@ -24,61 +24,6 @@ constexpr int kIdleSpins = 64;
 
 }  // namespace
 
-// One peer: our ring in its segment (out), its ring in ours (in).
-struct ShmTransport::Link : public ByteChannel, public ByteSource {
-  int peer = -1;
-  std::string name;
-  pid_t pid = 0;
-  std::unique_ptr<ShmSegment> remote;
-  RingControl* out = nullptr;
-  char* out_data = nullptr;
-  uint64_t out_capacity = 0;
-  RingControl* in = nullptr;
-  char* in_data = nullptr;
-  uint64_t in_capacity = 0;
-  Doorbell* peer_bell = nullptr;  // wakes the peer's I/O thread
-  Doorbell* own_bell = nullptr;   // wakes ours
-  WriteTracker tracker;           // unused: writes travel in one part
-  // Relaxed: only uniqueness matters; the receiver restores post order.
-  std::atomic<uint32_t> next_seq{0};
-  std::unique_ptr<FrameSender> sender;
-  std::unique_ptr<FrameReceiver> receiver;
-  std::atomic<bool> want_flush{false};  // relaxed; the doorbell orders it
-  std::atomic<bool> dead{false};        // release by FailPeer, acquire in loop
-  bool eof = false;                     // I/O thread only
-
-  absl::StatusOr<size_t> WriteSome(const struct iovec* iov,
-                                   int count) override {
-    const size_t n = RingWrite(out, out_data, out_capacity, iov, count);
-    if (n > 0) DoorbellRing(peer_bell);
-    return n;
-  }
-  void WantWritable(bool want) override {
-    want_flush.store(want, std::memory_order_relaxed);
-    out->sender_waiting.store(want ? 1 : 0, std::memory_order_seq_cst);
-    if (want) DoorbellRing(own_bell);
-  }
-  void Shutdown(bool /*graceful*/) override {
-    out->closed.store(1, std::memory_order_release);
-    DoorbellRing(peer_bell);
-  }
-  absl::StatusOr<size_t> ReadSome(const struct iovec* iov, int count) override {
-    size_t n = RingRead(in, in_data, in_capacity, iov, count);
-    if (n == 0 && in->closed.load(std::memory_order_acquire) != 0) {
-      // Bytes written before `closed` are visible now; read them first.
-      n = RingRead(in, in_data, in_capacity, iov, count);
-      if (n == 0) {
-        return absl::UnavailableError(
-            absl::StrCat(name, " closed the connection"));
-      }
-    }
-    if (n > 0 && in->sender_waiting.load(std::memory_order_seq_cst) != 0) {
-      DoorbellRing(peer_bell);
-    }
-    return n;
-  }
-};
-
 std::string ShmTransport::SegmentName(const std::string& job_id, int rank) {
   return absl::StrCat("/starling-", job_id, "-r", rank);
 }
@@ -138,9 +83,10 @@ absl::Status ShmTransport::Start() {
   links_.resize(size());
   for (int p = 0; p < size(); ++p) {
     if (p == me) continue;
-    auto link = std::make_unique<Link>();
+    auto link = std::make_unique<RingLink>();
     link->peer = p;
     link->name = PeerName(p);
+    std::unique_ptr<ShmSegment> remote;
     absl::Duration backoff = absl::Milliseconds(1);
     while (true) {
       absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
@@ -149,7 +95,7 @@ absl::Status ShmTransport::Start() {
         segment = absl::NotFoundError("stale segment of a dead process");
       }
       if (segment.ok()) {
-        link->remote = std::move(*segment);
+        remote = std::move(*segment);
         break;
       }
       if (!absl::IsNotFound(segment.status())) return segment.status();
@@ -162,7 +108,7 @@ absl::Status ShmTransport::Start() {
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Milliseconds(50));
     }
-    const SegmentHeader* h = link->remote->header();
+    const SegmentHeader* h = remote->header();
     if (h->version != options_.protocol_version_for_testing) {
       return absl::FailedPreconditionError(absl::StrCat(
           "protocol version mismatch: ", link->name, " speaks version ",
@@ -176,20 +122,10 @@ absl::Status ShmTransport::Start() {
                        " in a group of ", h->group_size, ", ", PeerName(me),
                        " expects rank ", p, " of ", size()));
     }
-    link->pid = h->pid;
-    link->out = link->remote->ring(me);
-    link->out_data = link->remote->ring_data(me);
-    link->out_capacity = h->ring_bytes;
-    link->in = own_->ring(p);
-    link->in_data = own_->ring_data(p);
-    link->in_capacity = options_.ring_bytes;
-    link->peer_bell = &link->remote->header()->doorbell;
-    link->own_bell = &own_->header()->doorbell;
-    link->sender = std::make_unique<FrameSender>(link.get(), &link->tracker);
+    link->Map(me, own_.get(), std::move(remote));
     link->receiver = std::make_unique<FrameReceiver>(
         p, [this](int r) { return PeerName(r); }, inbox(),
         options_.max_control_bytes);
-    link->remote->header()->mapped_by[me].store(1, std::memory_order_release);
     links_[p] = std::move(link);
   }
   // Once every peer has mapped our segment its name can go: nothing is left
@@ -253,9 +189,7 @@ ShmTransport::~ShmTransport() {
 
 void ShmTransport::Wake() { DoorbellRing(&own_->header()->doorbell); }
 
-void ShmTransport::MarkEof(Link* link) {
-  if (link->eof) return;
-  link->eof = true;
+void ShmTransport::MarkEof() {
   absl::MutexLock lock(&eof_mu_);
   --open_links_;
   eof_cv_.SignalAll();
@@ -293,55 +227,17 @@ void ShmTransport::Loop() {
 }
 
 bool ShmTransport::Poll() {
+  const bool recheck = wake_pending_.exchange(false, std::memory_order_relaxed);
   bool progress = false;
-  if (wake_pending_.exchange(false, std::memory_order_relaxed)) {
-    for (auto& link : links_) {
-      if (link == nullptr || link->dead.load(std::memory_order_acquire)) {
-        continue;
-      }
-      link->receiver->RecheckLanding();
-      if (!link->receiver->paused()) continue;
-      FrameReceiver::Result result = link->receiver->Resume();
-      if (!result.error.ok()) {
-        FailPeer(link->peer, result.error, result.send_error, false);
-      }
-      progress = true;
-    }
-  }
   for (auto& link : links_) {
     if (link == nullptr) continue;
-    if (link->dead.load(std::memory_order_acquire)) {
-      link->receiver->Abandon();
-      if (!link->eof) {
-        char scratch[4096];
-        struct iovec iov = {scratch, sizeof(scratch)};
-        absl::StatusOr<size_t> got = link->ReadSome(&iov, 1);
-        if (!got.ok()) {
-          MarkEof(link.get());
-        } else if (*got > 0) {
-          progress = true;
-        }
-      }
-      continue;
-    }
-    if (link->want_flush.load(std::memory_order_relaxed)) {
-      const uint64_t before = link->out->head.load(std::memory_order_relaxed);
-      absl::Status flushed = link->sender->Flush();
-      if (!flushed.ok()) FailPeer(link->peer, flushed, false, false);
-      progress |= link->out->head.load(std::memory_order_relaxed) != before;
-    }
-    if (link->receiver->paused()) continue;
-    const uint64_t before = link->in->tail.load(std::memory_order_relaxed);
-    FrameReceiver::Result result = link->receiver->Receive(link.get());
-    progress |= link->in->tail.load(std::memory_order_relaxed) != before;
-    if (!result.error.ok()) {
-      const bool closed =
-          link->in->closed.load(std::memory_order_acquire) != 0 &&
-          absl::IsUnavailable(result.error) && !result.orderly;
-      FailPeer(link->peer, result.error, result.send_error, result.orderly);
-      link->receiver->Abandon();
-      if (closed) MarkEof(link.get());
-    }
+    const int peer = link->peer;
+    const LinkService service =
+        ServiceLink(link.get(), recheck, [&](const FrameReceiver::Result& r) {
+          FailPeer(peer, r.error, r.send_error, r.orderly);
+        });
+    if (service.eof) MarkEof();
+    progress |= service.progress;
   }
   return progress;
 }
@@ -355,7 +251,8 @@ void ShmTransport::CheckLiveness() {
                    absl::StrCat(link->name, " died (pid ", link->pid, ")")),
                false, false);
       link->receiver->Abandon();
-      MarkEof(link.get());
+      link->eof = true;
+      MarkEof();
     }
   }
 }
@@ -364,7 +261,7 @@ void ShmTransport::FailPeer(int peer, const absl::Status& why, bool send_error,
                             bool orderly) {
   const bool first = inbox()->FailPeer(peer, why);
   const absl::Status sticky = first ? why : inbox()->PeerStatus(peer);
-  Link* link = links_[peer].get();
+  RingLink* link = links_[peer].get();
   if (first) LogPeerFailure(peer, sticky, orderly);
   link->sender->Fail(sticky, send_error ? std::string(sticky.message()) : "");
   link->dead.store(true, std::memory_order_release);
@@ -374,7 +271,7 @@ void ShmTransport::FailPeer(int peer, const absl::Status& why, bool send_error,
 void ShmTransport::PostWrite(int peer, absl::Span<const std::byte> data,
                              RegionId remote, uint64_t remote_offset_bytes,
                              uint32_t imm, Completion* done) {
-  Link& link = *links_[peer];
+  RingLink& link = *links_[peer];
   FrameHeader header;
   header.type = FrameType::kWrite;
   header.part_count = 1;

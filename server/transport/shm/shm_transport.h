@@ -38,6 +38,7 @@
 #include "absl/time/time.h"
 #include "server/transport/frame.h"
 #include "server/transport/inbox_transport.h"
+#include "server/transport/shm/shm_link.h"
 #include "server/transport/shm/shm_segment.h"
 #include "server/transport/transport.h"
 
@@ -83,8 +84,6 @@ class ShmTransport : public InboxTransport {
   static std::string SegmentName(const std::string& job_id, int rank);
 
  private:
-  struct Link;
-
   explicit ShmTransport(const ShmOptions& options);
   absl::Status Start();
   void Loop();
@@ -99,10 +98,11 @@ class ShmTransport : public InboxTransport {
   void FailPeer(int peer, const absl::Status& why, bool send_error,
                 bool orderly) override;
   void Wake();
-  void MarkEof(Link* link);
+  void MarkEof();
 
   const ShmOptions options_;
-  std::vector<std::unique_ptr<Link>> links_;  // by peer; fixed after Start()
+  std::vector<std::unique_ptr<RingLink>>
+      links_;  // by peer; fixed after Start()
   std::unique_ptr<ShmSegment> own_;
   std::thread io_;
   std::atomic<bool> stopping_{false};      // relaxed; the doorbell orders it

@@ -1,0 +1,89 @@
+// RingLink: one peer as seen through shared memory: this rank's ring in the
+// peer's segment (out) and the peer's ring in this rank's segment (in), with
+// the stream transport's sending and receiving halves (FrameSender,
+// FrameReceiver) over them. The whole-group transport (shm_transport.h) and
+// the per-peer path under a TCP transport (shm_path.h) both move their
+// frames through it.
+//
+// WriteSome() and WantWritable() run under the sender's lock, ReadSome() and
+// ServiceLink() on the owner's I/O thread only.
+#ifndef STARLING_SERVER_TRANSPORT_SHM_SHM_LINK_H_
+#define STARLING_SERVER_TRANSPORT_SHM_SHM_LINK_H_
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/transport/frame_receiver.h"
+#include "server/transport/frame_sender.h"
+#include "server/transport/shm/shm_segment.h"
+
+namespace starling {
+namespace transport {
+namespace shm {
+
+struct RingLink : public ByteChannel, public ByteSource {
+  int peer = -1;
+  std::string name;
+  pid_t pid = 0;
+  std::unique_ptr<ShmSegment> remote;
+  RingControl* out = nullptr;
+  char* out_data = nullptr;
+  uint64_t out_capacity = 0;
+  RingControl* in = nullptr;
+  char* in_data = nullptr;
+  uint64_t in_capacity = 0;
+  Doorbell* peer_bell = nullptr;  // wakes the peer's I/O thread
+  Doorbell* own_bell = nullptr;   // wakes ours
+  WriteTracker tracker;           // unused: writes travel in one part
+  // Relaxed: only uniqueness matters; the receiver restores post order.
+  std::atomic<uint32_t> next_seq{0};
+  std::unique_ptr<FrameSender> sender;
+  std::unique_ptr<FrameReceiver> receiver;
+  std::atomic<bool> want_flush{false};  // relaxed; the doorbell orders it
+  std::atomic<bool> dead{false};        // release by a failure, acquire in loop
+  bool eof = false;                     // I/O thread only
+  // Shutdown() marks the outgoing ring closed (the reader then sees the end
+  // of the stream). False where another connection carries the goodbye and
+  // the peer's loss (shm_path.h): the ring just goes quiet.
+  bool close_on_shutdown = true;
+
+  // Points the link at `peer_segment` (the peer's, holding our outgoing
+  // ring) and `own` (ours, holding its incoming ring), makes the sender,
+  // and tells the peer that `me` mapped its segment.
+  void Map(int me, ShmSegment* own, std::unique_ptr<ShmSegment> peer_segment);
+
+  absl::StatusOr<size_t> WriteSome(const struct iovec* iov, int count) override;
+  void WantWritable(bool want) override;
+  void Shutdown(bool graceful) override;
+  absl::StatusOr<size_t> ReadSome(const struct iovec* iov, int count) override;
+};
+
+// What ServiceLink() reports to its owner.
+struct LinkService {
+  bool progress = false;
+  // The incoming ring ended (closed by its writer) during this pass.
+  bool eof = false;
+};
+
+// One pass of the owner's I/O thread over `link`: after a failure, reads
+// and drops what the peer still writes until it closes; otherwise retries a
+// paused landing when `recheck` (a registration changed), flushes what the
+// sender queued and receives what arrived. A failure goes to `fail` (the
+// receiver's result), after which the link is dead.
+LinkService ServiceLink(
+    RingLink* link, bool recheck,
+    const std::function<void(const FrameReceiver::Result& result)>& fail);
+
+}  // namespace shm
+}  // namespace transport
+}  // namespace starling
+
+#endif  // STARLING_SERVER_TRANSPORT_SHM_SHM_LINK_H_
