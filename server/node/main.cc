@@ -94,11 +94,13 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "daemon in between runs: that wait lasts as long as the run)");
 
 ABSL_FLAG(std::string, transport, "auto",
-          "how writes to each peer daemon travel: auto (the fabric with every "
-          "peer whose end has one of --fabric_provider, TCP with the rest; "
-          "the log names each peer's choice and why), tcp, fabric (every "
-          "peer over the fabric, or the daemon does not start, naming what "
-          "is missing)");
+          "how writes to each peer daemon travel: auto (shared memory with "
+          "the daemons of this host, the fabric with every other peer whose "
+          "end has one of --fabric_provider, TCP with the rest; the log "
+          "names each peer's choice and why), tcp, fabric (every peer over "
+          "the fabric, or the daemon does not start, naming what is "
+          "missing), shm (every peer through shared memory: a group on one "
+          "host)");
 ABSL_FLAG(std::vector<std::string>, fabric_provider, {},
           "libfabric providers to try, in order, comma-separated (verbs for "
           "InfiniBand/RoCE, efa, tcp for a test without RDMA); default: "

@@ -56,10 +56,12 @@ struct NodeOptions {
   // (exported as starling_node_link_rate_bytes_per_second for dashboards to
   // hold bus bandwidth against); 0: not stated.
   double link_gbits = 0;
-  // How the writes to each peer daemon travel (--transport): "auto" (the
-  // fabric with every peer whose end has a usable provider, TCP with the
-  // rest), "tcp" or "fabric" (every peer over the fabric, or the group
-  // fails to form naming what is missing).
+  // How the writes to each peer daemon travel (--transport): "auto" (shared
+  // memory with the daemons of this host, the fabric with every other peer
+  // whose end has a usable provider, TCP with the rest), "tcp", "fabric"
+  // (every peer over the fabric, or the group fails to form naming what is
+  // missing) or "shm" (every peer through shared memory: all on this
+  // host).
   std::string transport = "auto";
   // libfabric providers to try, in order (--fabric_provider); empty: verbs,
   // then efa.

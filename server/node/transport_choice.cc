@@ -11,16 +11,11 @@ namespace starling {
 namespace node {
 
 absl::Status CheckTransportOptions(const NodeOptions& options) {
-  if (options.transport == "shm") {
-    return absl::InvalidArgumentError(
-        "--transport=shm is not offered: between 4 processes libfabric "
-        "1.17's shm provider delivered writes whose bytes had not landed "
-        "(tests/bench/FABRIC.md); use tcp or fabric");
-  }
   if (options.transport != "auto" && options.transport != "tcp" &&
-      options.transport != "fabric") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--transport=", options.transport, " is not one of auto, tcp, fabric"));
+      options.transport != "fabric" && options.transport != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport=", options.transport,
+                     " is not one of auto, tcp, fabric, shm"));
   }
   for (const std::string& provider : options.fabric_providers) {
     if (provider.empty()) {
@@ -63,15 +58,18 @@ transport::fabric::ConnectOptions ConnectOptionsFor(
   connect.providers = FabricProviders(options);
   connect.fabric_options.host = options.data_host;
   connect.fabric_options.verbs_style = options.fabric_verbs_style;
-  connect.host_id = transport::fabric::LocalHostId(options.hostname);
+  connect.host_id = transport::fabric::LocalHostId();
   connect.fabric = FabricUse::kAuto;
-  connect.shm = FabricUse::kOff;  // ConnectOptions::shm says why
+  connect.shm = FabricUse::kAuto;
   if (options.transport == "tcp") {
     connect.fabric = FabricUse::kOff;
     connect.shm = FabricUse::kOff;
   } else if (options.transport == "fabric") {
     connect.fabric = FabricUse::kRequired;
     connect.shm = FabricUse::kOff;
+  } else if (options.transport == "shm") {
+    connect.fabric = FabricUse::kOff;
+    connect.shm = FabricUse::kRequired;
   }
   return connect;
 }

@@ -14,8 +14,8 @@
 namespace starling {
 namespace node {
 
-// InvalidArgument naming the flag unless --transport is auto, tcp or
-// fabric (shm names why it is not offered).
+// InvalidArgument naming the flag unless --transport is auto, tcp, fabric
+// or shm.
 absl::Status CheckTransportOptions(const NodeOptions& options);
 
 // The libfabric providers to try, in order: --fabric_provider's, else the
@@ -28,10 +28,11 @@ std::vector<std::string> FabricProviders(const NodeOptions& options);
 // -l is 64 KiB"). Ok otherwise, without opening anything.
 absl::Status ProbeForcedFabric(const NodeOptions& options);
 
-// What ConnectFabric() is told, from --transport: auto: the fabric (verbs,
-// efa) with every peer where both ends have it; tcp: neither; fabric: the
-// fabric with every peer. Never shared memory (ConnectOptions::shm says
-// why).
+// What ConnectFabric() is told, from --transport: auto: shared memory with
+// every peer daemon of this host, the fabric (verbs, efa) with every other
+// peer where both ends have it; tcp: neither; fabric: the fabric with every
+// peer, even on this host; shm: shared memory with every peer (all on this
+// host).
 transport::fabric::ConnectOptions ConnectOptionsFor(const NodeOptions& options);
 
 // "fabric (verbs;ofi_rxm) to 3 peers, tcp to 1" from each peer's transport

@@ -347,13 +347,16 @@ std::vector<std::string> NodeCluster::DaemonFlags(
 
 void NodeCluster::ExpectPeerTransports(int group_size) {
   const char* flags = std::getenv("STARLING_TEST_DAEMON_FLAGS");
-  const bool fabric =
-      flags != nullptr &&
-      std::string(flags).find("--transport=fabric") != std::string::npos;
+  const std::string suite = flags != nullptr ? flags : "";
+  std::string path = "tcp";
+  if (suite.find("--transport=fabric") != std::string::npos) {
+    path = "fabric (tcp;ofi_rxm)";
+  } else if (suite.find("--transport=shm") != std::string::npos) {
+    path = "shm";
+  }
   const int peers = group_size - 1;
   const std::string want =
-      absl::StrCat(fabric ? "fabric (tcp;ofi_rxm)" : "tcp", " to ", peers,
-                   peers == 1 ? " peer" : " peers");
+      absl::StrCat(path, " to ", peers, peers == 1 ? " peer" : " peers");
   for (int d = 0; d < options_.daemons; ++d) {
     if (d >= static_cast<int>(daemon_pids_.size()) || daemon_pids_[d] < 0 ||
         !Alive(daemon_pids_[d])) {
@@ -377,7 +380,11 @@ std::vector<std::string> NodeCluster::DaemonBaseFlags(int daemon) const {
                      absl::StrCat("--local_workers=", options_.local_workers),
                      absl::StrCat("--worker_grace=",
                                   absl::FormatDuration(options_.worker_grace)),
-                     "--timeout=30s", "--log_level=warning"},
+                     "--timeout=30s", "--log_level=warning",
+                     // The daemons of a test share this machine: auto would
+                     // give them shared memory. The suites' _shm targets
+                     // ask for it (suites.bzl).
+                     "--transport=tcp"},
                     {});
 }
 
