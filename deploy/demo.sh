@@ -5,11 +5,17 @@
 # epoch, compute ratio), then the collectives benchmark with every result
 # checked against the fp64 reference, then the CUDA device query.
 #
+# The daemons share this machine, so by default (--transport=auto) they
+# write to each other through shared memory; TRANSPORT=tcp puts them on TCP
+# loopback instead.
+#
 #   deploy/demo.sh             4 nodes / ranks, 5 epochs
 #   RANKS=2 EPOCHS=10 deploy/demo.sh
+#   TRANSPORT=tcp EPOCHS=1 deploy/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${RANKS:-4}
+TRANSPORT=${TRANSPORT:-auto}
 
 echo "=== building everything (bazel build --config=opt //...) ==="
 bazel build --config=opt --config=ci //...
@@ -29,7 +35,7 @@ echo
 EPOCHS=${EPOCHS:-5}
 BATCH=64
 PARTITIONS=$(( (60000 + BATCH - 1) / BATCH ))
-echo "=== training: coordinator + ${RANKS} node daemons x 1 starling-worker on 127.0.0.1 ==="
+echo "=== training: coordinator + ${RANKS} node daemons x 1 starling-worker on 127.0.0.1 (--transport ${TRANSPORT}) ==="
 echo "    Fashion-MNIST, MLP 784-256-128-10, synchronous SGD with momentum applied by"
 echo "    the daemons to their shards, ${EPOCHS} epochs of 60000 images, batch ${BATCH} per worker"
 WORK=$(mktemp -d /tmp/starling-demo.XXXXXX)
@@ -44,7 +50,8 @@ for ((r = 0; r < RANKS; r++)); do
   "$BIN/server/node/starling-node" --coordinator 127.0.0.1:$BASE --job_id demo \
     --hostname "node$r" --data_port $((BASE + 10 + r)) --admin_port $((BASE + 30 + r)) \
     --metrics_port $((BASE + 50 + r)) --worker_socket "$WORK/node$r.sock" \
-    --local_workers 1 --log_level warning > "$WORK/node$r.log" 2>&1 &
+    --local_workers 1 --transport "$TRANSPORT" --log_level warning \
+    > "$WORK/node$r.log" 2>&1 &
   PIDS+=($!)
 done
 WORKERS=()
@@ -83,6 +90,11 @@ echo "=== all-reduce: ${RANKS} ranks (processes) on 127.0.0.1, TCP, float32 sum 
 echo "    every algorithm; --check compares every element with the fp64 reference"
 "$BIN/server/bench/starling-bench" --local "$RANKS" --port 29700 \
   --sizes 1e3,1e6,1e7 --algo all --check
+
+echo
+echo "=== the same all-reduce through shared memory (--transport shm): what co-located daemons use ==="
+"$BIN/server/bench/starling-bench" --local "$RANKS" --port 29700 \
+  --sizes 1e3,1e6,1e7 --check --transport shm
 
 echo
 echo "=== the same group, bfloat16 average, automatic algorithm choice ==="
