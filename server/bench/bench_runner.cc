@@ -238,6 +238,7 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   STARLING_ASSIGN_OR_RETURN(std::unique_ptr<transport::tcp::TcpTransport> tcp,
                             transport::tcp::TcpTransport::Create(topts));
   const transport::fabric::PeerPath* fabric = nullptr;
+  const transport::shm::ShmPath* shm_path = nullptr;
   if (config.transport != "tcp") {
     transport::fabric::ConnectOptions connect;
     connect.fabric_options.host =
@@ -255,9 +256,9 @@ absl::Status RunRank(const BenchConfig& config, int rank,
         transport::fabric::FabricRoutes routes,
         transport::fabric::ConnectFabric(tcp.get(), connect,
                                          absl::Now() + config.timeout));
-    fabric =
-        shm ? static_cast<const transport::fabric::PeerPath*>(routes.shm_path)
-            : routes.path;
+    shm_path = routes.shm_path;
+    fabric = shm ? static_cast<const transport::fabric::PeerPath*>(shm_path)
+                 : routes.path;
   }
   const uint64_t registrations_before =
       fabric != nullptr ? fabric->registrations() : 0;
@@ -300,7 +301,12 @@ absl::Status RunRank(const BenchConfig& config, int rank,
       std::fflush(stdout);
     }
   }
-  if (fabric != nullptr && printer) {
+  if (shm_path != nullptr && printer) {
+    std::printf(
+        "# shared memory: large writes of %d of %d peers read from their "
+        "memory directly (one copy)\n",
+        shm_path->single_copy_peers(), comm->size() - 1);
+  } else if (fabric != nullptr && printer) {
     // Memory is registered once, when the path opens: never per op.
     std::printf("# fabric registrations during the benchmark: %llu\n",
                 static_cast<unsigned long long>(fabric->registrations() -

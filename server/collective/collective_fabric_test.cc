@@ -41,7 +41,8 @@ TEST_P(CollectiveOverFabric, AllReducesAMillionAndThreeFloatsOnFourRanks) {
 INSTANTIATE_TEST_SUITE_P(EveryPath, CollectiveOverFabric,
                          ::testing::Values(PathKind::kAsReported,
                                            PathKind::kVerbsStyle,
-                                           PathKind::kShm),
+                                           PathKind::kShm,
+                                           PathKind::kShmRingsOnly),
                          [](const auto& info) {
                            return transport::fabric::PathKindName(info.param);
                          });

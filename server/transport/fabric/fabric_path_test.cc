@@ -45,7 +45,8 @@ class FabricPathTest : public ::testing::TestWithParam<PathKind> {};
 
 TEST_P(FabricPathTest, EveryPairWritesEverySizeAroundTheSlotExactly) {
   constexpr int kRanks = 3;
-  const bool shm = GetParam() == PathKind::kShm;
+  const bool shm =
+      GetParam() == PathKind::kShm || GetParam() == PathKind::kShmRingsOnly;
   ASSERT_OK_AND_ASSIGN(FabricGroup group, CreatePathGroup(kRanks, GetParam()));
   const size_t payload = TestFabricOptions().slot_bytes - kSlotHeaderBytes;
   // 17 parts for the largest: more than the 4 slots a peer has.
@@ -126,9 +127,12 @@ TEST_P(FabricPathTest, EveryPairWritesEverySizeAroundTheSlotExactly) {
     }
   }
   if (shm) {
-    // A ring is no slot: every write is one frame, the rings 64 KiB.
+    // A ring is no slot: every write is one frame, the rings 64 KiB. With
+    // single copy every peer reads large writes from the writer's memory.
     for (int r = 0; r < kRanks; ++r) {
       EXPECT_EQ(group.transports[r]->PathName((r + 1) % kRanks, "tcp"), "shm");
+      EXPECT_EQ(group.routes[r].shm_path->single_copy_peers(),
+                GetParam() == PathKind::kShm ? kRanks - 1 : 0);
     }
     return;
   }
@@ -211,13 +215,11 @@ TEST_P(FabricPathTest, AnAbortedPeerFailsWritesAndWaitsWithItsReason) {
   ASSERT_OK(group.transports[2]->WaitForWrite(match, Soon()).status());
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryPath, FabricPathTest,
-                         ::testing::Values(PathKind::kAsReported,
-                                           PathKind::kVerbsStyle,
-                                           PathKind::kShm),
-                         [](const auto& info) {
-                           return PathKindName(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    EveryPath, FabricPathTest,
+    ::testing::Values(PathKind::kAsReported, PathKind::kVerbsStyle,
+                      PathKind::kShm, PathKind::kShmRingsOnly),
+    [](const auto& info) { return PathKindName(info.param); });
 
 TEST(FabricConnect, APeerWithoutTheFabricGetsTcpAndIsNamed) {
   ASSERT_OK_AND_ASSIGN(

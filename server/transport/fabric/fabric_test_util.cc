@@ -57,12 +57,14 @@ std::string PathKindName(PathKind kind) {
       return "VerbsStyle";
     case PathKind::kShm:
       return "Shm";
+    case PathKind::kShmRingsOnly:
+      return "ShmRingsOnly";
   }
   return "?";
 }
 
 absl::StatusOr<FabricGroup> CreatePathGroup(int n, PathKind kind) {
-  if (kind != PathKind::kShm) {
+  if (kind != PathKind::kShm && kind != PathKind::kShmRingsOnly) {
     return CreateFabricGroup(n, kind == PathKind::kVerbsStyle);
   }
   FabricGroup group;
@@ -77,6 +79,7 @@ absl::StatusOr<FabricGroup> CreatePathGroup(int n, PathKind kind) {
       connect.fabric = FabricUse::kOff;
       connect.shm = FabricUse::kRequired;
       connect.shm_options.ring_bytes = 64 << 10;
+      connect.shm_options.single_copy = kind == PathKind::kShm;
       connect.host_id = "this-host";
       results[r] = ConnectFabric(group.transports[r].get(), connect, deadline);
     });

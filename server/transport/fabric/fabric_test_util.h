@@ -34,8 +34,10 @@ absl::StatusOr<FabricGroup> CreateFabricGroup(
 
 // The paths a test can put under a group on this machine: the fabric over
 // libfabric's tcp provider as it reports its rules, the same following
-// verbs' rules, and shared memory (every rank on one host, 64 KiB rings).
-enum class PathKind { kAsReported, kVerbsStyle, kShm };
+// verbs' rules, and shared memory (every rank on one host, 64 KiB rings),
+// with large writes read from the writer's memory (single copy) or every
+// byte through the rings.
+enum class PathKind { kAsReported, kVerbsStyle, kShm, kShmRingsOnly };
 std::string PathKindName(PathKind kind);
 absl::StatusOr<FabricGroup> CreatePathGroup(int n, PathKind kind);
 

@@ -1,7 +1,13 @@
 #include "server/transport/shm/shm_link.h"
 
+#include <errno.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 
 namespace starling {
@@ -25,6 +31,7 @@ void RingLink::Map(int me, ShmSegment* own,
 }
 
 absl::StatusOr<size_t> RingLink::WriteSome(const struct iovec* iov, int count) {
+  if (records) return WriteRecords(iov, count);
   const size_t n = RingWrite(out, out_data, out_capacity, iov, count);
   if (n > 0) DoorbellRing(peer_bell);
   return n;
@@ -43,6 +50,7 @@ void RingLink::Shutdown(bool /*graceful*/) {
 }
 
 absl::StatusOr<size_t> RingLink::ReadSome(const struct iovec* iov, int count) {
+  if (records) return ReadRecords(iov, count);
   size_t n = RingRead(in, in_data, in_capacity, iov, count);
   if (n == 0 && in->closed.load(std::memory_order_acquire) != 0) {
     // Bytes written before `closed` are visible now; read them first.
@@ -56,6 +64,185 @@ absl::StatusOr<size_t> RingLink::ReadSome(const struct iovec* iov, int count) {
     DoorbellRing(peer_bell);
   }
   return n;
+}
+
+absl::StatusOr<size_t> RingLink::WriteRecords(const struct iovec* iov,
+                                              int count) {
+  // FrameSender hands over the stream from the first byte not yet reported
+  // taken (`reported`); bytes up to `written` are in the ring already.
+  const uint64_t done = out->refs_done.load(std::memory_order_acquire);
+  while (!refs.empty() && refs.front().seq <= done) refs.pop_front();
+  // Acquire: the reader's probe of this process happened before.
+  const bool by_reference =
+      out->reads_sender.load(std::memory_order_acquire) != 0;
+  uint64_t pos = reported;
+  int i = 0;
+  size_t at = 0;  // bytes of iov[i] before `pos`
+  while (i < count && pos < written) {
+    const size_t n = std::min<uint64_t>(iov[i].iov_len - at, written - pos);
+    pos += n;
+    at += n;
+    if (at == iov[i].iov_len) {
+      ++i;
+      at = 0;
+    }
+  }
+  if (pos < written) {
+    return absl::InternalError(absl::StrCat(
+        "shared memory to ", name, ": the sender offered ", pos - reported,
+        " bytes, fewer than the ", written - reported, " already in the ring"));
+  }
+  auto room = [&] {
+    return out_capacity - (out->head.load(std::memory_order_relaxed) -
+                           out->tail.load(std::memory_order_acquire));
+  };
+  auto is_reference = [&](int k, size_t from) {
+    return by_reference && iov[k].iov_len - from >= kReferenceBytes;
+  };
+  bool wrote = false;
+  while (i < count) {
+    if (at == iov[i].iov_len) {
+      ++i;
+      at = 0;
+      continue;
+    }
+    if (is_reference(i, at)) {
+      if (room() < sizeof(RingRecord)) break;
+      RingRecord record;
+      record.kind = RingRecord::kReference;
+      record.length = iov[i].iov_len - at;
+      record.address = reinterpret_cast<uint64_t>(
+          static_cast<const char*>(iov[i].iov_base) + at);
+      struct iovec header = {&record, sizeof(record)};
+      RingWrite(out, out_data, out_capacity, &header, 1);
+      wrote = true;
+      refs.push_back({pos, ++refs_sent});
+      pos += record.length;
+      ++i;
+      at = 0;
+      continue;
+    }
+    // One inline record: the pieces up to the next reference, or what fits.
+    uint64_t total = iov[i].iov_len - at;
+    int end = i + 1;
+    while (end < count && !is_reference(end, 0)) total += iov[end++].iov_len;
+    const uint64_t free = room();
+    if (free <= sizeof(RingRecord)) break;
+    const uint64_t take = std::min<uint64_t>(total, free - sizeof(RingRecord));
+    RingRecord record;
+    record.kind = RingRecord::kInline;
+    record.length = take;
+    absl::InlinedVector<struct iovec, 8> parts;
+    parts.push_back({&record, sizeof(record)});
+    uint64_t left = take;
+    while (left > 0) {
+      const size_t n = std::min<uint64_t>(iov[i].iov_len - at, left);
+      if (n > 0) {
+        parts.push_back({static_cast<char*>(iov[i].iov_base) + at, n});
+      }
+      left -= n;
+      at += n;
+      if (at == iov[i].iov_len) {
+        ++i;
+        at = 0;
+      }
+    }
+    RingWrite(out, out_data, out_capacity, parts.data(),
+              static_cast<int>(parts.size()));
+    wrote = true;
+    pos += take;
+    if (take < total) break;
+  }
+  written = pos;
+  if (wrote) DoorbellRing(peer_bell);
+  // Taken: up to the first reference the reader has not copied yet.
+  const uint64_t limit = refs.empty() ? written : refs.front().start;
+  const size_t taken = limit - reported;
+  reported = limit;
+  return taken;
+}
+
+absl::StatusOr<size_t> RingLink::ReadRecords(const struct iovec* iov,
+                                             int count) {
+  size_t copied = 0;
+  bool moved = false;  // the tail moved: a waiting writer has room
+  int i = 0;
+  size_t at = 0;  // bytes of iov[i] filled
+  while (i < count) {
+    if (at == iov[i].iov_len) {
+      ++i;
+      at = 0;
+      continue;
+    }
+    if (rec_left == 0) {
+      const uint64_t available = in->head.load(std::memory_order_acquire) -
+                                 in->tail.load(std::memory_order_relaxed);
+      if (available < sizeof(RingRecord)) break;
+      RingRecord record;
+      struct iovec header = {&record, sizeof(record)};
+      RingRead(in, in_data, in_capacity, &header, 1);
+      moved = true;
+      if (record.kind != RingRecord::kInline &&
+          record.kind != RingRecord::kReference) {
+        return absl::DataLossError(
+            absl::StrCat(name, " wrote a shared-memory record of kind ",
+                         record.kind, ", neither inline nor reference"));
+      }
+      rec_kind = record.kind;
+      rec_left = record.length;
+      rec_address = record.address;
+      continue;
+    }
+    char* dst = static_cast<char*>(iov[i].iov_base) + at;
+    const size_t want = std::min<uint64_t>(iov[i].iov_len - at, rec_left);
+    size_t n = 0;
+    if (rec_kind == RingRecord::kInline) {
+      // An inline record's bytes were published with its header.
+      struct iovec to = {dst, want};
+      n = RingRead(in, in_data, in_capacity, &to, 1);
+      if (n == 0) break;
+      moved = true;
+    } else {
+      struct iovec to = {dst, want};
+      struct iovec from = {reinterpret_cast<void*>(rec_address), want};
+      const ssize_t got = process_vm_readv(pid, &to, 1, &from, 1, 0);
+      if (got <= 0) {
+        return absl::UnavailableError(
+            absl::StrCat("reading ", name, "'s write of ", rec_left,
+                         " bytes from its memory", " (pid ", pid,
+                         "): ", got < 0 ? std::strerror(errno) : "nothing"));
+      }
+      n = static_cast<size_t>(got);
+      rec_address += n;
+    }
+    copied += n;
+    at += n;
+    rec_left -= n;
+    if (rec_left == 0 && rec_kind == RingRecord::kReference) {
+      // Release: the bytes are in place before the writer reuses them.
+      in->refs_done.fetch_add(1, std::memory_order_release);
+      DoorbellRing(peer_bell);
+    }
+  }
+  if (copied == 0 && rec_left == 0 &&
+      in->closed.load(std::memory_order_acquire) != 0 &&
+      in->head.load(std::memory_order_acquire) ==
+          in->tail.load(std::memory_order_relaxed)) {
+    return absl::UnavailableError(absl::StrCat(name, " closed the connection"));
+  }
+  if (moved && in->sender_waiting.load(std::memory_order_seq_cst) != 0) {
+    DoorbellRing(peer_bell);
+  }
+  return copied;
+}
+
+bool CanReadProcess(pid_t pid, uint64_t address, uint64_t expected) {
+  uint64_t value = 0;
+  struct iovec to = {&value, sizeof(value)};
+  struct iovec from = {reinterpret_cast<void*>(address), sizeof(value)};
+  return process_vm_readv(pid, &to, 1, &from, 1, 0) ==
+             static_cast<ssize_t>(sizeof(value)) &&
+         value == expected;
 }
 
 LinkService ServiceLink(

@@ -54,9 +54,11 @@ absl::StatusOr<std::unique_ptr<ShmPath>> ShmPath::Open(
   }
   std::random_device random;
   const uint64_t nonce = (uint64_t{random()} << 32) | random();
-  return std::unique_ptr<ShmPath>(
+  std::unique_ptr<ShmPath> path(
       new ShmPath(options, rank, size, std::move(name),
                   absl::StrFormat("%s%d-%016x", kNamePrefix, getpid(), nonce)));
+  path->probe_ = (uint64_t{random()} << 32) | random() | 1;
+  return path;
 }
 
 ShmPath::ShmPath(const ShmPathOptions& options, int rank, int size,
@@ -68,6 +70,7 @@ ShmPath::ShmPath(const ShmPathOptions& options, int rank, int size,
       own_name_(name_(rank)),
       segment_name_(std::move(segment_name)),
       peer_segments_(size),
+      peer_probes_(size),
       links_(size) {}
 
 ShmPath::~ShmPath() { Stop(); }
@@ -81,6 +84,8 @@ fabric::FabricHello ShmPath::HelloFor(int /*peer*/) const {
   hello.slots = 1;
   hello.provider = kProvider;
   hello.text = segment_name_;
+  hello.credit_base = reinterpret_cast<uint64_t>(&probe_);
+  hello.credit_key = probe_;
   return hello;
 }
 
@@ -91,6 +96,7 @@ absl::Status ShmPath::Connect(int peer, const fabric::FabricHello& hello) {
         "' at '", hello.text, "', not a Starling segment"));
   }
   peer_segments_[peer] = hello.text;
+  peer_probes_[peer] = {hello.credit_base, hello.credit_key};
   return absl::OkStatus();
 }
 
@@ -145,7 +151,14 @@ absl::Status ShmPath::Establish(absl::Time deadline) {
     link->peer = p;
     link->name = name_(p);
     link->close_on_shutdown = false;
+    link->records = true;
     link->Map(rank_, own_.get(), std::move(segment));
+    // Release: the writer, once it sees the flag, sends references.
+    if (options_.single_copy && CanReadProcess(link->pid, peer_probes_[p].first,
+                                               peer_probes_[p].second)) {
+      own_->ring(p)->reads_sender.store(1, std::memory_order_release);
+      ++single_copy_peers_;
+    }
     links_[p] = std::move(link);
   }
   return absl::OkStatus();

@@ -10,7 +10,12 @@
 // (frame_format.md) into its ring in the reader's segment on its own thread
 // (the rest, when the ring is full, from its path's thread); the reader's
 // path thread copies the payload straight into the registered region, as
-// the TCP transport's reader does from its socket.
+// the TCP transport's reader does from its socket. A payload of 32 KiB or
+// more moves with one copy instead of two: the ring carries a reference and
+// the reader copies the bytes from the writer's memory straight into the
+// region (process_vm_readv; shm_link.h), where the reader may read the
+// writer's memory (same user; a probe in the HELLO tells), and the write
+// completes once the reader has them.
 //
 // The segment is created once the HELLOs said which peers share this host
 // (Establish()), with memory reserved for their rings only, and its name is
@@ -27,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +51,9 @@ struct ShmPathOptions {
   // Bytes of each ring (one per ordered pair of daemons on this host);
   // 64 KiB to 1 GiB.
   uint64_t ring_bytes = uint64_t{4} << 20;
+  // Let peers read large writes from this process's memory (one copy)
+  // where they can; false: every byte through the rings (two copies).
+  bool single_copy = true;
 };
 
 class ShmPath : public fabric::PeerPath {
@@ -81,6 +90,9 @@ class ShmPath : public fabric::PeerPath {
 
   // "/starling-shm-4711-0123456789abcdef".
   const std::string& segment_name() const { return segment_name_; }
+  // Peers whose large writes this rank reads from their memory directly
+  // (set by Establish()).
+  int single_copy_peers() const { return single_copy_peers_; }
 
  private:
   ShmPath(const ShmPathOptions& options, int rank, int size, RankNamer name,
@@ -100,6 +112,11 @@ class ShmPath : public fabric::PeerPath {
   const std::string segment_name_;
   // Set before Attach() (Connect(), Establish()), fixed after.
   std::vector<std::string> peer_segments_;  // by peer; "" if not connected
+  // Where each connected peer's probe is, and what it holds (its HELLO).
+  std::vector<std::pair<uint64_t, uint64_t>> peer_probes_;
+  int single_copy_peers_ = 0;
+  // Read by peers with process_vm_readv to learn whether they can.
+  uint64_t probe_ = 0;
   std::unique_ptr<ShmSegment> own_;
   std::vector<std::unique_ptr<RingLink>> links_;  // by peer; null if unused
   Sink sink_;

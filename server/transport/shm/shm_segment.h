@@ -29,7 +29,7 @@ namespace starling {
 namespace transport {
 namespace shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x4D48534C54530001ull;
+inline constexpr uint64_t kSegmentMagic = 0x4D48534C54530002ull;
 inline constexpr uint32_t kMaxRanks = 256;
 
 // Futex-backed wake-up word in shared memory.
@@ -57,6 +57,11 @@ struct alignas(64) RingControl {
   char pad1[56];
   std::atomic<uint32_t> closed{0};          // the sender will write no more
   std::atomic<uint32_t> sender_waiting{0};  // the sender waits for room
+  // Single-copy rings (shm_link.h): the reader sets `reads_sender` once it
+  // has read the sender's memory directly (process_vm_readv), and counts
+  // the references it has copied in `refs_done`.
+  std::atomic<uint32_t> reads_sender{0};
+  std::atomic<uint64_t> refs_done{0};
 };
 
 // Blocks until `bell` changes from `seen` or `timeout` passes.
