@@ -27,7 +27,7 @@ constexpr uint64_t kMinRingBytes = uint64_t{64} << 10;
 constexpr uint64_t kMaxRingBytes = uint64_t{1} << 30;
 // Idle polls before the path's thread sleeps on its doorbell, and the
 // longest sleep (a writer that lost its wake-up still goes on after it).
-constexpr int kIdleSpins = 64;
+constexpr int kIdleSpins = 8;
 constexpr absl::Duration kLongestSleep = absl::Milliseconds(100);
 // Control frames never travel on this path; the receiver's bound for them.
 constexpr size_t kMaxControlBytes = 4096;
