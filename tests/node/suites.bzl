@@ -9,7 +9,8 @@ FABRIC_DAEMON_FLAGS = "--transport=fabric --fabric_provider=tcp --fabric_verbs_s
 SHM_DAEMON_FLAGS = "--transport=shm"
 
 def _variant(name, suffix, flags, gtest_filter, kwargs):
-    args = list(kwargs.get("args", []))
+    # The suite's own binary, run by run_suite.sh: compiled and linked once.
+    args = ["$(rootpath :%s)" % name] + list(kwargs.get("args", []))
     if gtest_filter:
         args.append("--gtest_filter=" + gtest_filter)
     env = dict(kwargs.get("env", {}))
@@ -20,13 +21,15 @@ def _variant(name, suffix, flags, gtest_filter, kwargs):
     tags = list(kwargs.get("tags", []))
     if "kernel_independent" not in tags:
         tags.append("kernel_independent")
-    rest = {k: v for k, v in kwargs.items() if k not in ("args", "env", "tags")}
-    native.cc_test(
+    native.sh_test(
         name = name + suffix,
+        srcs = ["run_suite.sh"],
         args = args,
+        data = [":" + name],
         env = env,
         tags = tags,
-        **rest
+        size = kwargs.get("size", "medium"),
+        timeout = kwargs.get("timeout"),
     )
 
 def node_suite(name, fabric_filter = None, shm_filter = None, **kwargs):

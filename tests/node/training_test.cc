@@ -451,7 +451,16 @@ INSTANTIATE_TEST_SUITE_P(Modes, DaemonKilledTest,
                                            "parameter_server", "sync_easgd",
                                            "async_easgd", "round_robin_easgd"));
 
+// Membership, not arithmetic: the portable-kernel rerun (tests/run_all.sh,
+// STARLING_PORTABLE_KERNELS in the test's environment) checks the kernels
+// with the other cases and skips these, which only run the same kernels
+// again through a restart.
+bool InThePortableKernelRun() {
+  return std::getenv("STARLING_PORTABLE_KERNELS") != nullptr;
+}
+
 TEST_P(DaemonKilledTest, TheOtherTrainersGoOn) {
+  if (InThePortableKernelRun()) GTEST_SKIP() << "membership: checked once";
   Job job;
   job.daemons = 3;
   job.mode = GetParam();
@@ -515,6 +524,7 @@ TEST_P(DaemonKilledTest, TheOtherTrainersGoOn) {
 }
 
 TEST(Training, KilledWorkerRestartsAndTheJobFinishesIdentically) {
+  if (InThePortableKernelRun()) GTEST_SKIP() << "membership: checked once";
   Job job;
   // Several buckets: the replacement declares the run's tensors again.
   job.worker_flags = {"--bucket_bytes=65536"};
