@@ -1,5 +1,6 @@
 #include "server/transport/fabric/fabric_test_util.h"
 
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -24,21 +25,22 @@ std::vector<Transport*> FabricGroup::Raw() const {
   return out;
 }
 
-absl::StatusOr<FabricGroup> CreateFabricGroup(int n, bool verbs_style,
-                                              std::vector<FabricUse> uses,
-                                              FabricOptions options) {
+namespace {
+
+// A group of `n` over TCP on 127.0.0.1, each rank's paths connected by
+// ConnectFabric() with `options_of(rank)`, all ranks at once.
+absl::StatusOr<FabricGroup> ConnectGroup(
+    int n, const std::function<ConnectOptions(int rank)>& options_of) {
   FabricGroup group;
   STARLING_ASSIGN_OR_RETURN(group.transports, tcp::CreateGroup(n));
-  if (uses.empty()) uses.assign(n, FabricUse::kRequired);
-  options.verbs_style = verbs_style;
   std::vector<absl::StatusOr<FabricRoutes>> results(
       n, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      results[r] = ConnectFabric(group.transports[r].get(), uses[r], {"tcp"},
-                                 options, deadline);
+      results[r] =
+          ConnectFabric(group.transports[r].get(), options_of(r), deadline);
     });
   }
   for (auto& t : threads) t.join();
@@ -47,6 +49,22 @@ absl::StatusOr<FabricGroup> CreateFabricGroup(int n, bool verbs_style,
     group.routes.push_back(*std::move(results[r]));
   }
   return group;
+}
+
+}  // namespace
+
+absl::StatusOr<FabricGroup> CreateFabricGroup(int n, bool verbs_style,
+                                              std::vector<FabricUse> uses,
+                                              FabricOptions options) {
+  if (uses.empty()) uses.assign(n, FabricUse::kRequired);
+  options.verbs_style = verbs_style;
+  return ConnectGroup(n, [&](int rank) {
+    ConnectOptions connect;
+    connect.fabric = uses[rank];
+    connect.providers = {"tcp"};
+    connect.fabric_options = options;
+    return connect;
+  });
 }
 
 std::string PathKindName(PathKind kind) {
@@ -67,29 +85,15 @@ absl::StatusOr<FabricGroup> CreatePathGroup(int n, PathKind kind) {
   if (kind != PathKind::kShm && kind != PathKind::kShmRingsOnly) {
     return CreateFabricGroup(n, kind == PathKind::kVerbsStyle);
   }
-  FabricGroup group;
-  STARLING_ASSIGN_OR_RETURN(group.transports, tcp::CreateGroup(n));
-  std::vector<absl::StatusOr<FabricRoutes>> results(
-      n, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      ConnectOptions connect;
-      connect.fabric = FabricUse::kOff;
-      connect.shm = FabricUse::kRequired;
-      connect.shm_options.ring_bytes = 64 << 10;
-      connect.shm_options.single_copy = kind == PathKind::kShm;
-      connect.host_id = "this-host";
-      results[r] = ConnectFabric(group.transports[r].get(), connect, deadline);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    STARLING_RETURN_IF_ERROR(results[r].status());
-    group.routes.push_back(*std::move(results[r]));
-  }
-  return group;
+  return ConnectGroup(n, [kind](int) {
+    ConnectOptions connect;
+    connect.fabric = FabricUse::kOff;
+    connect.shm = FabricUse::kRequired;
+    connect.shm_options.ring_bytes = 64 << 10;
+    connect.shm_options.single_copy = kind == PathKind::kShm;
+    connect.host_id = "this-host";
+    return connect;
+  });
 }
 
 }  // namespace fabric

@@ -1,6 +1,7 @@
 #include "server/transport/shm/shm_link.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "server/transport/frame.h"
 
 namespace starling {
 namespace transport {
@@ -234,6 +236,47 @@ absl::StatusOr<size_t> RingLink::ReadRecords(const struct iovec* iov,
     DoorbellRing(peer_bell);
   }
   return copied;
+}
+
+absl::Status RingLink::PostWrite(absl::Span<const std::byte> data,
+                                 uint64_t remote, uint64_t offset, uint32_t imm,
+                                 Completion* done) {
+  FrameHeader header;
+  header.type = FrameType::kWrite;
+  header.part_count = 1;
+  header.region = remote;
+  header.offset = offset;
+  header.length = data.size();
+  header.imm = imm;
+  header.seq = next_seq.fetch_add(1, std::memory_order_relaxed);
+  return sender->PostWrite(header, data.data(), done);
+}
+
+void DoorbellLoop(Doorbell* bell, const std::atomic<bool>& stopping,
+                  int idle_polls, absl::Duration longest_sleep,
+                  const std::function<void()>& each_turn,
+                  const std::function<bool()>& poll) {
+  int idle = 0;
+  while (!stopping.load(std::memory_order_relaxed)) {
+    each_turn();
+    if (poll()) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < idle_polls) {
+      sched_yield();
+      continue;
+    }
+    // Announce, read the bell, re-check, then wait for the bell to move
+    // (DoorbellRing bumps it before it looks at `sleeping`).
+    bell->sleeping.store(1, std::memory_order_seq_cst);
+    const uint32_t seen = bell->count.load(std::memory_order_seq_cst);
+    if (!poll() && !stopping.load(std::memory_order_relaxed)) {
+      DoorbellWait(bell, seen, longest_sleep);
+    }
+    bell->sleeping.store(0, std::memory_order_relaxed);
+    idle = 0;
+  }
 }
 
 bool CanReadProcess(pid_t pid, uint64_t address, uint64_t expected) {

@@ -34,7 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/transport/completion.h"
 #include "server/transport/frame_receiver.h"
 #include "server/transport/frame_sender.h"
 #include "server/transport/shm/shm_segment.h"
@@ -112,10 +114,24 @@ struct RingLink : public ByteChannel, public ByteSource {
   void Shutdown(bool graceful) override;
   absl::StatusOr<size_t> ReadSome(const struct iovec* iov, int count) override;
 
+  // Posts WRITE frame (one part) of `data` to `remote` at `offset` with
+  // `imm` through the sender (FrameSender::PostWrite's contract); an error
+  // is a channel error the owner turns into a peer failure.
+  absl::Status PostWrite(absl::Span<const std::byte> data, uint64_t remote,
+                         uint64_t offset, uint32_t imm, Completion* done);
+
  private:
   absl::StatusOr<size_t> WriteRecords(const struct iovec* iov, int count);
   absl::StatusOr<size_t> ReadRecords(const struct iovec* iov, int count);
 };
+
+// The owner's I/O thread: until `stopping`, runs `each_turn` and `poll`
+// (true: it moved something), polls up to `idle_polls` times (yielding)
+// once idle, then sleeps on `bell` until it rings or `longest_sleep` passes.
+void DoorbellLoop(Doorbell* bell, const std::atomic<bool>& stopping,
+                  int idle_polls, absl::Duration longest_sleep,
+                  const std::function<void()>& each_turn,
+                  const std::function<bool()>& poll);
 
 // Whether this process can read `pid`'s memory at `address`, where the
 // 8 bytes `expected` are (the HELLO's probe): the test a reader makes before

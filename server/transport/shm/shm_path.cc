@@ -1,6 +1,5 @@
 #include "server/transport/shm/shm_path.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -182,28 +181,12 @@ void ShmPath::Wake() {
 }
 
 void ShmPath::Loop() {
-  Doorbell* bell = &own_->header()->doorbell;
-  int idle = 0;
-  while (!stopping_.load(std::memory_order_relaxed)) {
-    if (!unlinked_) UnlinkWhenMapped();
-    if (Poll()) {
-      idle = 0;
-      continue;
-    }
-    if (++idle < kIdleSpins) {
-      sched_yield();
-      continue;
-    }
-    // Announce, read the bell, re-check, then wait for the bell to move
-    // (DoorbellRing bumps it before it looks at `sleeping`).
-    bell->sleeping.store(1, std::memory_order_seq_cst);
-    const uint32_t seen = bell->count.load(std::memory_order_seq_cst);
-    if (!Poll() && !stopping_.load(std::memory_order_relaxed)) {
-      DoorbellWait(bell, seen, kLongestSleep);
-    }
-    bell->sleeping.store(0, std::memory_order_relaxed);
-    idle = 0;
-  }
+  DoorbellLoop(
+      &own_->header()->doorbell, stopping_, kIdleSpins, kLongestSleep,
+      [this] {
+        if (!unlinked_) UnlinkWhenMapped();
+      },
+      [this] { return Poll(); });
 }
 
 bool ShmPath::Poll() {
@@ -235,16 +218,8 @@ void ShmPath::UnlinkWhenMapped() {
 void ShmPath::PostWrite(int peer, absl::Span<const std::byte> data,
                         RegionId remote, uint64_t remote_offset_bytes,
                         uint32_t imm, Completion* done) {
-  RingLink& link = *links_[peer];
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.part_count = 1;
-  header.region = remote;
-  header.offset = remote_offset_bytes;
-  header.length = data.size();
-  header.imm = imm;
-  header.seq = link.next_seq.fetch_add(1, std::memory_order_relaxed);
-  absl::Status status = link.sender->PostWrite(header, data.data(), done);
+  absl::Status status =
+      links_[peer]->PostWrite(data, remote, remote_offset_bytes, imm, done);
   if (!status.ok()) sink_.fail_peer(peer, status);
 }
 

@@ -1,7 +1,5 @@
 #include "server/transport/shm/shm_transport.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -196,34 +194,18 @@ void ShmTransport::MarkEof() {
 }
 
 void ShmTransport::Loop() {
-  Doorbell* bell = &own_->header()->doorbell;
   absl::Time next_check = absl::Now() + options_.liveness_interval;
-  int idle = 0;
-  while (!stopping_.load(std::memory_order_relaxed)) {
-    const bool progress = Poll();
-    const absl::Time now = absl::Now();
-    if (now >= next_check) {
-      CheckLiveness();
-      next_check = now + options_.liveness_interval;
-    }
-    if (progress) {
-      idle = 0;
-      continue;
-    }
-    if (++idle < kIdleSpins) {
-      sched_yield();
-      continue;
-    }
-    // Sleep protocol: announce, read the bell, re-check, then wait for the
-    // bell to move (DoorbellRing bumps it before it looks at `sleeping`).
-    bell->sleeping.store(1, std::memory_order_seq_cst);
-    const uint32_t seen = bell->count.load(std::memory_order_seq_cst);
-    if (!Poll() && !stopping_.load(std::memory_order_relaxed)) {
-      DoorbellWait(bell, seen, options_.liveness_interval);
-    }
-    bell->sleeping.store(0, std::memory_order_relaxed);
-    idle = 0;
-  }
+  DoorbellLoop(
+      &own_->header()->doorbell, stopping_, kIdleSpins,
+      options_.liveness_interval,
+      [&] {
+        const absl::Time now = absl::Now();
+        if (now >= next_check) {
+          CheckLiveness();
+          next_check = now + options_.liveness_interval;
+        }
+      },
+      [this] { return Poll(); });
 }
 
 bool ShmTransport::Poll() {
@@ -271,16 +253,8 @@ void ShmTransport::FailPeer(int peer, const absl::Status& why, bool send_error,
 void ShmTransport::PostWrite(int peer, absl::Span<const std::byte> data,
                              RegionId remote, uint64_t remote_offset_bytes,
                              uint32_t imm, Completion* done) {
-  RingLink& link = *links_[peer];
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.part_count = 1;
-  header.region = remote;
-  header.offset = remote_offset_bytes;
-  header.length = data.size();
-  header.imm = imm;
-  header.seq = link.next_seq.fetch_add(1, std::memory_order_relaxed);
-  absl::Status status = link.sender->PostWrite(header, data.data(), done);
+  absl::Status status =
+      links_[peer]->PostWrite(data, remote, remote_offset_bytes, imm, done);
   if (!status.ok()) FailPeer(peer, status, false, false);
 }
 
