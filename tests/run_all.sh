@@ -89,8 +89,11 @@ else
 fi
 
 step "bazel test //..."
-bazel test "${BAZEL_FLAGS[@]}" --keep_going //...
+# The run's trace (where the time went: bazel analyze-profile FILE).
+profile="${TMPDIR:-/tmp}/starling-bazel-test.profile.gz"
+bazel test "${BAZEL_FLAGS[@]}" --keep_going --profile="$profile" //...
 bazel_rc=$?
+echo "bazel test's trace: $profile (bazel analyze-profile)"
 
 # The main run's cases are counted now: later steps rerun some tests and
 # overwrite their test.xml files. CUDA-only tests (target_compatible_with
