@@ -73,11 +73,11 @@ double CaseResult::ratio_to_bound() const {
 
 std::string TableHeader() {
   return absl::StrFormat(
-      "%12s %14s %-13s %-9s %11s %11s %9s %9s %8s %5s %5s\n"
-      "%12s %14s %-13s %-9s %11s %11s %9s %9s %8s %5s %5s\n",
+      "%12s %14s %-13s %-9s %11s %11s %9s %9s %8s %5s %6s %5s\n"
+      "%12s %14s %-13s %-9s %11s %11s %9s %9s %8s %5s %6s %5s\n",
       "size", "bytes", "algorithm", "dtype", "median", "min", "algbw", "busbw",
-      "x_bound", "cpu", "check", "(elements)", "", "", "", "(us)", "(us)",
-      "(GB/s)", "(GB/s)", "", "(%)", "");
+      "x_bound", "cpu", "rank", "check", "(elements)", "", "", "", "(us)",
+      "(us)", "(GB/s)", "(GB/s)", "", "(%)", "(core)", "");
 }
 
 std::string TableRow(const CaseResult& r) {
@@ -86,25 +86,25 @@ std::string TableRow(const CaseResult& r) {
                                 : std::string("-");
   const char* check = !r.checked ? "-" : (r.ok ? "ok" : "WRONG");
   return absl::StrFormat(
-      "%12d %14d %-13s %-9s %11.1f %11.1f %9.4f %9.4f %8s %5.0f %5s\n",
+      "%12d %14d %-13s %-9s %11.1f %11.1f %9.4f %9.4f %8s %5.0f %6.2f %5s\n",
       r.elements, r.bytes, r.algorithm, r.dtype, r.median_s * 1e6,
       r.min_s * 1e6, r.algbw_gb_s(), r.busbw_gb_s(), ratio, r.cpu_util * 100,
-      check);
+      r.rank_cores, check);
 }
 
 std::string CsvHeader() {
   return "op,algorithm,dtype,ranks,elements,bytes,iterations,median_s,min_s,"
          "rank0_median_s,algbw_gb_s,busbw_gb_s,bound_s,ratio_to_bound,"
-         "cpu_util,check\n";
+         "cpu_util,check,rank_cores\n";
 }
 
 std::string CsvRow(const CaseResult& r) {
   return absl::StrFormat(
-      "%s,%s,%s,%d,%d,%d,%d,%.9g,%.9g,%.9g,%.6g,%.6g,%.9g,%.4f,%.3f,%s\n",
+      "%s,%s,%s,%d,%d,%d,%d,%.9g,%.9g,%.9g,%.6g,%.6g,%.9g,%.4f,%.3f,%s,%.3f\n",
       OpName(r.op), r.algorithm, r.dtype, r.ranks, r.elements, r.bytes,
       r.iterations, r.median_s, r.min_s, r.rank0_median_s, r.algbw_gb_s(),
       r.busbw_gb_s(), r.bound_s(), r.ratio_to_bound(), r.cpu_util,
-      !r.checked ? "unchecked" : (r.ok ? "ok" : "wrong"));
+      !r.checked ? "unchecked" : (r.ok ? "ok" : "wrong"), r.rank_cores);
 }
 
 std::string PeerbenchLine(const CaseResult& r) {

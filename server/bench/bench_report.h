@@ -40,11 +40,14 @@ struct CaseResult {
   int ranks = 1;
   uint64_t elements = 0;
   uint64_t bytes = 0;
-  int iterations = 0;           // timed iterations done
-  double median_s = 0;          // median over iterations of the slowest rank
-  double min_s = 0;             // rank 0's fastest iteration
-  double rank0_median_s = 0;    // rank 0's own median
-  double cpu_util = 0;          // whole-machine busy fraction, 0..1
+  int iterations = 0;         // timed iterations done
+  double median_s = 0;        // median over iterations of the slowest rank
+  double min_s = 0;           // rank 0's fastest iteration
+  double rank0_median_s = 0;  // rank 0's own median
+  double cpu_util = 0;        // whole-machine busy fraction, 0..1
+  // The busiest rank's own CPU (all its threads) per second of the timed
+  // regions, in cores: what polling and the rank's threads cost.
+  double rank_cores = 0;
   double link_bytes_per_s = 0;  // 0: no bound known
   bool ok = true;               // every checked element matched
   bool checked = false;         // --check was on

@@ -74,6 +74,21 @@ TEST(BenchReport, TableRowShowsWrongResultsAndMissingBound) {
   EXPECT_THAT(CsvRow(r), StartsWith("allreduce,ring,float32,1,1000,4000,"));
 }
 
+TEST(BenchReport, RowsCarryTheBusiestRanksCores) {
+  CaseResult r;
+  r.algorithm = "tree";
+  r.dtype = "float32";
+  r.elements = 1000;
+  r.bytes = 4000;
+  r.median_s = 3e-4;
+  r.cpu_util = 0.9;
+  r.rank_cores = 0.42;
+  EXPECT_THAT(CsvHeader(), HasSubstr(",check,rank_cores\n"));
+  EXPECT_THAT(CsvRow(r), ::testing::EndsWith(",unchecked,0.420\n"));
+  EXPECT_THAT(TableHeader(), HasSubstr("(core)"));
+  EXPECT_THAT(TableRow(r), HasSubstr("   90   0.42 "));
+}
+
 TEST(BenchReport, ParsesOps) {
   ASSERT_OK_AND_ASSIGN(Op op, ParseOp("reduce_scatter"));
   EXPECT_EQ(op, Op::kReduceScatter);

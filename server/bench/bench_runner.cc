@@ -139,6 +139,9 @@ absl::StatusOr<CaseOutcome> RunCase(Communicator* comm, const BenchConfig& c,
   std::vector<double> wrong_total = {static_cast<double>(wrong)};
   STARLING_RETURN_IF_ERROR(
       AllReduceDoubles(comm, &wrong_total, ReduceOp::kSum, small));
+  std::vector<double> cores = {cpu.ProcessCores()};
+  STARLING_RETURN_IF_ERROR(
+      AllReduceDoubles(comm, &cores, ReduceOp::kMax, small));
 
   CaseResult& r = out.result;
   r.op = c.op;
@@ -157,6 +160,7 @@ absl::StatusOr<CaseOutcome> RunCase(Communicator* comm, const BenchConfig& c,
   r.rank0_median_s = Median(times);
   r.min_s = times.empty() ? 0 : *std::min_element(times.begin(), times.end());
   r.cpu_util = cpu.BusyFraction();
+  r.rank_cores = cores[0];
   r.link_bytes_per_s = c.link_bytes_per_s;
   r.checked = c.check;
   r.ok = wrong_total[0] == 0;

@@ -1,5 +1,8 @@
 #include "server/bench/cpu_usage.h"
 
+#include <sys/resource.h>
+#include <time.h>
+
 #include <cstdio>
 
 namespace starling {
@@ -20,12 +23,37 @@ CpuUsage::Sample CpuUsage::Read() {
   return s;
 }
 
-void CpuUsage::Begin() { start_ = Read(); }
+double CpuUsage::ProcessSeconds() {
+  struct rusage usage = {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  auto seconds = [](const struct timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + tv.tv_usec * 1e-6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+double CpuUsage::WallSeconds() {
+  struct timespec ts = {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+void CpuUsage::Begin() {
+  start_ = Read();
+  process_start_ = ProcessSeconds();
+  wall_start_ = WallSeconds();
+}
 
 void CpuUsage::End() {
   const Sample end = Read();
   busy_ += end.busy - start_.busy;
   total_ += end.total - start_.total;
+  process_s_ += ProcessSeconds() - process_start_;
+  wall_s_ += WallSeconds() - wall_start_;
+}
+
+double CpuUsage::ProcessCores() const {
+  return wall_s_ > 0 ? process_s_ / wall_s_ : 0;
 }
 
 double CpuUsage::BusyFraction() const {

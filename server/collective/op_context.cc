@@ -51,6 +51,7 @@ OpContext::OpContext(
       observer_(observer),
       start_(absl::Now()),
       wrote_to_(size_, false),
+      matched_(size_, false),
       descriptors_(size_),
       arrived_at_(size_, absl::InfiniteFuture()) {
   arrived_at_[rank_] = start_;
@@ -94,15 +95,22 @@ absl::Status OpContext::Start() {
     if (!s.ok()) return Annotate(s, Where() + ": registering scratch");
     scratch_registered_ = true;
   }
+  // Descriptors already waiting: those peers were here before this rank.
+  return PollDescriptors(start_);
+}
+
+void OpContext::Announce() {
+  if (announced_) return;
+  announced_ = true;
   const auto wire = desc_.Encode();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     absl::Status s = transport_->SendControl(peer, OpControlTag(desc_.seq),
                                              absl::MakeConstSpan(wire));
-    if (!s.ok()) return PeerError(peer, s, "sending the op descriptor");
+    if (!s.ok() && peers_status_.ok()) {
+      peers_status_ = PeerError(peer, s, "sending the op descriptor");
+    }
   }
-  // Descriptors already waiting: those peers were here before this rank.
-  return PollDescriptors(start_);
 }
 
 absl::StatusOr<bool> OpContext::TakeDescriptor(int peer, absl::Time when) {
@@ -128,13 +136,14 @@ absl::Status OpContext::PollDescriptors(absl::Time when) {
 }
 
 std::string OpContext::MissingRanksText() const {
-  std::vector<int> missing;
+  std::vector<std::string> missing;
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && descriptors_[peer].empty()) missing.push_back(peer);
+    if (peer != rank_ && descriptors_[peer].empty()) {
+      missing.push_back(transport_->PeerName(peer));
+    }
   }
   if (missing.empty()) return "";
-  return absl::StrCat(missing.size() == 1 ? "; rank " : "; ranks ",
-                      absl::StrJoin(missing, ", "),
+  return absl::StrCat("; ", absl::StrJoin(missing, ", "),
                       missing.size() == 1 ? " has" : " have",
                       " not arrived at this op");
 }
@@ -156,71 +165,116 @@ ArrivalSummary OpContext::arrival() const {
   return summary;
 }
 
-absl::Status OpContext::CheckPeers() {
-  if (peers_checked_) return peers_status_;
-  peers_checked_ = true;
+absl::Status OpContext::AwaitDescriptor(int peer) {
+  // Waits in short slices: after each the other peers' descriptors are
+  // taken if they came meanwhile, so that their arrival times (and the
+  // observer's view of who is missing) stay current while one slow rank
+  // holds the op.
+  while (descriptors_[peer].empty()) {
+    const absl::Time slice =
+        std::min(WaitSlice(), absl::Now() + kArrivalPollInterval);
+    absl::StatusOr<std::vector<std::byte>> wire =
+        transport_->RecvControl(peer, OpControlTag(desc_.seq), slice);
+    const absl::Time now = absl::Now();
+    if (wire.ok()) {
+      if (wire->empty()) wire->resize(1);  // Decode rejects it later
+      descriptors_[peer] = *std::move(wire);
+      arrived_at_[peer] = now;
+      if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, now);
+      break;
+    }
+    if (!absl::IsDeadlineExceeded(wire.status())) {
+      return PeerError(peer, wire.status(), "no op descriptor");
+    }
+    STARLING_RETURN_IF_ERROR(PollDescriptors(now));
+    if (!descriptors_[peer].empty()) break;  // it came just now
+    if (now >= deadline_) return DescriptorTimeout(peer);
+    STARLING_RETURN_IF_ERROR(CancelledStatus());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OpContext::DescriptorTimeout(int peer) {
+  const absl::Status timeout = PeerError(
+      peer, absl::DeadlineExceededError("op deadline"), "no op descriptor");
+  return absl::Status(timeout.code(),
+                      absl::StrCat(timeout.message(), MissingRanksText()));
+}
+
+int OpContext::FirstMissingPeer() const {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && descriptors_[peer].empty()) return peer;
+  }
+  return -1;
+}
+
+absl::Status OpContext::MatchArrived() {
+  if (!peers_status_.ok() || matched_count_ == size_ - 1) return peers_status_;
+  if (absl::Status s = PollDescriptors(absl::Now()); !s.ok()) {
+    peers_status_ = s;
+    return s;
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || matched_[peer] || descriptors_[peer].empty()) continue;
+    peers_status_ = MatchDescriptor(peer);
+    if (!peers_status_.ok()) return peers_status_;
+    matched_[peer] = true;
+    ++matched_count_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OpContext::MatchDescriptor(int peer) {
+  absl::StatusOr<OpDescriptor> theirs =
+      OpDescriptor::Decode(descriptors_[peer]);
+  if (!theirs.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), ": ", transport_->PeerName(peer), " sent ",
+                     theirs.status().message()));
+  }
+  if (!theirs->Matches(desc_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(OpKindName(desc_.kind), " op ", desc_.seq,
+                     ": mismatched collective calls: rank ", rank_, " called ",
+                     desc_.ToString(), " but ", transport_->PeerName(peer),
+                     " called ", theirs->ToString(), " as op ", theirs->seq));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OpContext::CheckPeer(int peer) {
+  if (!peers_status_.ok() || matched_[peer]) return peers_status_;
   const std::string saved_phase = phase_;
   const int saved_step = step_, saved_steps = steps_;
   SetStep("handshake", 0, 0);
-  // Waits for each missing descriptor in rank order, in short slices: after
-  // each slice the other peers' are taken if they came meanwhile, so that
-  // their arrival times (and the observer's view of who is missing) stay
-  // current while one slow rank holds the op.
-  for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
-    if (peer == rank_ || !descriptors_[peer].empty()) continue;
-    while (true) {
-      const absl::Time slice =
-          std::min(WaitSlice(), absl::Now() + kArrivalPollInterval);
-      absl::StatusOr<std::vector<std::byte>> wire =
-          transport_->RecvControl(peer, OpControlTag(desc_.seq), slice);
-      const absl::Time now = absl::Now();
-      if (wire.ok()) {
-        if (wire->empty()) wire->resize(1);  // Decode rejects it below
-        descriptors_[peer] = *std::move(wire);
-        arrived_at_[peer] = now;
-        if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, now);
-        break;
-      }
-      if (!absl::IsDeadlineExceeded(wire.status())) {
-        peers_status_ = PeerError(peer, wire.status(), "no op descriptor");
-        break;
-      }
-      if (absl::Status polled = PollDescriptors(now); !polled.ok()) {
-        peers_status_ = polled;
-        break;
-      }
-      if (!descriptors_[peer].empty()) break;  // it came just now
-      if (now >= deadline_) {
-        const absl::Status timeout =
-            PeerError(peer, wire.status(), "no op descriptor");
-        peers_status_ =
-            absl::Status(timeout.code(),
-                         absl::StrCat(timeout.message(), MissingRanksText()));
-        break;
-      }
-      if (absl::Status c = CancelledStatus(); !c.ok()) {
-        peers_status_ = c;
-        break;
-      }
-    }
+  peers_status_ = AwaitDescriptor(peer);
+  if (peers_status_.ok()) peers_status_ = MatchDescriptor(peer);
+  SetStep(saved_phase, saved_step, saved_steps);
+  if (peers_status_.ok()) {
+    matched_[peer] = true;
+    ++matched_count_;
   }
+  return peers_status_;
+}
+
+absl::Status OpContext::CheckPeers() {
+  Announce();
+  // Every descriptor is awaited (in rank order) before any is compared, so
+  // that a mismatch is reported the same way on every rank.
+  const std::string saved_phase = phase_;
+  const int saved_step = step_, saved_steps = steps_;
+  SetStep("handshake", 0, 0);
   for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
-    if (peer == rank_) continue;
-    absl::StatusOr<OpDescriptor> theirs =
-        OpDescriptor::Decode(descriptors_[peer]);
-    if (!theirs.ok()) {
-      peers_status_ = absl::InvalidArgumentError(
-          absl::StrCat(Where(), ": ", transport_->PeerName(peer), " sent ",
-                       theirs.status().message()));
-    } else if (!theirs->Matches(desc_)) {
-      peers_status_ = absl::InvalidArgumentError(absl::StrCat(
-          OpKindName(desc_.kind), " op ", desc_.seq,
-          ": mismatched collective calls: rank ", rank_, " called ",
-          desc_.ToString(), " but ", transport_->PeerName(peer), " called ",
-          theirs->ToString(), " as op ", theirs->seq));
-    }
+    if (peer != rank_) peers_status_ = AwaitDescriptor(peer);
   }
   SetStep(saved_phase, saved_step, saved_steps);
+  for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
+    if (peer == rank_ || matched_[peer]) continue;
+    peers_status_ = MatchDescriptor(peer);
+    if (!peers_status_.ok()) break;
+    matched_[peer] = true;
+    ++matched_count_;
+  }
   return peers_status_;
 }
 
@@ -260,26 +314,45 @@ void OpContext::PostChunk(int peer, absl::Span<const std::byte> src, Region dst,
   wrote_to_[peer] = true;
   transport_->Write(peer, src, OpRegionId(desc_.seq, dst), dst_offset,
                     StepImm(step, chunk), (*completions_)[peer].get());
+  // After the op's first write, so that the descriptors' sends are not on
+  // its critical path.
+  Announce();
 }
 
 absl::Status OpContext::WaitChunk(int peer, Region region, int step,
                                   size_t chunk) {
-  if (absl::Status s = CheckPeers(); !s.ok()) return s;
+  Announce();
   transport::WriteMatch match;
   match.region = OpRegionId(desc_.seq, region);
   match.peer = peer;
   match.imm = StepImm(step, chunk);
   absl::StatusOr<transport::WriteNotice> notice;
   while (true) {
-    notice = transport_->WaitForWrite(match, WaitSlice());
-    if (!absl::IsDeadlineExceeded(notice.status()) ||
-        absl::Now() >= deadline_) {
-      break;
+    // Until every peer's descriptor has come and matched, the wait runs in
+    // short slices that take and compare those that came meanwhile: a
+    // mismatched call anywhere fails this op within one slice, and the
+    // arrival times stay current.
+    STARLING_RETURN_IF_ERROR(MatchArrived());
+    const bool all_matched = matched_count_ == size_ - 1;
+    notice = transport_->WaitForWrite(
+        match, all_matched
+                   ? WaitSlice()
+                   : std::min(WaitSlice(), absl::Now() + kArrivalPollInterval));
+    if (!absl::IsDeadlineExceeded(notice.status())) break;
+    if (absl::Now() >= deadline_) {
+      STARLING_RETURN_IF_ERROR(MatchArrived());
+      // A rank that never came is the one to blame (and to abort), not the
+      // partner that waits for it too.
+      const int missing = FirstMissingPeer();
+      if (missing >= 0) return DescriptorTimeout(missing);
+      return PeerError(peer, notice.status(), "no data");
     }
     if (absl::Status c = CancelledStatus(); !c.ok()) return c;
   }
   if (!notice.ok()) return PeerError(peer, notice.status(), "no data");
-  return absl::OkStatus();
+  // The data is used only once its sender's call is known to be this one
+  // (its descriptor follows its first write on the same connection).
+  return CheckPeer(peer);
 }
 
 absl::Status OpContext::PeerError(int peer, const absl::Status& status,
@@ -341,7 +414,9 @@ absl::Status OpContext::AwaitWritesTo(int peer) {
 
 absl::Status OpContext::Finish(absl::Status status) {
   // Every peer's descriptor is checked even by ranks that only sent (a
-  // broadcast root), so that a mismatch is reported on every rank.
+  // broadcast root), so that a mismatch is reported on every rank; a rank
+  // whose op failed still tells the others that it came.
+  Announce();
   if (status.ok()) status = CheckPeers();
   // A failed op waits only until the deadline, then aborts the peer so its
   // pending writes finish before we return.

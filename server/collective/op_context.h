@@ -16,13 +16,17 @@
 //             step are posted at once; the receiver consumes (reduces) chunk
 //             k as soon as it lands while later chunks are still in flight.
 //
-// Start() registers the regions and sends this op's descriptor to every
-// peer; the first wait (or Finish()) checks every peer's descriptor, so a
-// mismatched call fails everywhere with InvalidArgument, concurrently with
-// the first step's data. While it waits for descriptors it notes when each
-// peer's arrives (told to the CollectiveObserver, if any, as it happens),
-// so that a stuck op can say which ranks it has not heard from, and the
-// op's ArrivalSummary says which rank came last. Every wait runs against the op
+// Start() registers the regions; the op's descriptor goes to every peer
+// right after its first write is posted (or before its first wait, or in
+// Finish()), so that those N - 1 sends are not on the first step's critical
+// path. Data from a peer is consumed only once that peer's descriptor has
+// been checked (each wait checks the peer it waits for); Finish() checks
+// every peer's, so a mismatched call fails everywhere with InvalidArgument.
+// While a wait runs and some descriptors are missing, it takes them as
+// they come, noting when each peer's arrives (told to the
+// CollectiveObserver, if any, as it happens), so that a stuck op can say
+// which ranks it has not heard from, and the op's ArrivalSummary says
+// which rank came last. Every wait runs against the op
 // deadline; a peer silent past it is named in a DeadlineExceeded error and
 // aborted (Transport::AbortPeer) so that no posted write still references the
 // caller's buffer when the op returns. Finish() waits for this op's writes,
@@ -101,7 +105,7 @@ class OpContext {
   // Names the current step in error messages: "reduce-scatter step 2 of 3".
   void SetStep(absl::string_view phase, int step, int steps);
 
-  // Registers the regions and sends this op's descriptor to every peer.
+  // Registers the regions and takes the descriptors already here.
   absl::Status Start();
 
   // Posts all chunks of `src` to `peer`'s region `dst` at `dst_offset`;
@@ -119,8 +123,9 @@ class OpContext {
   absl::Status GatherBlocksToRankZero(int step);
 
   // Waits until chunk `chunk` of step `step` from `peer` has landed in this
-  // rank's region `region`. Checks the peers' descriptors first if not yet
-  // done. Errors carry the op, step and peer.
+  // rank's region `region`. Checks `peer`'s descriptor first if not yet
+  // done. Errors carry the op, step and peer (and, on a timeout, the ranks
+  // that have not arrived).
   absl::Status WaitChunk(int peer, Region region, int step, size_t chunk);
 
   // Waits for every chunk of a `range_bytes` range of step `step` from
@@ -146,7 +151,7 @@ class OpContext {
   // aborted and a DeadlineExceeded error naming it returned.
   absl::Status AwaitWritesTo(int peer);
 
-  // Receives and checks every peer's descriptor (done once per op).
+  // Sends this op's descriptor, receives and checks every peer's.
   absl::Status CheckPeers();
 
   // Ends the op: waits for this op's writes (aborting peers whose writes are
@@ -170,14 +175,30 @@ class OpContext {
  private:
   absl::Status PeerError(int peer, const absl::Status& status,
                          absl::string_view waiting_for);
+  // Sends this op's descriptor to every peer, once; a failed send becomes
+  // the op's peer status.
+  void Announce();
+  // Waits for `peer`'s descriptor (to the op deadline).
+  absl::Status AwaitDescriptor(int peer);
+  // InvalidArgument if `peer`'s descriptor is not this op's call.
+  absl::Status MatchDescriptor(int peer);
+  // AwaitDescriptor() and MatchDescriptor() for one peer, once.
+  absl::Status CheckPeer(int peer);
+  // Takes the descriptors that came (no wait) and matches them.
+  absl::Status MatchArrived();
+  // The lowest peer whose descriptor has not come; -1 if none.
+  int FirstMissingPeer() const;
+  // DeadlineExceeded for `peer`'s descriptor (aborting it), naming every
+  // rank that has not arrived.
+  absl::Status DescriptorTimeout(int peer);
   // Takes `peer`'s descriptor if it is here already (no wait); notes its
   // arrival at `when`. Returns false if it is not here; an error if the
   // peer is lost.
   absl::StatusOr<bool> TakeDescriptor(int peer, absl::Time when);
   // TakeDescriptor() for every peer still missing.
   absl::Status PollDescriptors(absl::Time when);
-  // ", ranks 2, 3 have not arrived": the peers whose descriptors are
-  // missing, for timeout messages.
+  // "; rank 2 (host:port), rank 3 (host:port) have not arrived at this op":
+  // the peers whose descriptors are missing, for timeout messages.
   std::string MissingRanksText() const;
   // The next deadline a wait uses: the op deadline, or, when the op can be
   // cancelled, at most kCancellationPollInterval from now.
@@ -204,7 +225,10 @@ class OpContext {
   std::vector<bool> wrote_to_;  // peers this op posted writes to
   bool data_registered_ = false;
   bool scratch_registered_ = false;
-  bool peers_checked_ = false;
+  bool announced_ = false;
+  std::vector<bool> matched_;  // peers whose descriptor matched ours
+  int matched_count_ = 0;
+  // The first error of sending, receiving or matching descriptors; sticky.
   absl::Status peers_status_;
   // Per rank: the descriptor received (empty: not yet) and when it was
   // seen (InfiniteFuture: not yet; this rank's own entry is start_).

@@ -105,6 +105,11 @@ ABSL_FLAG(std::vector<std::string>, fabric_provider, {},
           "libfabric providers to try, in order, comma-separated (verbs for "
           "InfiniBand/RoCE, efa, tcp for a test without RDMA); default: "
           "verbs,efa");
+ABSL_FLAG(absl::Duration, wait_spin, absl::Microseconds(50),
+          "how long a collective step polls for a peer's data before it "
+          "sleeps (e.g. 50us, 0 to never poll): a longer poll spares a "
+          "thread wake-up on small all-reduces at the cost of CPU, which "
+          "starling-bench reports per rank (rank core column)");
 ABSL_FLAG(bool, fabric_verbs_style, false,
           "follow verbs' memory registration rules (descriptors, provider "
           "keys, pre-posted receives) on any provider, to test them on tcp");
@@ -154,6 +159,13 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
   options.transport = absl::GetFlag(FLAGS_transport);
   options.fabric_providers = absl::GetFlag(FLAGS_fabric_provider);
   options.fabric_verbs_style = absl::GetFlag(FLAGS_fabric_verbs_style);
+  options.wait_spin = absl::GetFlag(FLAGS_wait_spin);
+  if (options.wait_spin < absl::ZeroDuration() ||
+      options.wait_spin > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--wait_spin=", absl::FormatDuration(options.wait_spin),
+                     " must be between 0 and 1s"));
+  }
   absl::Status transport = CheckTransportOptions(options);
   if (!transport.ok()) return transport;
   if (!(options.link_gbits >= 0) || !std::isfinite(options.link_gbits)) {

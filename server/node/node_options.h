@@ -68,6 +68,10 @@ struct NodeOptions {
   std::vector<std::string> fabric_providers;
   // Follow verbs' registration rules on any provider (--fabric_verbs_style).
   bool fabric_verbs_style = false;
+  // How long a collective step polls for a peer's write before it sleeps
+  // (--wait_spin; TcpOptions::wait_spin): longer spends CPU to spare
+  // wake-ups on small messages. Zero: never poll.
+  absl::Duration wait_spin = absl::Microseconds(50);
 };
 
 }  // namespace node

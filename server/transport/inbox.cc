@@ -55,6 +55,7 @@ absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
   // with no lock held (the I/O thread needs the lock for every frame);
   // pieces still being received are applied by EndWrite().
   std::vector<std::unique_ptr<EarlyPiece>> early;
+  bool wake = false;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {
@@ -74,6 +75,7 @@ absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
     region = it->second.get();
     region->id = id;
     region->memory = memory;
+    wake = std::exchange(writes_waiting_, false);
     auto held = early_.find(id);
     if (held != early_.end()) {
       std::vector<std::unique_ptr<EarlyPiece>> keep;
@@ -124,7 +126,7 @@ absl::Status Inbox::RegisterRegion(RegionId id, absl::Span<std::byte> memory) {
     STARLING_LOG(ERROR) << f.second;
     if (options_.on_peer_error) options_.on_peer_error(f.first, f.second);
   }
-  if (options_.wake_io) options_.wake_io();
+  if (wake && options_.wake_io) options_.wake_io();
   return absl::OkStatus();
 }
 
@@ -263,6 +265,7 @@ absl::Status Inbox::BeginWrite(int peer, const FrameHeader& header,
   if (header.length > options_.max_early_bytes - early_bytes_ ||
       early_bytes_ > options_.max_early_bytes) {
     *must_wait = true;
+    writes_waiting_ = true;
     return absl::OkStatus();
   }
   auto piece = std::make_unique<EarlyPiece>();

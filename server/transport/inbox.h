@@ -47,8 +47,10 @@ class Inbox {
     // write past the end of the region registered for it): the transport
     // fails the peer's connection with `why` (already the sticky status).
     std::function<void(int peer, const absl::Status& why)> on_peer_error;
-    // A registration, deregistration or retirement happened: the I/O thread
-    // must retry paused writes and re-check landings with LandingValid().
+    // A registration (only while a write waits for room), deregistration
+    // (only while its region is being written) or retirement happened: the
+    // I/O thread must retry paused writes and re-check landings with
+    // LandingValid().
     std::function<void()> wake_io;
     // WaitForWrite() with nothing to return spins this long (no lock held)
     // before it sleeps, sparing a small write the sleeping thread's wake-up.
@@ -188,6 +190,9 @@ class Inbox {
   absl::flat_hash_map<RegionId, std::vector<WriteNotice>> deferred_notices_
       ABSL_GUARDED_BY(mu_);
   size_t early_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // BeginWrite() told a write to wait since the last registration: the next
+  // one wakes the I/O thread (the ops' own registrations need not).
+  bool writes_waiting_ ABSL_GUARDED_BY(mu_) = false;
   RetiredRegions retired_ ABSL_GUARDED_BY(mu_);
   uint64_t stale_writes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::deque<std::vector<std::byte>>> control_

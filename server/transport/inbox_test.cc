@@ -135,6 +135,37 @@ TEST(Inbox, RetiringFreesRoomForAWaitingWrite) {
   EXPECT_EQ(inbox.early_bytes(), 50u);
 }
 
+TEST(Inbox, ARegistrationWakesTheIoThreadOnlyWhenAWriteWaitsForRoom) {
+  // Every op registers two regions: waking the I/O thread for each would
+  // cost a thread wake-up per registration (and per fabric or shared-memory
+  // path) on every small all-reduce. Only a write held back for want of
+  // room needs the I/O thread to retry it.
+  int wakes = 0;
+  Inbox::Options options = TestOptions(100);
+  options.wake_io = [&wakes] { ++wakes; };
+  Inbox inbox(options);
+  std::vector<std::byte> memory(100);
+  ASSERT_OK(inbox.RegisterRegion(1, absl::MakeSpan(memory)));
+  ASSERT_OK(Receive(inbox, Part(2, 0, 60, 0)));  // early, fits
+  ASSERT_OK(inbox.RegisterRegion(2, absl::MakeSpan(memory)));
+  EXPECT_EQ(wakes, 0);
+
+  ASSERT_OK(Receive(inbox, Part(3, 0, 100, 1)));  // early, fills the room
+  Inbox::Landing landing;
+  bool must_wait = false;
+  ASSERT_OK(inbox.BeginWrite(1, Part(4, 0, 10, 2), &landing, &must_wait));
+  ASSERT_TRUE(must_wait);
+  ASSERT_OK(inbox.RegisterRegion(3, absl::MakeSpan(memory)));  // frees room
+  EXPECT_EQ(wakes, 1);
+  ASSERT_OK(inbox.BeginWrite(1, Part(4, 0, 10, 2), &landing, &must_wait));
+  EXPECT_FALSE(must_wait);
+  std::memset(landing.dst, 1, 10);
+  ASSERT_OK(inbox.EndWrite(1, &landing));
+  ASSERT_OK(inbox.RegisterRegion(4, absl::MakeSpan(memory)));
+  EXPECT_EQ(wakes, 1);  // nothing waited since the last wake-up
+  EXPECT_EQ(memory[0], std::byte{1});
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace starling
