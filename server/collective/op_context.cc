@@ -214,17 +214,16 @@ absl::Status OpContext::MatchArrived() {
     peers_status_ = s;
     return s;
   }
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_ || matched_[peer] || descriptors_[peer].empty()) continue;
-    peers_status_ = MatchDescriptor(peer);
-    if (!peers_status_.ok()) return peers_status_;
-    matched_[peer] = true;
-    ++matched_count_;
+  for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
+    if (peer != rank_ && !descriptors_[peer].empty()) {
+      peers_status_ = MatchDescriptor(peer);
+    }
   }
-  return absl::OkStatus();
+  return peers_status_;
 }
 
 absl::Status OpContext::MatchDescriptor(int peer) {
+  if (matched_[peer]) return absl::OkStatus();
   absl::StatusOr<OpDescriptor> theirs =
       OpDescriptor::Decode(descriptors_[peer]);
   if (!theirs.ok()) {
@@ -239,6 +238,8 @@ absl::Status OpContext::MatchDescriptor(int peer) {
                      desc_.ToString(), " but ", transport_->PeerName(peer),
                      " called ", theirs->ToString(), " as op ", theirs->seq));
   }
+  matched_[peer] = true;
+  ++matched_count_;
   return absl::OkStatus();
 }
 
@@ -250,10 +251,6 @@ absl::Status OpContext::CheckPeer(int peer) {
   peers_status_ = AwaitDescriptor(peer);
   if (peers_status_.ok()) peers_status_ = MatchDescriptor(peer);
   SetStep(saved_phase, saved_step, saved_steps);
-  if (peers_status_.ok()) {
-    matched_[peer] = true;
-    ++matched_count_;
-  }
   return peers_status_;
 }
 
@@ -269,11 +266,7 @@ absl::Status OpContext::CheckPeers() {
   }
   SetStep(saved_phase, saved_step, saved_steps);
   for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
-    if (peer == rank_ || matched_[peer]) continue;
-    peers_status_ = MatchDescriptor(peer);
-    if (!peers_status_.ok()) break;
-    matched_[peer] = true;
-    ++matched_count_;
+    if (peer != rank_) peers_status_ = MatchDescriptor(peer);
   }
   return peers_status_;
 }

@@ -180,7 +180,8 @@ class OpContext {
   void Announce();
   // Waits for `peer`'s descriptor (to the op deadline).
   absl::Status AwaitDescriptor(int peer);
-  // InvalidArgument if `peer`'s descriptor is not this op's call.
+  // InvalidArgument if `peer`'s descriptor (here already) is not this op's
+  // call; notes a match, once.
   absl::Status MatchDescriptor(int peer);
   // AwaitDescriptor() and MatchDescriptor() for one peer, once.
   absl::Status CheckPeer(int peer);
