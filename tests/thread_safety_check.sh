@@ -8,6 +8,10 @@
 #   tests/thread_safety_check.sh FILE.cc ...   only these (from the repo root)
 #   tests/thread_safety_check.sh -j N ...      N compiles at once (default nproc)
 #   tests/thread_safety_check.sh --no-cache    check every file again
+#   tests/thread_safety_check.sh --bazel-done-fd N ...
+#                         write a line to fd N (and close it) once Bazel is
+#                         no longer needed: a caller may then run its own
+#                         bazel command while clang parses (tests/run_all.sh)
 #
 # Prints one line per failing file, then the failing files' diagnostics, then
 # "thread-safety: N files (N cached), N failed"; exits 1 on any failure.
@@ -41,13 +45,15 @@ cd "$(dirname "$0")/.." || exit 2
 CLANGXX=${CLANGXX:-clang++}
 parallel=$(nproc)
 cache=.cache/thread_safety
+done_fd=""
 files=()
 while (($#)); do
   case "$1" in
     -j) parallel=${2:?-j needs a number}; shift 2 ;;
     -j*) parallel=${1#-j}; shift ;;
     --no-cache) cache="" ; shift ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    --bazel-done-fd) done_fd=${2:?--bazel-done-fd needs a descriptor}; shift 2 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     -*) echo "thread_safety_check.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
   esac
@@ -62,7 +68,16 @@ fi
 
 start=$SECONDS
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/starling-tsa.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+# bazel_done: tells the --bazel-done-fd reader, once; also on every early
+# exit, so that the reader never waits on a descriptor that the Bazel server
+# (started by this script's first bazel command) may have inherited.
+bazel_done() {
+  [[ -n $done_fd ]] || return 0
+  echo "bazel done" >&"$done_fd"
+  exec {done_fd}>&-
+  done_fd=""
+}
+trap 'bazel_done; rm -rf "$tmp"' EXIT
 
 # Generated headers: every genrule (protoc) that server/ or client/ needs.
 # --keep_going: a package that does not load yet should not hide the rest.
@@ -102,6 +117,7 @@ EOF
   exit 1
 fi
 bazel_s=$((SECONDS - start))
+bazel_done
 
 flags=(-std=c++17 -Wthread-safety -Wthread-safety-beta -Werror
   -iquote . -iquote "$bin" "${system_flags[@]}")

@@ -112,6 +112,7 @@ printf '%s\n' "${all_srcs[@]}" | sort -u |
   xargs -P "$(nproc)" -I{} bash -c 'compile_one "$1"' _ {}
 
 failed=0
+built=()
 for entry in "${run[@]}"; do
   IFS='|' read -r name srcs pkgs <<< "$entry"
   # shellcheck disable=SC2206
@@ -136,6 +137,13 @@ for entry in "${run[@]}"; do
     continue
   fi
 
+  built+=("$name")
+done
+
+# fuzz_one NAME: fuzzes one built harness; its summary goes to
+# $OUT/NAME.summary (first line "NAME: ok, ..." or "NAME: FAILED ...").
+fuzz_one() {
+  local name=$1 seeds work log rc runs cov crash
   seeds="tests/fuzz/corpus/$name"
   work="$OUT/corpus/$name"
   mkdir -p "$work"
@@ -148,12 +156,32 @@ for entry in "${run[@]}"; do
   runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
   if [[ $rc -eq 0 ]]; then
-    echo "$name: ok, ${runs:-?} runs in ${TIME} s, coverage ${cov:-?}, corpus $(find "$work" -type f | wc -l) (log $log)"
-  else
-    crash=$(find "$OUT/artifacts" -name "$name-*" | head -1)
+    echo "$name: ok, ${runs:-?} runs in ${TIME} s, coverage ${cov:-?}, corpus $(find "$work" -type f | wc -l) (log $log)" > "$OUT/$name.summary"
+    return 0
+  fi
+  crash=$(find "$OUT/artifacts" -name "$name-*" | head -1)
+  {
     echo "$name: FAILED (exit $rc) after ${runs:-?} runs; input ${crash:-none kept}; log $log"
     grep -m 3 -E 'ERROR|runtime error|invariant broken' "$log" | sed 's/^/  /'
+  } > "$OUT/$name.summary"
+  return 1
+}
+
+# The harnesses are single-threaded: one per core at once, each for the
+# full bound.
+for name in "${built[@]}"; do
+  rm -f "$OUT/$name.summary"
+  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n; done
+  fuzz_one "$name" &
+done
+wait
+for name in "${built[@]}"; do
+  if [[ ! -f $OUT/$name.summary ]]; then
+    echo "$name: FAILED (no summary: the run was cut short)"
     failed=$((failed + 1))
+    continue
   fi
+  cat "$OUT/$name.summary"
+  grep -q "^$name: ok," "$OUT/$name.summary" || failed=$((failed + 1))
 done
 [[ $failed -eq 0 ]]
