@@ -387,6 +387,10 @@ absl::Status OpContext::AverageIfNeeded(absl::Span<std::byte> data) const {
   return s;
 }
 
+bool OpContext::WritesPendingTo(int peer) const {
+  return wrote_to_[peer] && (*completions_)[peer]->pending() > 0;
+}
+
 absl::Status OpContext::AwaitWritesTo(int peer) {
   if (!wrote_to_[peer]) return absl::OkStatus();
   std::unique_ptr<transport::Completion>& done = (*completions_)[peer];

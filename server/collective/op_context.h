@@ -150,6 +150,9 @@ class OpContext {
   // (the buffer may be written again). At the op deadline the peer is
   // aborted and a DeadlineExceeded error naming it returned.
   absl::Status AwaitWritesTo(int peer);
+  // Whether a write this op posted to `peer` has not left its buffer yet
+  // (AwaitWritesTo would wait). Does not block.
+  bool WritesPendingTo(int peer) const;
 
   // Sends this op's descriptor, receives and checks every peer's.
   absl::Status CheckPeers();
