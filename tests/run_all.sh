@@ -72,21 +72,13 @@ if command -v pyflakes3 >/dev/null 2>&1 || /usr/bin/python3 -m pyflakes --versio
   fi
 fi
 
-# The thread-safety check (clang parsing every file: minutes) runs beside
-# bazel test at the lowest priority, in its own session so that the
-# scheduler's per-session groups (autogroup) do not hand it half the
-# machine: it takes the cores that bazel test leaves idle while its tests
-# wait on processes and sockets. Its own bazel commands (the generated
-# headers) run first; bazel test starts once it says they are done.
-step "thread-safety check (clang -Wthread-safety -Werror over server/ and client/), started beside bazel test"
-tsa_log=$(mktemp "${TMPDIR:-/tmp}/starling-tsa-log.XXXXXX")
-tsa_fifo=$(mktemp -u "${TMPDIR:-/tmp}/starling-tsa-fifo.XXXXXX")
-mkfifo "$tsa_fifo"
-setsid -w bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null
-  exec nice -n 19 tests/thread_safety_check.sh --bazel-done-fd 3' \
-  3>"$tsa_fifo" >"$tsa_log" 2>&1 &
-tsa_pid=$!
-trap 'kill -- -"$tsa_pid" 2>/dev/null; bazel shutdown >/dev/null 2>&1 || true' EXIT
+step "thread-safety check (clang -Wthread-safety -Werror over server/ and client/)"
+if tests/thread_safety_check.sh; then
+  extra_passed=$((extra_passed + 1))
+else
+  echo "FAILED: thread-safety check (run: tests/thread_safety_check.sh [FILE.cc...])"
+  extra_failed=$((extra_failed + 1))
+fi
 
 step "dashboards: Grafana JSON schema (from @grafana/schema), PromQL parse, metric names (dashboards/tools/validate.sh)"
 if dashboards/tools/validate.sh; then
@@ -95,10 +87,6 @@ else
   echo "FAILED: dashboards/tools/validate.sh"
   extra_failed=$((extra_failed + 1))
 fi
-
-# Until the check's bazel commands are done (or it exited).
-read -r _ <"$tsa_fifo"
-rm -f "$tsa_fifo"
 
 step "bazel test //..."
 # The run's trace (where the time went: bazel analyze-profile FILE).
@@ -133,18 +121,6 @@ count_rc=$?
 main_passed=$passed main_failed=$failed main_skipped=$skipped
 if [[ $bazel_rc -ne 0 && $count_rc -eq 0 ]]; then
   echo "FAILED: bazel test exited $bazel_rc with no failing test case (build error?)"
-  extra_failed=$((extra_failed + 1))
-fi
-
-step "thread-safety check: its result"
-wait "$tsa_pid"
-tsa_rc=$?
-cat "$tsa_log"
-rm -f "$tsa_log"
-if [[ $tsa_rc -eq 0 ]]; then
-  extra_passed=$((extra_passed + 1))
-else
-  echo "FAILED: thread-safety check (run: tests/thread_safety_check.sh [FILE.cc...])"
   extra_failed=$((extra_failed + 1))
 fi
 
