@@ -280,7 +280,7 @@ class Butterfly {
       : ctx_(ctx), g_(g), area_(area), lo_(0), hi_(g.active()) {}
 
   void PostHalving(int j) {
-    const int partner = Partner(j);
+    const int partner = HalvingPartner(j);
     const Geometry::Ranges send =
         upper(j) ? g_.Slots(lo_, Mid()) : g_.Slots(Mid(), hi_);
     PostRanges(ctx_, partner, send, Region::kScratch, area_,
@@ -290,7 +290,7 @@ class Butterfly {
   // The partner's half reduced into the one kept; after the last step the
   // rank's own slot is reduced (and averaged, for kAverage).
   absl::Status ReceiveHalving(int j) {
-    const int partner = Partner(j);
+    const int partner = HalvingPartner(j);
     const bool up = upper(j);
     const int mid = Mid();
     const Geometry::Ranges keep = up ? g_.Slots(mid, hi_) : g_.Slots(lo_, mid);
@@ -334,7 +334,7 @@ class Butterfly {
 
   void PostDoubling(int j) {
     const Geometry::Ranges mine = g_.Slots(lo_, hi_);
-    PostRanges(ctx_, ctx_->rank() ^ (1 << j), mine, Region::kData, mine.offset1,
+    PostRanges(ctx_, DoublingPartner(j), mine, Region::kData, mine.offset1,
                mine.offset2, g_.DoublingStep(j));
   }
 
@@ -343,7 +343,7 @@ class Butterfly {
     const int span = hi_ - lo_;
     const int their_lo = (ctx_->rank() & mask) ? lo_ - span : hi_;
     absl::Status s =
-        WaitRanges(ctx_, ctx_->rank() ^ mask,
+        WaitRanges(ctx_, DoublingPartner(j),
                    g_.Slots(their_lo, their_lo + span), g_.DoublingStep(j));
     if (!s.ok()) return s;
     lo_ = std::min(lo_, their_lo);
@@ -351,8 +351,13 @@ class Butterfly {
     return absl::OkStatus();
   }
 
+  // The rank exchanged with at halving step j, and at doubling step j.
+  int HalvingPartner(int j) const {
+    return ctx_->rank() ^ (g_.active() >> (j + 1));
+  }
+  int DoublingPartner(int j) const { return ctx_->rank() ^ (1 << j); }
+
  private:
-  int Partner(int j) const { return ctx_->rank() ^ (g_.active() >> (j + 1)); }
   bool upper(int j) const {
     return (ctx_->rank() & (g_.active() >> (j + 1))) != 0;
   }
@@ -448,12 +453,6 @@ absl::Status PipelinedHalvingDoubling(OpContext* ctx, const Geometry& whole) {
       b.PostDoubling(step - levels);
     }
   };
-  const int rank = ctx->rank();
-  // The partner of step `step` (halving 0..L-1, then doubling).
-  const auto partner = [&](int step) {
-    return step < levels ? rank ^ (whole.active() >> (step + 1))
-                         : rank ^ (1 << (step - levels));
-  };
   for (Butterfly& b : flies) post(b, 0);
   // Paced: a segment's step j + 1 is posted only once this rank's writes of
   // step j have all left their buffers (handed to the kernel, for TCP);
@@ -472,7 +471,9 @@ absl::Status PipelinedHalvingDoubling(OpContext* ctx, const Geometry& whole) {
     const bool halving = step < levels;
     ctx->SetStep(halving ? "reduce-scatter" : "all-gather",
                  (halving ? step : step - levels) + 1, levels);
-    const int sending_to = partner(step);
+    const int sending_to = halving
+                               ? flies.front().HalvingPartner(step)
+                               : flies.front().DoublingPartner(step - levels);
     const bool last = step + 1 == 2 * levels;
     for (Butterfly& b : flies) {
       absl::Status s =
