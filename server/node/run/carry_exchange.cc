@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
-#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/secure_random.h"
 #include "server/base/status_macros.h"
 #include "server/collective/data_type.h"
 
@@ -70,9 +70,9 @@ absl::StatusOr<std::vector<int64_t>> ExchangeHeldRows(
     const std::string& what, uint64_t* state_id) {
   std::vector<int64_t> row = held;
   row.insert(row.end(), unconfirmed.begin(), unconfirmed.end());
-  std::random_device random;
-  row.push_back(static_cast<int64_t>(((uint64_t{random()} << 32) ^ random()) &
-                                     ((uint64_t{1} << 62) - 1)));
+  STARLING_ASSIGN_OR_RETURN(const uint64_t nonce,
+                            SecureRandom64("the id of an exchange of state"));
+  row.push_back(static_cast<int64_t>(nonce & ((uint64_t{1} << 62) - 1)));
   STARLING_ASSIGN_OR_RETURN(const std::vector<int64_t> table,
                             ExchangeRows(row, comm, call, what));
   const size_t width = row.size() - 1;

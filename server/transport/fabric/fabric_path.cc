@@ -6,6 +6,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,12 +14,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/base/logging.h"
+#include "server/base/secure_random.h"
 #include "server/base/status_macros.h"
 
 namespace starling {
@@ -49,6 +50,48 @@ std::byte* AllocateZeroed(size_t bytes) {
   }
   std::memset(p, 0, std::max<size_t>(bytes, 64));
   return static_cast<std::byte*>(p);
+}
+
+size_t MappedLength(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(bytes, 64) + page - 1) / page * page;
+}
+
+// Zeroed memory that peers write into, at a random page-aligned address
+// that nothing of this process had before. Keys alone do not tell one
+// group's region from an earlier one's: ofi_rxm over tcp (libfabric 1.17)
+// ignores the caller's key and numbers regions 1, 2, ... in every domain,
+// so a stale (key, address) pair named the new group's slots whenever the
+// allocator handed out the freed address again. At a random address the
+// provider's range check drops such a write. Falls back to an address of
+// the kernel's choosing (kernels before 4.17 take MAP_FIXED_NOREPLACE as a
+// hint only and may answer elsewhere). Free with UnmapRemoteWritable().
+std::byte* MapRemoteWritable(size_t bytes) {
+  const size_t length = MappedLength(bytes);
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Between 1 TiB and 64 TiB: inside every x86-64 and arm64 user space
+  // (47 and 48 bits), clear of the heap, the stacks and the libraries.
+  constexpr uintptr_t kLow = uintptr_t{1} << 40;
+  constexpr uintptr_t kHigh = uintptr_t{1} << 46;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    absl::StatusOr<uint64_t> random =
+        SecureRandom64("the address of a fabric region");
+    if (!random.ok()) break;
+    const uintptr_t hint = (kLow + *random % (kHigh - kLow)) / page * page;
+    void* p =
+        mmap(reinterpret_cast<void*>(hint), length, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    if (p == reinterpret_cast<void*>(hint)) return static_cast<std::byte*>(p);
+    munmap(p, length);
+  }
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+}
+
+void UnmapRemoteWritable(void* p, size_t bytes) {
+  if (p != nullptr) munmap(p, MappedLength(bytes));
 }
 
 }  // namespace
@@ -157,8 +200,10 @@ absl::Status FabricPath::OpenFabric() {
   // the pid) repeats across pid namespaces (containers, sandboxes).
   std::string shm_name;
   if (options_.provider == "shm") {
-    static thread_local std::mt19937_64 random(std::random_device{}());
-    shm_name = absl::StrCat("starling_", getpid(), "_", random());
+    STARLING_ASSIGN_OR_RETURN(
+        const uint64_t nonce,
+        SecureRandom64("the shm provider's endpoint name"));
+    shm_name = absl::StrCat("starling_", getpid(), "_", nonce);
   }
   const char* node = options_.provider == "shm" ? shm_name.c_str()
                      : options_.host.empty()    ? nullptr
@@ -242,7 +287,7 @@ absl::Status FabricPath::OpenFabric() {
   // Registered once, here.
   const size_t slot_area = size_t{options_.slots} * options_.slot_bytes;
   credit_cells_ = reinterpret_cast<uint64_t*>(
-      AllocateZeroed(sizeof(uint64_t) * static_cast<size_t>(size_)));
+      MapRemoteWritable(sizeof(uint64_t) * static_cast<size_t>(size_)));
   credit_source_ = reinterpret_cast<uint64_t*>(AllocateZeroed(64));
   if (credit_cells_ == nullptr || credit_source_ == nullptr) {
     return absl::ResourceExhaustedError("fabric credit cells");
@@ -254,7 +299,7 @@ absl::Status FabricPath::OpenFabric() {
     peers_[p] = std::make_unique<Peer>();
     if (p == rank_) continue;
     Peer& peer = *peers_[p];
-    peer.recv = AllocateZeroed(slot_area);
+    peer.recv = MapRemoteWritable(slot_area);
     peer.send = AllocateZeroed(slot_area);
     if (peer.recv == nullptr || peer.send == nullptr) {
       return absl::ResourceExhaustedError(
@@ -297,7 +342,7 @@ absl::Status FabricPath::ProbeAddressing() {
   // of a provider treats addresses as its mr_mode says, except ofi_rxm over
   // tcp in libfabric 1.17, which reports neither and was seen to use
   // offsets in one process and virtual addresses in another.
-  uint64_t* cell = reinterpret_cast<uint64_t*>(AllocateZeroed(64));
+  uint64_t* cell = reinterpret_cast<uint64_t*>(MapRemoteWritable(64));
   uint64_t* source = reinterpret_cast<uint64_t*>(AllocateZeroed(64));
   fid_mr* cell_mr = nullptr;
   fid_mr* source_mr = nullptr;
@@ -306,7 +351,7 @@ absl::Status FabricPath::ProbeAddressing() {
   auto cleanup = [&] {
     if (cell_mr != nullptr) fi_close(&cell_mr->fid);
     if (source_mr != nullptr) fi_close(&source_mr->fid);
-    std::free(cell);
+    UnmapRemoteWritable(cell, 64);
     std::free(source);
   };
   if (cell == nullptr || source == nullptr) {
@@ -389,9 +434,10 @@ absl::Status FabricPath::ProbeAddressing() {
 absl::Status FabricPath::Register(void* buf, size_t len, uint64_t access,
                                   fid_mr** mr) {
   // Caller keys are random, so a key of another peer or of an earlier run
-  // names nothing here; providers that pick keys ignore it.
-  static thread_local std::mt19937_64 random(std::random_device{}());
-  uint64_t key = random();
+  // names nothing here; providers that pick keys ignore it (as ofi_rxm
+  // over tcp does: MapRemoteWritable's random addresses stand in there).
+  STARLING_ASSIGN_OR_RETURN(uint64_t key,
+                            SecureRandom64("a fabric memory key"));
   if (key_bytes_ < 8) key &= (uint64_t{1} << (8 * key_bytes_)) - 1;
   registrations_.fetch_add(1, std::memory_order_relaxed);
   const int ret = fi_mr_reg(domain_, buf, len, access, 0, key, 0, mr, nullptr);
@@ -463,7 +509,8 @@ FabricPath::~FabricPath() {
     for (fid_mr* mr : {peer->recv_mr, peer->send_mr, peer->credit_mr}) {
       if (mr != nullptr) fi_close(&mr->fid);
     }
-    std::free(peer->recv);
+    UnmapRemoteWritable(peer->recv,
+                        size_t{options_.slots} * options_.slot_bytes);
     std::free(peer->send);
   }
   if (credit_source_mr_ != nullptr) fi_close(&credit_source_mr_->fid);
@@ -471,7 +518,8 @@ FabricPath::~FabricPath() {
   if (cq_ != nullptr) fi_close(&cq_->fid);
   if (domain_ != nullptr) fi_close(&domain_->fid);
   if (fabric_ != nullptr) fi_close(&fabric_->fid);
-  std::free(credit_cells_);
+  UnmapRemoteWritable(credit_cells_,
+                      sizeof(uint64_t) * static_cast<size_t>(size_));
   std::free(credit_source_);
   if (info_ != nullptr) fi_freeinfo(info_);
 }

@@ -268,7 +268,10 @@ TEST(FabricConnect, RequiredWithAPeerWithoutItIsAnErrorNamingThePeer) {
 // A process that holds an earlier group's HELLO (its keys and slot
 // addresses) but is no member of the new group: the provider drops its
 // writes (the tcp provider without telling the writer), nothing lands and
-// no notice appears, and the group goes on.
+// no notice appears, and the group goes on. ofi_rxm over tcp gives both
+// groups the same keys, so only the new slots' random addresses stand
+// between the old HELLO and them (the allocator's reused address let such
+// a write land).
 TEST(FabricPath, AKeyOfAnEarlierGroupLandsNothing) {
   FabricHello old_hello;
   {

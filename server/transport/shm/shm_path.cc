@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -11,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "server/base/secure_random.h"
+#include "server/base/status_macros.h"
 #include "server/transport/frame.h"
 #include "server/transport/frame_receiver.h"
 #include "server/transport/inbox.h"
@@ -51,12 +52,14 @@ absl::StatusOr<std::unique_ptr<ShmPath>> ShmPath::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "shared memory: a group of ", size, " is more than ", kMaxRanks));
   }
-  std::random_device random;
-  const uint64_t nonce = (uint64_t{random()} << 32) | random();
+  STARLING_ASSIGN_OR_RETURN(const uint64_t nonce,
+                            SecureRandom64("a shared-memory segment's name"));
+  STARLING_ASSIGN_OR_RETURN(const uint64_t probe,
+                            SecureRandom64("a shared-memory probe"));
   std::unique_ptr<ShmPath> path(
       new ShmPath(options, rank, size, std::move(name),
                   absl::StrFormat("%s%d-%016x", kNamePrefix, getpid(), nonce)));
-  path->probe_ = (uint64_t{random()} << 32) | random() | 1;
+  path->probe_ = probe | 1;
   return path;
 }
 
