@@ -141,12 +141,14 @@ absl::StatusOr<FabricRoutes> ConnectFabric(InboxTransport* transport,
   shm.what = "shared memory";
   shm.tag = kShmHelloTag;
   shm.use = options.shm;
-  STARLING_RETURN_IF_ERROR(OpenFabric(
-      &fabric, options.providers, options.fabric_options, rank, size, name));
-  STARLING_RETURN_IF_ERROR(
-      OpenShm(&shm, options.shm_options, rank, size, name));
+  const absl::Status fabric_opened = OpenFabric(
+      &fabric, options.providers, options.fabric_options, rank, size, name);
+  const absl::Status shm_opened =
+      OpenShm(&shm, options.shm_options, rank, size, name);
 
-  // Every peer gets both HELLOs, usable or not, so that no one waits.
+  // Every peer gets both HELLOs, usable or not, so that no one waits: a
+  // rank whose required path did not open still tells its peers why, and
+  // they fail at once with its reason rather than at the deadline.
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     for (const Side* side : {&fabric, &shm}) {
@@ -156,6 +158,8 @@ absl::StatusOr<FabricRoutes> ConnectFabric(InboxTransport* transport,
               HelloOf(*side, peer, rank, size, options.host_id))));
     }
   }
+  STARLING_RETURN_IF_ERROR(fabric_opened);
+  STARLING_RETURN_IF_ERROR(shm_opened);
 
   FabricRoutes routes;
   std::vector<std::string> missing;

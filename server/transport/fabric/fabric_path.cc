@@ -33,6 +33,10 @@ constexpr int kCompletionBatch = 32;
 // fi_cq_sread()'s bound: callers wake it with fi_cq_signal(); this only
 // bounds a wake-up that a provider might lose.
 constexpr int kBlockMillis = 200;
+// How long a path's first write to itself may take to land when it opens
+// (ProbeAddressing): generous, since a host opening many paths at once is
+// busy; a provider whose writes never land fails only after it.
+constexpr absl::Duration kProbeWait = absl::Seconds(5);
 
 uint32_t DataImm(int rank, int slot) {
   return (static_cast<uint32_t>(rank) << 16) | static_cast<uint32_t>(slot);
@@ -369,66 +373,96 @@ absl::Status FabricPath::ProbeAddressing() {
     cleanup();
     return status;
   }
-  Op op;
   const uint64_t key = fi_mr_key(cell_mr);
   // What an earlier path of this process found is tried first.
   static std::atomic<int> found{0};  // 1: offsets, 2: virtual addresses
   const bool virtual_first = found.load(std::memory_order_relaxed) == 2;
-  for (const bool virtual_addresses : {virtual_first, !virtual_first}) {
-    *source = virtual_addresses ? 0x5649525455414cu : 0x4f4646534554u;
-    const uint64_t target =
-        virtual_addresses ? reinterpret_cast<uint64_t>(cell) + 8 : 8;
-    ssize_t ret;
-    const absl::Time deadline = absl::Now() + absl::Seconds(1);
-    do {
-      ret = fi_writedata(ep_, source, sizeof(uint64_t),
-                         mode_.local ? fi_mr_desc(source_mr) : nullptr, 0, self,
-                         target, key, &op.context);
-      if (ret == -FI_EAGAIN) {
-        struct fi_cq_data_entry entry;
-        fi_cq_read(cq_, &entry, 1);
-      }
-    } while (ret == -FI_EAGAIN && absl::Now() < deadline);
-    if (ret != 0) continue;
-    bool wrote = false;
-    bool landed = false;
-    while (absl::Now() < deadline && !(wrote && landed)) {
+  const bool virtual_addresses[2] = {virtual_first, !virtual_first};
+  // A write in the wrong mode lands nothing and says nothing, so the first
+  // has a second to land before the second is posted; then either may land
+  // until the probe's end (a busy host's first write can be the slow one:
+  // each attempt writes its own word, so the word in the cell tells which
+  // landed). Waits block on the completion queue rather than spin, so that
+  // the paths opening at once on one host (a group's daemons under test,
+  // every path of a process) do not starve each other's progress.
+  Op ops[2];
+  bool posted[2] = {false, false};
+  bool wrote[2] = {false, false};
+  int landed = -1;
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + kProbeWait;
+  auto take = [&](absl::Time until) {
+    while (absl::Now() < until) {
       struct fi_cq_data_entry entry;
-      const ssize_t n = fi_cq_read(cq_, &entry, 1);
+      const ssize_t n = fi_cq_sread(cq_, &entry, 1, nullptr, 10);
       if (n == 1) {
         if ((entry.flags & FI_REMOTE_CQ_DATA) != 0) {
-          landed = true;
-          if (mode_.rx_cq_data) status = TakeReceive(entry);
+          if (mode_.rx_cq_data) status.Update(TakeReceive(entry));
+          for (int a = 0; a < 2; ++a) {
+            if (posted[a] && cell[1] == source[a]) landed = a;
+          }
         } else {
-          wrote = true;
+          for (int a = 0; a < 2; ++a) {
+            if (entry.op_context == &ops[a].context) wrote[a] = true;
+          }
         }
       } else if (n == -FI_EAVAIL) {
         struct fi_cq_err_entry err = {};
-        fi_cq_readerr(cq_, &err, 0);
-        wrote = true;
+        if (fi_cq_readerr(cq_, &err, 0) == 1) {
+          for (int a = 0; a < 2; ++a) {
+            if (err.op_context == &ops[a].context) wrote[a] = true;
+          }
+        }
       }
-      if (cell[1] == *source && landed) break;
+      if (landed >= 0) return;
     }
-    if (landed && cell[1] == *source) {
-      mode_.provider_virt_addr = virtual_addresses;
-      found.store(virtual_addresses ? 2 : 1, std::memory_order_relaxed);
-      // Waits for our own write's completion too, so that nothing of the
-      // probe is left in flight.
-      while (!wrote && absl::Now() < deadline) {
-        struct fi_cq_data_entry entry;
-        if (fi_cq_read(cq_, &entry, 1) == 1) wrote = true;
+  };
+  for (int a = 0; a < 2 && landed < 0; ++a) {
+    source[a] = virtual_addresses[a] ? 0x5649525455414cu : 0x4f4646534554u;
+    const uint64_t target =
+        virtual_addresses[a] ? reinterpret_cast<uint64_t>(cell) + 8 : 8;
+    const absl::Time until = a == 0 ? start + absl::Seconds(1) : end;
+    ssize_t ret;
+    do {
+      ret = fi_writedata(ep_, &source[a], sizeof(uint64_t),
+                         mode_.local ? fi_mr_desc(source_mr) : nullptr, 0, self,
+                         target, key, &ops[a].context);
+      if (ret == -FI_EAGAIN) take(absl::Now() + absl::Milliseconds(10));
+    } while (ret == -FI_EAGAIN && landed < 0 && absl::Now() < until);
+    posted[a] = ret == 0;
+    if (landed < 0) take(until);
+  }
+  // Our own writes' completions too, so that nothing of the probe is left
+  // in flight when its memory goes.
+  const absl::Time drained = absl::Now() + absl::Seconds(1);
+  while (((posted[0] && !wrote[0]) || (posted[1] && !wrote[1])) &&
+         absl::Now() < drained) {
+    struct fi_cq_data_entry entry;
+    const ssize_t n = fi_cq_sread(cq_, &entry, 1, nullptr, 10);
+    if (n == 1) {
+      for (int a = 0; a < 2; ++a) {
+        if (entry.op_context == &ops[a].context) wrote[a] = true;
       }
-      fi_av_remove(av_, &self, 1, 0);
-      cleanup();
-      return status;
+    } else if (n == -FI_EAVAIL) {
+      struct fi_cq_err_entry err = {};
+      if (fi_cq_readerr(cq_, &err, 0) == 1) {
+        for (int a = 0; a < 2; ++a) {
+          if (err.op_context == &ops[a].context) wrote[a] = true;
+        }
+      }
     }
   }
   fi_av_remove(av_, &self, 1, 0);
   cleanup();
+  if (landed >= 0) {
+    mode_.provider_virt_addr = virtual_addresses[landed];
+    found.store(virtual_addresses[landed] ? 2 : 1, std::memory_order_relaxed);
+    return status;
+  }
   return absl::UnavailableError(absl::StrCat(
       "fabric provider ", provider_, ": a write-with-immediate to this ",
-      "endpoint itself did not land, addressed as an offset or as a virtual ",
-      "address"));
+      "endpoint itself did not land within ", absl::FormatDuration(kProbeWait),
+      ", addressed as an offset or as a virtual address"));
 }
 
 absl::Status FabricPath::Register(void* buf, size_t len, uint64_t access,
