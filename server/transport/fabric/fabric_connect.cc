@@ -141,25 +141,25 @@ absl::StatusOr<FabricRoutes> ConnectFabric(InboxTransport* transport,
   shm.what = "shared memory";
   shm.tag = kShmHelloTag;
   shm.use = options.shm;
-  const absl::Status fabric_opened = OpenFabric(
-      &fabric, options.providers, options.fabric_options, rank, size, name);
-  const absl::Status shm_opened =
-      OpenShm(&shm, options.shm_options, rank, size, name);
+  absl::Status opened = OpenFabric(&fabric, options.providers,
+                                   options.fabric_options, rank, size, name);
+  opened.Update(OpenShm(&shm, options.shm_options, rank, size, name));
 
   // Every peer gets both HELLOs, usable or not, so that no one waits: a
   // rank whose required path did not open still tells its peers why, and
-  // they fail at once with its reason rather than at the deadline.
+  // they fail at once with its reason rather than at the deadline. Its own
+  // reason is what it reports, even where a peer that failed the same way
+  // has already gone and the HELLO cannot reach it.
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     for (const Side* side : {&fabric, &shm}) {
-      STARLING_RETURN_IF_ERROR(transport->SendControl(
+      const absl::Status sent = transport->SendControl(
           peer, side->tag,
-          EncodeFabricHello(
-              HelloOf(*side, peer, rank, size, options.host_id))));
+          EncodeFabricHello(HelloOf(*side, peer, rank, size, options.host_id)));
+      if (!sent.ok()) return opened.ok() ? sent : opened;
     }
   }
-  STARLING_RETURN_IF_ERROR(fabric_opened);
-  STARLING_RETURN_IF_ERROR(shm_opened);
+  STARLING_RETURN_IF_ERROR(opened);
 
   FabricRoutes routes;
   std::vector<std::string> missing;
