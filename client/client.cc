@@ -272,6 +272,15 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
     pending_ = std::make_unique<Pending>();
     STARLING_ASSIGN_OR_RETURN(connection_,
                               Connection::Open(options, std::move(pool)));
+    // The coordinator may have re-formed the group a moment before this
+    // daemon heard of it (until then the daemon holds the stopped run, or
+    // none): asked again for a while, then taken as no re-formation at all.
+    const bool same_group =
+        epoch != 0 && connection_->hello().group_epoch() == epoch;
+    if (same_group && absl::Now() < same_group_deadline) {
+      absl::SleepFor(absl::Milliseconds(250));
+      continue;
+    }
     if (connection_->run_id() != run_id) {
       return absl::FailedPreconditionError(absl::StrCat(
           "run ", run_id, " did not go on in the re-formed group (",
@@ -279,14 +288,7 @@ absl::StatusOr<Client::Rejoined> Client::Rejoin() {
           "); its daemons' logs and `starlingctl status` say why; this "
           "worker may declare the next run"));
     }
-    if (epoch != 0 && connection_->hello().group_epoch() == epoch) {
-      // The coordinator may have re-formed the group a moment before this
-      // daemon heard of it: asked again for a while, then taken as no
-      // re-formation at all.
-      if (absl::Now() < same_group_deadline) {
-        absl::SleepFor(absl::Milliseconds(250));
-        continue;
-      }
+    if (same_group) {
       return absl::FailedPreconditionError(absl::StrCat(
           "run ", run_id, " still runs in group epoch ", epoch, " (",
           connection_->where(), ", asked for ",
