@@ -64,7 +64,7 @@ size_t MappedLength(size_t bytes) {
 // Zeroed memory that peers write into, at a random page-aligned address
 // that nothing of this process had before. Keys alone do not tell one
 // group's region from an earlier one's: ofi_rxm over tcp (libfabric 1.17)
-// ignores the caller's key and numbers regions 1, 2, ... in every domain,
+// ignores the caller's key and numbers regions 2, 4, ... in every domain,
 // so a stale (key, address) pair named the new group's slots whenever the
 // allocator handed out the freed address again. At a random address the
 // provider's range check drops such a write. Falls back to an address of
@@ -96,6 +96,15 @@ std::byte* MapRemoteWritable(size_t bytes) {
 
 void UnmapRemoteWritable(void* p, size_t bytes) {
   if (p != nullptr) munmap(p, MappedLength(bytes));
+}
+
+// The sizes mapped (and unmapped) per path: a peer's receive slots, and the
+// credit cells, one per rank.
+size_t SlotAreaBytes(const FabricOptions& options) {
+  return size_t{options.slots} * options.slot_bytes;
+}
+size_t CreditCellsBytes(int size) {
+  return sizeof(uint64_t) * static_cast<size_t>(size);
 }
 
 }  // namespace
@@ -289,9 +298,9 @@ absl::Status FabricPath::OpenFabric() {
   address_.assign(address, address_len);
 
   // Registered once, here.
-  const size_t slot_area = size_t{options_.slots} * options_.slot_bytes;
-  credit_cells_ = reinterpret_cast<uint64_t*>(
-      MapRemoteWritable(sizeof(uint64_t) * static_cast<size_t>(size_)));
+  const size_t slot_area = SlotAreaBytes(options_);
+  credit_cells_ =
+      reinterpret_cast<uint64_t*>(MapRemoteWritable(CreditCellsBytes(size_)));
   credit_source_ = reinterpret_cast<uint64_t*>(AllocateZeroed(64));
   if (credit_cells_ == nullptr || credit_source_ == nullptr) {
     return absl::ResourceExhaustedError("fabric credit cells");
@@ -528,8 +537,7 @@ FabricPath::~FabricPath() {
     for (fid_mr* mr : {peer->recv_mr, peer->send_mr, peer->credit_mr}) {
       if (mr != nullptr) fi_close(&mr->fid);
     }
-    UnmapRemoteWritable(peer->recv,
-                        size_t{options_.slots} * options_.slot_bytes);
+    UnmapRemoteWritable(peer->recv, SlotAreaBytes(options_));
     std::free(peer->send);
   }
   if (credit_source_mr_ != nullptr) fi_close(&credit_source_mr_->fid);
@@ -537,8 +545,7 @@ FabricPath::~FabricPath() {
   if (cq_ != nullptr) fi_close(&cq_->fid);
   if (domain_ != nullptr) fi_close(&domain_->fid);
   if (fabric_ != nullptr) fi_close(&fabric_->fid);
-  UnmapRemoteWritable(credit_cells_,
-                      sizeof(uint64_t) * static_cast<size_t>(size_));
+  UnmapRemoteWritable(credit_cells_, CreditCellsBytes(size_));
   std::free(credit_source_);
   if (info_ != nullptr) fi_freeinfo(info_);
 }
