@@ -3,9 +3,11 @@
 // and which ranks has it not heard from" while the op is still waiting.
 //
 // Every op carries its sequence number and its fingerprint (the descriptor:
-// op, dtype, element count, algorithm, root), sent to every peer at the op's
-// start (op_context.h). A peer has *arrived* at op `seq` once its descriptor
-// for `seq` has reached this rank. The calls for one op come in order
+// op, dtype, element count, algorithm, root), sent at the op's start to the
+// peers it exchanges data with, and to every peer once one of its waits
+// lasts OpContext::kArrivalPollInterval (op_context.h). A peer has *arrived*
+// at op `seq` once its descriptor for `seq` has reached this rank; in a fast
+// op, that is only the partners. The calls for one op come in order
 // OpStarted, PeerArrived (once per peer that arrived, possibly none),
 // OpEnded, all on the thread running the op; the observer must be
 // thread-safe against its own readers (an admin RPC, a scrape) and must not
@@ -27,8 +29,9 @@ namespace collective {
 // arrived at this rank's start: this rank was then later than it.
 struct ArrivalSummary {
   // The rank that arrived last (this rank's own, when every peer's
-  // descriptor was already here at its start); -1 when the op ended before
-  // every peer arrived (it failed) or the group has one rank.
+  // descriptor was already here at its start), among the ranks heard from
+  // when the op succeeded; -1 when the op failed before every peer arrived
+  // or the group has one rank.
   int last_rank = -1;
   // From this rank's start to the last rank's arrival (zero when this rank
   // was last): how long this rank waited for the slowest one.

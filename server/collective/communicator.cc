@@ -88,7 +88,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
 
 Communicator::Communicator(transport::Transport* transport,
                            const Options& options)
-    : transport_(transport), options_(options) {
+    : transport_(transport), options_(options),
+      descriptors_(transport, kOpDescriptorTag),
+      notices_(transport, kOpNoticeTag) {
   completions_.reserve(transport->size());
   for (int i = 0; i < transport->size(); ++i) {
     completions_.push_back(std::make_unique<transport::Completion>());
@@ -211,7 +213,7 @@ absl::Status Communicator::RunOp(uint64_t seq, OpKind kind,
   if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);
 
   CollectiveObserver* const observer = options_.observer;
-  OpContext ctx(transport_, desc, timeout, data,
+  OpContext ctx(transport_, &descriptors_, &notices_, desc, timeout, data,
                 absl::MakeSpan(scratch_).first(scratch_bytes),
                 options_.chunk_bytes, options_.selector.doubling_max_bytes,
                 &completions_, call.cancel, observer);

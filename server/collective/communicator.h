@@ -6,8 +6,9 @@
 //                                   ReduceOp::kSum));
 //
 // Every rank must issue the same ops in the same order: each op takes the
-// next sequence number, from which its RegionIds and control tags derive, so
-// late frames of op k can never land in op k+1. All ops are in place on
+// next sequence number, from which its RegionIds derive and which its
+// descriptor carries, so late frames of op k can never land in op k+1 (a
+// late descriptor is dropped: descriptor_inbox.h). All ops are in place on
 // `data` (whole elements, any alignment) and return:
 //   InvalidArgument   - bad arguments, or ranks made different calls (the
 //                       message names the op sequence number, both ranks
@@ -65,6 +66,7 @@
 #include "server/collective/chunk_planner.h"
 #include "server/collective/collective_observer.h"
 #include "server/collective/data_type.h"
+#include "server/collective/descriptor_inbox.h"
 #include "server/collective/op_descriptor.h"
 #include "server/collective/selector.h"
 #include "server/transport/completion.h"
@@ -194,6 +196,9 @@ class Communicator {
   std::vector<std::byte> scratch_;  // grows to the largest op's need
   // One per peer, reused by every op (see OpContext::Finish).
   std::vector<std::unique_ptr<transport::Completion>> completions_;
+  // Every op's peers' descriptors and arrival notices.
+  DescriptorInbox descriptors_;
+  DescriptorInbox notices_;
 };
 
 }  // namespace collective

@@ -24,19 +24,36 @@ transport::RegionId OpRegionIdsBegin(uint64_t seq) {
   return (uint64_t{1} << 63) | (std::min(seq, kOpSeqLimit) << 2);
 }
 
-uint32_t OpControlTag(uint64_t seq) {
-  return 0x80000000u | static_cast<uint32_t>(seq & 0x7FFFFFFFu);
+namespace {
+
+// Ops whose result does not depend on every rank's data (a broadcast root,
+// a shift's ranks), that are nothing but the exchange (a barrier, an empty
+// buffer), or in which some rank may send no data (a reduce-scatter or
+// all-gather of fewer elements than ranks leaves some blocks empty; an
+// all-reduce of any element needs every rank's, so every rank writes):
+// every rank sends its descriptor to every peer and checks all of them. The
+// same call gives the same answer on every rank.
+bool ExchangesWithEveryPeer(const OpDescriptor& desc, int size) {
+  return desc.kind == OpKind::kBroadcast || desc.kind == OpKind::kBarrier ||
+         desc.kind == OpKind::kShift || desc.count == 0 ||
+         (desc.kind != OpKind::kAllReduce &&
+          desc.count < static_cast<uint64_t>(size));
 }
 
+}  // namespace
+
 OpContext::OpContext(
-    transport::Transport* transport, const OpDescriptor& desc,
-    absl::Duration timeout, absl::Span<std::byte> data,
-    absl::Span<std::byte> scratch, size_t chunk_bytes,
-    size_t doubling_max_bytes,
+    transport::Transport* transport, DescriptorInbox* descriptors,
+    DescriptorInbox* notices, const OpDescriptor& desc, absl::Duration timeout,
+    absl::Span<std::byte> data, absl::Span<std::byte> scratch,
+    size_t chunk_bytes, size_t doubling_max_bytes,
     std::vector<std::unique_ptr<transport::Completion>>* completions,
     const Cancellation* cancel, CollectiveObserver* observer)
     : transport_(transport),
+      descriptor_inbox_(descriptors),
+      notice_inbox_(notices),
       desc_(desc),
+      every_peer_(ExchangesWithEveryPeer(desc, transport->size())),
       rank_(transport->rank()),
       size_(transport->size()),
       timeout_(timeout),
@@ -51,6 +68,8 @@ OpContext::OpContext(
       observer_(observer),
       start_(absl::Now()),
       wrote_to_(size_, false),
+      sent_to_(size_, false),
+      told_(size_, false),
       matched_(size_, false),
       descriptors_(size_),
       arrived_at_(size_, absl::InfiniteFuture()) {
@@ -99,38 +118,104 @@ absl::Status OpContext::Start() {
   return PollDescriptors(start_);
 }
 
-void OpContext::Announce() {
-  if (announced_) return;
-  announced_ = true;
+void OpContext::SendDescriptor(int peer) {
+  if (sent_to_[peer]) return;
+  sent_to_[peer] = true;
+  told_[peer] = true;
   const auto wire = desc_.Encode();
+  absl::Status s =
+      transport_->SendControl(peer, kOpDescriptorTag, absl::MakeConstSpan(wire));
+  if (!s.ok() && peers_status_.ok()) {
+    peers_status_ = PeerError(peer, s, "sending the op descriptor");
+  }
+}
+
+void OpContext::SendNotice(int peer, bool waiting) {
+  told_[peer] = true;
+  OpDescriptor mine = desc_;
+  mine.waiting = waiting;
+  const auto wire = mine.Encode();
+  // Only the arrival view depends on it: a lost peer fails the op elsewhere.
+  transport_->SendControl(peer, kOpNoticeTag, absl::MakeConstSpan(wire))
+      .IgnoreError();
+}
+
+void OpContext::Announce() {
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    absl::Status s = transport_->SendControl(peer, OpControlTag(desc_.seq),
-                                             absl::MakeConstSpan(wire));
-    if (!s.ok() && peers_status_.ok()) {
-      peers_status_ = PeerError(peer, s, "sending the op descriptor");
+    if (peer != rank_) SendDescriptor(peer);
+  }
+}
+
+void OpContext::SendDescriptorForData(int peer) {
+  if (every_peer_) {
+    Announce();
+  } else {
+    SendDescriptor(peer);
+  }
+}
+
+void OpContext::StartWaiting() {
+  if (waiting_) return;
+  waiting_ = true;
+  // Every peer not heard from yet hears that we wait, and answers; those
+  // that have our descriptor already get the notice too, since some (a
+  // ring's successor) never send us theirs.
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && arrived_at_[peer] == absl::InfiniteFuture()) {
+      SendNotice(peer, /*waiting=*/true);
     }
   }
+}
+
+void OpContext::NoteArrival(int peer, absl::Time when) {
+  if (arrived_at_[peer] != absl::InfiniteFuture()) return;
+  arrived_at_[peer] = when;
+  if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, when);
 }
 
 absl::StatusOr<bool> OpContext::TakeDescriptor(int peer, absl::Time when) {
   if (!descriptors_[peer].empty()) return true;
   absl::StatusOr<std::optional<std::vector<std::byte>>> wire =
-      transport_->TryRecvControl(peer, OpControlTag(desc_.seq));
+      descriptor_inbox_->Take(peer, desc_.seq, absl::InfinitePast());
   if (!wire.ok()) return wire.status();
   if (!wire->has_value()) return false;
-  if ((*wire)->empty()) (*wire)->resize(1);  // Decode rejects it; "taken"
-  descriptors_[peer] = **std::move(wire);
-  arrived_at_[peer] = when;
-  if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, when);
+  KeepDescriptor(peer, **std::move(wire), when);
   return true;
 }
 
+void OpContext::KeepDescriptor(int peer, std::vector<std::byte> wire,
+                               absl::Time when) {
+  if (wire.empty()) wire.resize(1);  // Decode rejects it; "taken"
+  descriptors_[peer] = std::move(wire);
+  NoteArrival(peer, when);
+}
+
+absl::Status OpContext::TakeNotices(int peer, absl::Time when) {
+  // Notices are wanted while the peer has not been heard from, or may be
+  // waiting for word from us.
+  while (arrived_at_[peer] == absl::InfiniteFuture() || !told_[peer]) {
+    absl::StatusOr<std::optional<std::vector<std::byte>>> wire =
+        notice_inbox_->Take(peer, desc_.seq, absl::InfinitePast());
+    if (!wire.ok()) return wire.status();
+    if (!wire->has_value()) break;
+    NoteArrival(peer, when);
+    absl::StatusOr<OpDescriptor> notice = OpDescriptor::Decode(**wire);
+    // A peer that waits wants to hear that we are here.
+    if (notice.ok() && notice->waiting && !told_[peer]) {
+      SendNotice(peer, /*waiting=*/false);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status OpContext::PollDescriptors(absl::Time when) {
+  next_poll_ = when + kArrivalPollInterval;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     absl::StatusOr<bool> taken = TakeDescriptor(peer, when);
-    if (!taken.ok()) return PeerError(peer, taken.status(), "no op descriptor");
+    absl::Status status = taken.status();
+    if (status.ok()) status = TakeNotices(peer, when);
+    if (!status.ok()) return PeerError(peer, status, "no op descriptor");
   }
   return absl::OkStatus();
 }
@@ -138,7 +223,7 @@ absl::Status OpContext::PollDescriptors(absl::Time when) {
 std::string OpContext::MissingRanksText() const {
   std::vector<std::string> missing;
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && descriptors_[peer].empty()) {
+    if (arrived_at_[peer] == absl::InfiniteFuture()) {
       missing.push_back(transport_->PeerName(peer));
     }
   }
@@ -153,13 +238,18 @@ ArrivalSummary OpContext::arrival() const {
   if (size_ < 2) return summary;
   absl::Time last = start_;
   int last_rank = rank_;
+  bool everyone = true;
   for (int peer = 0; peer < size_; ++peer) {
-    if (arrived_at_[peer] == absl::InfiniteFuture()) return summary;
-    if (arrived_at_[peer] > last) {
+    if (arrived_at_[peer] == absl::InfiniteFuture()) {
+      everyone = false;
+    } else if (arrived_at_[peer] > last) {
       last = arrived_at_[peer];
       last_rank = peer;
     }
   }
+  // An op that succeeded had every rank; those not heard from sent nothing
+  // here because no wait of theirs or ours lasted kArrivalPollInterval.
+  if (!everyone && !succeeded_) return summary;
   summary.last_rank = last_rank;
   summary.skew = last - start_;
   return summary;
@@ -169,23 +259,19 @@ absl::Status OpContext::AwaitDescriptor(int peer) {
   // Waits in short slices: after each the other peers' descriptors are
   // taken if they came meanwhile, so that their arrival times (and the
   // observer's view of who is missing) stay current while one slow rank
-  // holds the op.
+  // holds the op; after the first, every peer is told that we wait.
   while (descriptors_[peer].empty()) {
     const absl::Time slice =
         std::min(WaitSlice(), absl::Now() + kArrivalPollInterval);
-    absl::StatusOr<std::vector<std::byte>> wire =
-        transport_->RecvControl(peer, OpControlTag(desc_.seq), slice);
+    absl::StatusOr<std::optional<std::vector<std::byte>>> wire =
+        descriptor_inbox_->Take(peer, desc_.seq, slice);
     const absl::Time now = absl::Now();
-    if (wire.ok()) {
-      if (wire->empty()) wire->resize(1);  // Decode rejects it later
-      descriptors_[peer] = *std::move(wire);
-      arrived_at_[peer] = now;
-      if (observer_ != nullptr) observer_->PeerArrived(desc_.seq, peer, now);
+    if (!wire.ok()) return PeerError(peer, wire.status(), "no op descriptor");
+    if (wire->has_value()) {
+      KeepDescriptor(peer, **std::move(wire), now);
       break;
     }
-    if (!absl::IsDeadlineExceeded(wire.status())) {
-      return PeerError(peer, wire.status(), "no op descriptor");
-    }
+    StartWaiting();
     STARLING_RETURN_IF_ERROR(PollDescriptors(now));
     if (!descriptors_[peer].empty()) break;  // it came just now
     if (now >= deadline_) return DescriptorTimeout(peer);
@@ -203,16 +289,19 @@ absl::Status OpContext::DescriptorTimeout(int peer) {
 
 int OpContext::FirstMissingPeer() const {
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && descriptors_[peer].empty()) return peer;
+    if (arrived_at_[peer] == absl::InfiniteFuture()) return peer;
   }
   return -1;
 }
 
-absl::Status OpContext::MatchArrived() {
+absl::Status OpContext::MatchArrived(bool only_if_due) {
   if (!peers_status_.ok() || matched_count_ == size_ - 1) return peers_status_;
-  if (absl::Status s = PollDescriptors(absl::Now()); !s.ok()) {
-    peers_status_ = s;
-    return s;
+  const absl::Time now = absl::Now();
+  if (!only_if_due || now >= next_poll_) {
+    if (absl::Status s = PollDescriptors(now); !s.ok()) {
+      peers_status_ = s;
+      return s;
+    }
   }
   for (int peer = 0; peer < size_ && peers_status_.ok(); ++peer) {
     if (peer != rank_ && !descriptors_[peer].empty()) {
@@ -307,14 +396,14 @@ void OpContext::PostChunk(int peer, absl::Span<const std::byte> src, Region dst,
   wrote_to_[peer] = true;
   transport_->Write(peer, src, OpRegionId(desc_.seq, dst), dst_offset,
                     StepImm(step, chunk), (*completions_)[peer].get());
-  // After the op's first write, so that the descriptors' sends are not on
-  // its critical path.
-  Announce();
+  // After the first write to the peer, so that the descriptor's send is not
+  // on the critical path; the receiver reads it after that write's data.
+  SendDescriptorForData(peer);
 }
 
 absl::Status OpContext::WaitChunk(int peer, Region region, int step,
                                   size_t chunk) {
-  Announce();
+  if (every_peer_) Announce();
   transport::WriteMatch match;
   match.region = OpRegionId(desc_.seq, region);
   match.peer = peer;
@@ -322,20 +411,26 @@ absl::Status OpContext::WaitChunk(int peer, Region region, int step,
   absl::StatusOr<transport::WriteNotice> notice;
   while (true) {
     // Until every peer's descriptor has come and matched, the wait runs in
-    // short slices that take and compare those that came meanwhile: a
-    // mismatched call anywhere fails this op within one slice, and the
-    // arrival times stay current.
-    STARLING_RETURN_IF_ERROR(MatchArrived());
+    // short slices that take and compare those that came meanwhile (at most
+    // every kArrivalPollInterval): a mismatched call anywhere that reaches
+    // this rank fails this op within one slice, and the arrival times stay
+    // current.
+    STARLING_RETURN_IF_ERROR(MatchArrived(/*only_if_due=*/true));
     const bool all_matched = matched_count_ == size_ - 1;
     notice = transport_->WaitForWrite(
         match, all_matched
                    ? WaitSlice()
                    : std::min(WaitSlice(), absl::Now() + kArrivalPollInterval));
     if (!absl::IsDeadlineExceeded(notice.status())) break;
+    // This wait is long: every rank hears that we are here and answers.
+    StartWaiting();
     if (absl::Now() >= deadline_) {
       STARLING_RETURN_IF_ERROR(MatchArrived());
       // A rank that never came is the one to blame (and to abort), not the
-      // partner that waits for it too.
+      // partner that waits for it too; the partner itself, if it never came.
+      if (arrived_at_[peer] == absl::InfiniteFuture()) {
+        return DescriptorTimeout(peer);
+      }
       const int missing = FirstMissingPeer();
       if (missing >= 0) return DescriptorTimeout(missing);
       return PeerError(peer, notice.status(), "no data");
@@ -410,11 +505,20 @@ absl::Status OpContext::AwaitWritesTo(int peer) {
 }
 
 absl::Status OpContext::Finish(absl::Status status) {
-  // Every peer's descriptor is checked even by ranks that only sent (a
-  // broadcast root), so that a mismatch is reported on every rank; a rank
-  // whose op failed still tells the others that it came.
-  Announce();
-  if (status.ok()) status = CheckPeers();
+  if (status.ok() && (every_peer_ || !SentAny())) {
+    // Every peer's descriptor is checked even by ranks that only sent (a
+    // broadcast root), or exchanged no data at all (an empty buffer), so
+    // that a mismatch is reported on every rank.
+    status = CheckPeers();
+  } else if (status.ok()) {
+    // Every peer whose data this rank used has been checked; descriptors
+    // from the others that are here are compared too.
+    status = MatchArrived();
+  }
+  // A rank whose op failed tells every peer that it came and with what
+  // call, so that ranks stalled on it see the mismatch (or that it is here)
+  // within a slice instead of timing out.
+  if (!status.ok()) Announce();
   // A failed op waits only until the deadline, then aborts the peer so its
   // pending writes finish before we return.
   for (int peer = 0; peer < size_; ++peer) {
@@ -430,7 +534,15 @@ absl::Status OpContext::Finish(absl::Status status) {
     transport_->DeregisterRegion(OpRegionId(desc_.seq, Region::kScratch))
         .IgnoreError();
   }
+  succeeded_ = status.ok();
   return status;
+}
+
+bool OpContext::SentAny() const {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (sent_to_[peer]) return true;
+  }
+  return false;
 }
 
 }  // namespace collective

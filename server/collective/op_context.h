@@ -16,17 +16,33 @@
 //             step are posted at once; the receiver consumes (reduces) chunk
 //             k as soon as it lands while later chunks are still in flight.
 //
-// Start() registers the regions; the op's descriptor goes to every peer
-// right after its first write is posted (or before its first wait, or in
-// Finish()), so that those N - 1 sends are not on the first step's critical
-// path. Data from a peer is consumed only once that peer's descriptor has
-// been checked (each wait checks the peer it waits for); Finish() checks
-// every peer's, so a mismatched call fails everywhere with InvalidArgument.
-// While a wait runs and some descriptors are missing, it takes them as
-// they come, noting when each peer's arrives (told to the
-// CollectiveObserver, if any, as it happens), so that a stuck op can say
-// which ranks it has not heard from, and the op's ArrivalSummary says
-// which rank came last. Every wait runs against the op
+// Start() registers the regions and takes the descriptors already here.
+// Descriptors (one control tag, sorted per sender by DescriptorInbox) go
+// only where data goes: right after an op's first write to a peer, its
+// descriptor follows to that peer, so that it is not on the critical path
+// and the 56 messages of an all-to-all exchange at 8 ranks become one per
+// partner. Data from a peer is consumed only once that peer's descriptor
+// has been checked (each wait checks the peer it waits for), so a rank's
+// result holds only data from ranks that made its call; a rank that sees a
+// mismatch fails with InvalidArgument naming both calls and, as every rank
+// whose op fails, sends its descriptor to every peer, so that the ranks
+// stalled on it fail the same way within a slice instead of timing out.
+// Broadcast, shift and barrier, whose result does not need every rank's
+// data, and ops that exchange no data here (an empty buffer) keep the full
+// exchange: Finish() awaits and checks every peer's descriptor.
+//
+// While a wait runs, it takes the descriptors that came meanwhile every
+// kArrivalPollInterval, noting when each peer was first heard from (told to
+// the CollectiveObserver, if any, as it happens). A wait that lasts longer
+// than that sends an arrival notice (this rank's descriptor flagged
+// `waiting`, on its own tag, kOpNoticeTag) to every peer not heard from; a
+// peer in (or later starting) the op that has not told this rank yet
+// answers with a notice. Notices only say who is there; they are never
+// compared, so one that arrives after its op has ended (a peer had finished)
+// can make no later op fail. So a stuck op says which ranks it has not
+// heard from, and the op's ArrivalSummary names the rank that came last
+// whenever someone waited long enough to matter (in a fast op, the last of
+// the ranks heard from). Every wait runs against the op
 // deadline; a peer silent past it is named in a DeadlineExceeded error and
 // aborted (Transport::AbortPeer) so that no posted write still references the
 // caller's buffer when the op returns. Finish() waits for this op's writes,
@@ -49,6 +65,7 @@
 #include "server/collective/cancellation.h"
 #include "server/collective/chunk_planner.h"
 #include "server/collective/collective_observer.h"
+#include "server/collective/descriptor_inbox.h"
 #include "server/collective/op_descriptor.h"
 #include "server/transport/completion.h"
 #include "server/transport/transport.h"
@@ -58,11 +75,10 @@ namespace collective {
 
 enum class Region : uint8_t { kData = 1, kScratch = 2 };
 
-// RegionIds and control tags of op `seq`. Collective regions have the top bit
-// of the id set and collective control tags the top bit of the tag, so other
-// users of the same transport can use ids and tags below 2^63 and 2^31.
+// RegionIds of op `seq`. Collective regions have the top bit of the id set,
+// so other users of the same transport can use ids below 2^63 (and tags
+// below 2^31: descriptor_inbox.h).
 transport::RegionId OpRegionId(uint64_t seq, Region region);
-uint32_t OpControlTag(uint64_t seq);
 
 // Op sequence numbers are taken modulo kOpSeqLimit in RegionIds.
 inline constexpr uint64_t kOpSeqLimit = uint64_t{1} << 60;
@@ -79,13 +95,14 @@ inline uint32_t StepImm(int step, size_t chunk) {
 
 class OpContext {
  public:
-  // `transport` and `completions` (one per rank, owned by the Communicator,
-  // reused across ops) are borrowed for the op's life; `data` and `scratch`
-  // must stay valid until Finish() returns.
-  OpContext(transport::Transport* transport, const OpDescriptor& desc,
-            absl::Duration timeout, absl::Span<std::byte> data,
-            absl::Span<std::byte> scratch, size_t chunk_bytes,
-            size_t doubling_max_bytes,
+  // `transport`, `descriptors` and `notices` (the transport's inboxes of
+  // kOpDescriptorTag and kOpNoticeTag, for every op) and `completions` (one
+  // per rank), owned by the Communicator and reused across ops, are borrowed for the op's life; `data` and `scratch` must
+  // stay valid until Finish() returns.
+  OpContext(transport::Transport* transport, DescriptorInbox* descriptors,
+            DescriptorInbox* notices, const OpDescriptor& desc, absl::Duration timeout,
+            absl::Span<std::byte> data, absl::Span<std::byte> scratch,
+            size_t chunk_bytes, size_t doubling_max_bytes,
             std::vector<std::unique_ptr<transport::Completion>>* completions,
             const Cancellation* cancel = nullptr,
             CollectiveObserver* observer = nullptr);
@@ -154,7 +171,8 @@ class OpContext {
   // (AwaitWritesTo would wait). Does not block.
   bool WritesPendingTo(int peer) const;
 
-  // Sends this op's descriptor, receives and checks every peer's.
+  // Sends this op's descriptor to every peer, receives and checks every
+  // peer's.
   absl::Status CheckPeers();
 
   // Ends the op: waits for this op's writes (aborting peers whose writes are
@@ -168,19 +186,41 @@ class OpContext {
   // When this op started here (the constructor).
   absl::Time start() const { return start_; }
   // Which rank arrived last and how long this rank waited for it (see
-  // collective_observer.h); last_rank -1 until every peer has arrived.
+  // collective_observer.h): among the ranks heard from once the op has
+  // succeeded; otherwise -1 until every peer has arrived.
   ArrivalSummary arrival() const;
 
-  // How often a wait for one peer's descriptor looks whether the others'
-  // have come meanwhile (their arrival times are exact to within this).
+  // How often a wait looks whether other peers' descriptors have come
+  // meanwhile (their arrival times are exact to within this), and how long
+  // a wait lasts before every peer is told that this rank waits.
   static constexpr absl::Duration kArrivalPollInterval = absl::Milliseconds(5);
 
  private:
   absl::Status PeerError(int peer, const absl::Status& status,
                          absl::string_view waiting_for);
-  // Sends this op's descriptor to every peer, once; a failed send becomes
-  // the op's peer status.
+  // Sends this op's descriptor to `peer` unless it was sent there already;
+  // a failed send becomes the op's peer status.
+  void SendDescriptor(int peer);
+  // SendDescriptor() to every peer.
   void Announce();
+  // After a write to, or before a wait for, `peer`: SendDescriptor(peer),
+  // or Announce() for ops that exchange with every peer.
+  void SendDescriptorForData(int peer);
+  // Sends an arrival notice (this op's descriptor flagged `waiting` or not,
+  // on kOpNoticeTag) to `peer`. Errors are left to the op's other waits.
+  void SendNotice(int peer, bool waiting);
+  // A wait has lasted kArrivalPollInterval: sends a waiting notice to every
+  // peer not heard from. Once.
+  void StartWaiting();
+  // Whether this op sent its descriptor to any peer.
+  bool SentAny() const;
+  // `peer` was first heard from at `when` (descriptor or notice).
+  void NoteArrival(int peer, absl::Time when);
+  // Keeps `peer`'s descriptor `wire`, seen at `when`.
+  void KeepDescriptor(int peer, std::vector<std::byte> wire, absl::Time when);
+  // Takes `peer`'s notices that are here, noting its arrival and answering
+  // one that waits.
+  absl::Status TakeNotices(int peer, absl::Time when);
   // Waits for `peer`'s descriptor (to the op deadline).
   absl::Status AwaitDescriptor(int peer);
   // InvalidArgument if `peer`'s descriptor (here already) is not this op's
@@ -188,8 +228,9 @@ class OpContext {
   absl::Status MatchDescriptor(int peer);
   // AwaitDescriptor() and MatchDescriptor() for one peer, once.
   absl::Status CheckPeer(int peer);
-  // Takes the descriptors that came (no wait) and matches them.
-  absl::Status MatchArrived();
+  // Takes the descriptors that came (no wait; with `only_if_due`, only if
+  // kArrivalPollInterval has passed since the last look) and matches them.
+  absl::Status MatchArrived(bool only_if_due = false);
   // The lowest peer whose descriptor has not come; -1 if none.
   int FirstMissingPeer() const;
   // DeadlineExceeded for `peer`'s descriptor (aborting it), naming every
@@ -199,7 +240,7 @@ class OpContext {
   // arrival at `when`. Returns false if it is not here; an error if the
   // peer is lost.
   absl::StatusOr<bool> TakeDescriptor(int peer, absl::Time when);
-  // TakeDescriptor() for every peer still missing.
+  // TakeDescriptor() and TakeNotices() for every peer.
   absl::Status PollDescriptors(absl::Time when);
   // "; rank 2 (host:port), rank 3 (host:port) have not arrived at this op":
   // the peers whose descriptors are missing, for timeout messages.
@@ -211,7 +252,11 @@ class OpContext {
   absl::Status CancelledStatus() const;
 
   transport::Transport* const transport_;
+  DescriptorInbox* const descriptor_inbox_;
+  DescriptorInbox* const notice_inbox_;
   const OpDescriptor desc_;
+  // Descriptors to and from every peer (ExchangesWithEveryPeer()).
+  const bool every_peer_;
   const int rank_;
   const int size_;
   const absl::Duration timeout_;
@@ -229,13 +274,19 @@ class OpContext {
   std::vector<bool> wrote_to_;  // peers this op posted writes to
   bool data_registered_ = false;
   bool scratch_registered_ = false;
-  bool announced_ = false;
+  std::vector<bool> sent_to_;  // peers sent this op's descriptor
+  std::vector<bool> told_;     // ... or a notice
+  bool waiting_ = false;       // StartWaiting() ran
+  bool succeeded_ = false;     // Finish() returned ok
+  // When the next look at the descriptors that came is due.
+  absl::Time next_poll_ = absl::InfinitePast();
   std::vector<bool> matched_;  // peers whose descriptor matched ours
   int matched_count_ = 0;
   // The first error of sending, receiving or matching descriptors; sticky.
   absl::Status peers_status_;
-  // Per rank: the descriptor received (empty: not yet) and when it was
-  // seen (InfiniteFuture: not yet; this rank's own entry is start_).
+  // Per rank: the descriptor received (empty: not yet) and when the rank
+  // was first heard from, by descriptor or notice (InfiniteFuture: not yet;
+  // this rank's own entry is start_).
   std::vector<std::vector<std::byte>> descriptors_;
   std::vector<absl::Time> arrived_at_;
   std::string phase_ = "start";

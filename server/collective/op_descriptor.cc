@@ -9,6 +9,7 @@ namespace collective {
 namespace {
 
 constexpr uint32_t kMagic = 0x31444353;  // "SCD1" little-endian
+constexpr uint32_t kWaitingFlag = 1;
 
 template <typename T>
 void Put(std::byte* out, T value) {
@@ -73,6 +74,7 @@ std::array<std::byte, OpDescriptor::kWireBytes> OpDescriptor::Encode() const {
   Put<uint8_t>(&wire[25], static_cast<uint8_t>(algorithm));
   Put<uint8_t>(&wire[26], static_cast<uint8_t>(dtype));
   Put<uint8_t>(&wire[27], static_cast<uint8_t>(op));
+  Put<uint32_t>(&wire[28], waiting ? kWaitingFlag : 0u);
   return wire;
 }
 
@@ -101,7 +103,16 @@ absl::StatusOr<OpDescriptor> OpDescriptor::Decode(
   desc.algorithm = static_cast<Algorithm>(algorithm);
   desc.dtype = static_cast<DataType>(dtype);
   desc.op = static_cast<ReduceOp>(op);
+  desc.waiting = (Get<uint32_t>(&wire[28]) & kWaitingFlag) != 0;
   return desc;
+}
+
+std::optional<uint64_t> OpDescriptor::PeekSeq(
+    absl::Span<const std::byte> wire) {
+  if (wire.size() != kWireBytes || Get<uint32_t>(&wire[0]) != kMagic) {
+    return std::nullopt;
+  }
+  return Get<uint64_t>(&wire[4]);
 }
 
 bool OpDescriptor::Matches(const OpDescriptor& other) const {

@@ -1,11 +1,13 @@
 // OpDescriptor: what one collective call asked for (op kind, algorithm,
 // element type, reduce op, element count, root), with the op sequence number
-// that orders calls on every rank. Ranks exchange descriptors at the start of
-// every op so that mismatched calls fail with InvalidArgument naming both
-// ranks and both calls, instead of corrupting data or hanging.
+// that orders calls on every rank. Ranks send their descriptor with every
+// op (to the peers they exchange data with; see op_context.h) so that
+// mismatched calls fail with InvalidArgument naming both ranks and both
+// calls, instead of corrupting data or hanging.
 //
 // Wire form (32 bytes, little-endian): magic "SCD1" u32, seq u64, count u64,
-// root i32, kind u8, algorithm u8, dtype u8, reduce op u8, reserved u32.
+// root i32, kind u8, algorithm u8, dtype u8, reduce op u8, flags u32 (bit 0:
+// `waiting`; other bits are ignored on receipt and sent as zero).
 // Value type; thread-compatible.
 #ifndef STARLING_SERVER_COLLECTIVE_OP_DESCRIPTOR_H_
 #define STARLING_SERVER_COLLECTIVE_OP_DESCRIPTOR_H_
@@ -13,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -58,12 +61,20 @@ struct OpDescriptor {
   ReduceOp op = ReduceOp::kSum;
   uint64_t count = 0;  // elements
   int32_t root = 0;    // broadcast: the root; shift: the distance
+  // Not part of the call: in an arrival notice (op_context.h), the sender
+  // has waited past OpContext::kArrivalPollInterval in this op and wants to
+  // hear from every peer; a receiver that has not told it yet answers.
+  bool waiting = false;
 
   std::array<std::byte, kWireBytes> Encode() const;
   // InvalidArgument if `wire` is not a descriptor.
   static absl::StatusOr<OpDescriptor> Decode(absl::Span<const std::byte> wire);
 
-  // True if two ranks issued the same call.
+  // The sequence number of an encoded descriptor without decoding the rest;
+  // nullopt if `wire` is not a descriptor (wrong size or magic).
+  static std::optional<uint64_t> PeekSeq(absl::Span<const std::byte> wire);
+
+  // True if two ranks issued the same call (`waiting` is not compared).
   bool Matches(const OpDescriptor& other) const;
 
   // "allreduce of 1000 float32 (sum, butterfly)".

@@ -187,6 +187,9 @@ void CollectiveMonitor::OpEnded(const collective::OpDescriptor& desc,
   }
   op.duration = duration;
   op.error = status.ok() ? "" : std::string(status.message());
+  // An op that succeeded had every rank, heard from here or not (ranks send
+  // their descriptors to the peers they exchange data with).
+  if (status.ok()) op.arrived.assign(size_, true);
   op.arrival = arrival;
   if (status.ok()) {
     Series* series = SeriesFor(desc, bytes);
