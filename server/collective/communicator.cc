@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
 
 Communicator::Communicator(transport::Transport* transport,
                            const Options& options)
-    : transport_(transport), options_(options),
+    : transport_(transport),
+      options_(options),
       descriptors_(transport, kOpDescriptorTag),
       notices_(transport, kOpNoticeTag) {
   completions_.reserve(transport->size());

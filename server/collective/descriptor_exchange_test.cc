@@ -174,17 +174,17 @@ std::vector<float> Contribution(int rank, size_t count) {
 absl::Status AllReduceAndCheck(Communicator* comm, size_t count,
                                const CallOptions& call) {
   std::vector<float> data = Contribution(comm->rank(), count);
-  absl::Status s = comm->AllReduce(
-      absl::MakeSpan(reinterpret_cast<std::byte*>(data.data()),
-                     data.size() * sizeof(float)),
-      DataType::kFloat32, ReduceOp::kSum, call);
+  absl::Status s =
+      comm->AllReduce(absl::MakeSpan(reinterpret_cast<std::byte*>(data.data()),
+                                     data.size() * sizeof(float)),
+                      DataType::kFloat32, ReduceOp::kSum, call);
   if (!s.ok()) return s;
   const int n = comm->size();
   for (size_t i = 0; i < count; ++i) {
     const double want = 1000.0 * n * (n - 1) / 2 + static_cast<double>(i) * n;
     if (data[i] != want) {
-      return absl::InternalError(absl::StrCat("element ", i, " is ", data[i],
-                                              ", want ", want));
+      return absl::InternalError(
+          absl::StrCat("element ", i, " is ", data[i], ", want ", want));
     }
   }
   return absl::OkStatus();
@@ -274,7 +274,8 @@ TEST(DescriptorExchange, WaitingRanksHearFromEveryoneAndNameTheStraggler) {
     std::vector<std::thread> threads;
     for (int r = 0; r < kLate; ++r) {
       threads.emplace_back([&, r] {
-        statuses[r] = AllReduceAndCheck(comms[r].get(), 1000, Forced(algorithm));
+        statuses[r] =
+            AllReduceAndCheck(comms[r].get(), 1000, Forced(algorithm));
       });
     }
     // Every rank in the op hears from every other one in it, partner or

@@ -8,8 +8,7 @@
 namespace starling {
 namespace collective {
 
-DescriptorInbox::DescriptorInbox(transport::Transport* transport,
-                                 uint32_t tag)
+DescriptorInbox::DescriptorInbox(transport::Transport* transport, uint32_t tag)
     : transport_(transport), tag_(tag), ahead_(transport->size()) {}
 
 size_t DescriptorInbox::held_ahead() const {

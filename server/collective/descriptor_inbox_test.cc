@@ -78,9 +78,8 @@ TEST(DescriptorInbox, WaitsToItsDeadlineAndTakesWhatComes) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
   // A later op's descriptor does not end the wait for this one's.
   Send(fabric.endpoint(1), 0, 1, 10);
-  ASSERT_OK_AND_ASSIGN(
-      auto still_none,
-      inbox.Take(1, 0, absl::Now() + absl::Milliseconds(20)));
+  ASSERT_OK_AND_ASSIGN(auto still_none,
+                       inbox.Take(1, 0, absl::Now() + absl::Milliseconds(20)));
   EXPECT_FALSE(still_none.has_value());
   EXPECT_EQ(inbox.held_ahead(), 1u);
   ASSERT_OK_AND_ASSIGN(auto one, inbox.Take(1, 1, absl::InfinitePast()));

@@ -123,8 +123,8 @@ void OpContext::SendDescriptor(int peer) {
   sent_to_[peer] = true;
   told_[peer] = true;
   const auto wire = desc_.Encode();
-  absl::Status s =
-      transport_->SendControl(peer, kOpDescriptorTag, absl::MakeConstSpan(wire));
+  absl::Status s = transport_->SendControl(peer, kOpDescriptorTag,
+                                           absl::MakeConstSpan(wire));
   if (!s.ok() && peers_status_.ok()) {
     peers_status_ = PeerError(peer, s, "sending the op descriptor");
   }

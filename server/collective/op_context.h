@@ -97,12 +97,14 @@ class OpContext {
  public:
   // `transport`, `descriptors` and `notices` (the transport's inboxes of
   // kOpDescriptorTag and kOpNoticeTag, for every op) and `completions` (one
-  // per rank), owned by the Communicator and reused across ops, are borrowed for the op's life; `data` and `scratch` must
-  // stay valid until Finish() returns.
+  // per rank), owned by the Communicator and reused across ops, are borrowed
+  // for the op's life; `data` and `scratch` must stay valid until Finish()
+  // returns.
   OpContext(transport::Transport* transport, DescriptorInbox* descriptors,
-            DescriptorInbox* notices, const OpDescriptor& desc, absl::Duration timeout,
-            absl::Span<std::byte> data, absl::Span<std::byte> scratch,
-            size_t chunk_bytes, size_t doubling_max_bytes,
+            DescriptorInbox* notices, const OpDescriptor& desc,
+            absl::Duration timeout, absl::Span<std::byte> data,
+            absl::Span<std::byte> scratch, size_t chunk_bytes,
+            size_t doubling_max_bytes,
             std::vector<std::unique_ptr<transport::Completion>>* completions,
             const Cancellation* cancel = nullptr,
             CollectiveObserver* observer = nullptr);
