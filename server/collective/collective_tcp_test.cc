@@ -41,6 +41,37 @@ TEST(CollectiveOverTcp, AllReducesAMillionAndThreeFloatsOnFourRanks) {
   }
 }
 
+// Regression: a rank that had exchanged no data with another finished the
+// last op and shut down (GOODBYE) while the other still waited for its own
+// partner; the other's look for that rank's descriptor took the goodbye for
+// a failure of the op. Each rank leaves as soon as its op returns.
+TEST(CollectiveOverTcp, RanksThatFinishAndLeaveFailNoOneElse) {
+  for (Algorithm algorithm :
+       {Algorithm::kTree, Algorithm::kButterfly, Algorithm::kRing}) {
+    for (int round = 0; round < 5; ++round) {
+      ASSERT_OK_AND_ASSIGN(auto group, transport::tcp::CreateGroup(8));
+      std::vector<transport::Transport*> transports = Raw(group);
+      auto statuses = RunRanks(
+          transports, CommunicatorOptions(), [&](int rank, Communicator* comm) {
+            std::vector<float> data(1000, static_cast<float>(rank));
+            CallOptions call;
+            call.algorithm = algorithm;
+            absl::Status s = comm->AllReduce(
+                absl::MakeSpan(reinterpret_cast<std::byte*>(data.data()),
+                               data.size() * sizeof(float)),
+                DataType::kFloat32, ReduceOp::kSum, call);
+            if (s.ok() && data[999] != 28.0f) {
+              s = absl::InternalError("wrong sum");
+            }
+            group[rank].reset();  // says GOODBYE to every peer at once
+            return s;
+          });
+      ASSERT_OK(FirstError(statuses))
+          << AlgorithmName(algorithm) << ", round " << round;
+    }
+  }
+}
+
 TEST(CollectiveOverTcp, MismatchedCallsFailNamingBothRanks) {
   ASSERT_OK_AND_ASSIGN(auto group, transport::tcp::CreateGroup(3));
   CommunicatorOptions options;

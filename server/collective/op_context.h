@@ -242,8 +242,9 @@ class OpContext {
   // arrival at `when`. Returns false if it is not here; an error if the
   // peer is lost.
   absl::StatusOr<bool> TakeDescriptor(int peer, absl::Time when);
-  // TakeDescriptor() and TakeNotices() for every peer.
-  absl::Status PollDescriptors(absl::Time when);
+  // TakeDescriptor() and TakeNotices() for every peer; a lost peer is left
+  // to the waits that need it.
+  void PollDescriptors(absl::Time when);
   // "; rank 2 (host:port), rank 3 (host:port) have not arrived at this op":
   // the peers whose descriptors are missing, for timeout messages.
   std::string MissingRanksText() const;
