@@ -142,6 +142,10 @@ void OpContext::SendNotice(int peer, bool waiting) {
 }
 
 void OpContext::Announce() {
+  // Called before every chunk of ops that exchange with every peer: the
+  // loop runs once.
+  if (announced_) return;
+  announced_ = true;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_) SendDescriptor(peer);
   }
@@ -191,14 +195,13 @@ void OpContext::KeepDescriptor(int peer, std::vector<std::byte> wire,
   NoteArrival(peer, when);
 }
 
-absl::Status OpContext::TakeNotices(int peer, absl::Time when) {
+void OpContext::TakeNotices(int peer, absl::Time when) {
   // Notices are wanted while the peer has not been heard from, or may be
   // waiting for word from us.
   while (arrived_at_[peer] == absl::InfiniteFuture() || !told_[peer]) {
     absl::StatusOr<std::optional<std::vector<std::byte>>> wire =
         notice_inbox_->Take(peer, desc_.seq, absl::InfinitePast());
-    if (!wire.ok()) return wire.status();
-    if (!wire->has_value()) break;
+    if (!wire.ok() || !wire->has_value()) return;
     NoteArrival(peer, when);
     absl::StatusOr<OpDescriptor> notice = OpDescriptor::Decode(**wire);
     // A peer that waits wants to hear that we are here.
@@ -206,7 +209,6 @@ absl::Status OpContext::TakeNotices(int peer, absl::Time when) {
       SendNotice(peer, /*waiting=*/false);
     }
   }
-  return absl::OkStatus();
 }
 
 void OpContext::PollDescriptors(absl::Time when) {
@@ -217,7 +219,7 @@ void OpContext::PollDescriptors(absl::Time when) {
     // wait that needs it (its data, or its descriptor after its data). One
     // that finished this op and shut down before we looked, as ranks that
     // exchange no data with us may, has not failed anything.
-    if (TakeDescriptor(peer, when).ok()) TakeNotices(peer, when).IgnoreError();
+    if (TakeDescriptor(peer, when).ok()) TakeNotices(peer, when);
   }
 }
 

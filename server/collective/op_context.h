@@ -28,7 +28,8 @@
 // whose op fails, sends its descriptor to every peer, so that the ranks
 // stalled on it fail the same way within a slice instead of timing out.
 // Broadcast, shift and barrier, whose result does not need every rank's
-// data, and ops that exchange no data here (an empty buffer) keep the full
+// data, and ops in which a rank may exchange no data (an empty buffer; a
+// reduce-scatter or all-gather of fewer elements than ranks) keep the full
 // exchange: Finish() awaits and checks every peer's descriptor.
 //
 // While a wait runs, it takes the descriptors that came meanwhile every
@@ -221,8 +222,8 @@ class OpContext {
   // Keeps `peer`'s descriptor `wire`, seen at `when`.
   void KeepDescriptor(int peer, std::vector<std::byte> wire, absl::Time when);
   // Takes `peer`'s notices that are here, noting its arrival and answering
-  // one that waits.
-  absl::Status TakeNotices(int peer, absl::Time when);
+  // one that waits; stops at a lost peer (left to the waits that need it).
+  void TakeNotices(int peer, absl::Time when);
   // Waits for `peer`'s descriptor (to the op deadline).
   absl::Status AwaitDescriptor(int peer);
   // InvalidArgument if `peer`'s descriptor (here already) is not this op's
@@ -277,6 +278,7 @@ class OpContext {
   std::vector<bool> wrote_to_;  // peers this op posted writes to
   bool data_registered_ = false;
   bool scratch_registered_ = false;
+  bool announced_ = false;     // Announce() ran
   std::vector<bool> sent_to_;  // peers sent this op's descriptor
   std::vector<bool> told_;     // ... or a notice
   bool waiting_ = false;       // StartWaiting() ran
