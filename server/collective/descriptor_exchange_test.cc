@@ -22,6 +22,7 @@
 #include "server/collective/collective_test_util.h"
 #include "server/collective/communicator.h"
 #include "server/collective/descriptor_inbox.h"
+#include "server/transport/forwarding_transport.h"
 #include "server/transport/loopback/loopback_transport.h"
 
 namespace starling {
@@ -38,9 +39,10 @@ constexpr Algorithm kAlgorithms[] = {Algorithm::kButterfly, Algorithm::kRing,
 
 // Forwards to a loopback endpoint and records which peers it wrote data to
 // and which it sent descriptors to.
-class RecordingTransport : public transport::Transport {
+class RecordingTransport : public transport::ForwardingTransport {
  public:
-  explicit RecordingTransport(transport::Transport* base) : base_(base) {}
+  explicit RecordingTransport(transport::Transport* base)
+      : ForwardingTransport(base) {}
 
   std::set<int> written_to() const {
     absl::MutexLock lock(&mu_);
@@ -55,25 +57,6 @@ class RecordingTransport : public transport::Transport {
     return descriptors_sent_;
   }
 
-  int rank() const override { return base_->rank(); }
-  int size() const override { return base_->size(); }
-  std::string PeerName(int rank) const override {
-    return base_->PeerName(rank);
-  }
-  absl::Status RegisterRegion(transport::RegionId id,
-                              absl::Span<std::byte> memory) override {
-    return base_->RegisterRegion(id, memory);
-  }
-  absl::Status DeregisterRegion(transport::RegionId id) override {
-    return base_->DeregisterRegion(id);
-  }
-  void RetireRegions(transport::RegionId first,
-                     transport::RegionId end) override {
-    base_->RetireRegions(first, end);
-  }
-  uint64_t stale_writes_dropped() const override {
-    return base_->stale_writes_dropped();
-  }
   void Write(int peer, absl::Span<const std::byte> data,
              transport::RegionId remote, uint64_t remote_offset_bytes,
              uint32_t imm, transport::Completion* done) override {
@@ -81,11 +64,8 @@ class RecordingTransport : public transport::Transport {
       absl::MutexLock lock(&mu_);
       written_to_.insert(peer);
     }
-    base_->Write(peer, data, remote, remote_offset_bytes, imm, done);
-  }
-  absl::StatusOr<transport::WriteNotice> WaitForWrite(
-      const transport::WriteMatch& match, absl::Time deadline) override {
-    return base_->WaitForWrite(match, deadline);
+    ForwardingTransport::Write(peer, data, remote, remote_offset_bytes, imm,
+                               done);
   }
   absl::Status SendControl(int peer, uint32_t tag,
                            absl::Span<const std::byte> message) override {
@@ -94,28 +74,10 @@ class RecordingTransport : public transport::Transport {
       descriptors_to_.insert(peer);
       ++descriptors_sent_;
     }
-    return base_->SendControl(peer, tag, message);
-  }
-  absl::StatusOr<std::vector<std::byte>> RecvControl(
-      int peer, uint32_t tag, absl::Time deadline) override {
-    return base_->RecvControl(peer, tag, deadline);
-  }
-  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
-      int peer, uint32_t tag) override {
-    return base_->TryRecvControl(peer, tag);
-  }
-  size_t max_control_bytes() const override {
-    return base_->max_control_bytes();
-  }
-  absl::Status PeerStatus(int peer) const override {
-    return base_->PeerStatus(peer);
-  }
-  void AbortPeer(int peer, const absl::Status& why) override {
-    base_->AbortPeer(peer, why);
+    return ForwardingTransport::SendControl(peer, tag, message);
   }
 
  private:
-  transport::Transport* const base_;
   mutable absl::Mutex mu_;
   std::set<int> written_to_ ABSL_GUARDED_BY(mu_);
   std::set<int> descriptors_to_ ABSL_GUARDED_BY(mu_);

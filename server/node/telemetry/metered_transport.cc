@@ -41,7 +41,8 @@ std::unique_ptr<MeteredTransport> MeteredTransport::Create(
 MeteredTransport::MeteredTransport(std::unique_ptr<transport::Transport> inner,
                                    std::vector<metrics::Counter*> sent,
                                    std::vector<metrics::Counter*> received)
-    : inner_(std::move(inner)),
+    : ForwardingTransport(inner.get()),
+      inner_(std::move(inner)),
       sent_(std::move(sent)),
       received_(std::move(received)) {}
 

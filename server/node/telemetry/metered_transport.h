@@ -24,12 +24,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/transport/forwarding_transport.h"
 #include "server/transport/transport.h"
 
 namespace starling {
 namespace node {
 
-class MeteredTransport : public transport::Transport {
+class MeteredTransport : public transport::ForwardingTransport {
  public:
   // The two counter families, owned by the registry they are in.
   struct Counters {
@@ -50,21 +51,9 @@ class MeteredTransport : public transport::Transport {
     return registered_bytes_.load(std::memory_order_relaxed);
   }
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string PeerName(int rank) const override {
-    return inner_->PeerName(rank);
-  }
   absl::Status RegisterRegion(transport::RegionId id,
                               absl::Span<std::byte> memory) override;
   absl::Status DeregisterRegion(transport::RegionId id) override;
-  void RetireRegions(transport::RegionId first,
-                     transport::RegionId end) override {
-    inner_->RetireRegions(first, end);
-  }
-  uint64_t stale_writes_dropped() const override {
-    return inner_->stale_writes_dropped();
-  }
   void Write(int peer, absl::Span<const std::byte> data,
              transport::RegionId remote, uint64_t remote_offset_bytes,
              uint32_t imm, transport::Completion* done) override;
@@ -76,15 +65,6 @@ class MeteredTransport : public transport::Transport {
       int peer, uint32_t tag, absl::Time deadline) override;
   absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
       int peer, uint32_t tag) override;
-  size_t max_control_bytes() const override {
-    return inner_->max_control_bytes();
-  }
-  absl::Status PeerStatus(int peer) const override {
-    return inner_->PeerStatus(peer);
-  }
-  void AbortPeer(int peer, const absl::Status& why) override {
-    inner_->AbortPeer(peer, why);
-  }
 
  private:
   MeteredTransport(std::unique_ptr<transport::Transport> inner,

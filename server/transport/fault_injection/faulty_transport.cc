@@ -16,7 +16,7 @@ constexpr uint64_t kCorruptOffsetBytes = uint64_t{1} << 50;
 }  // namespace
 
 FaultyTransport::FaultyTransport(std::unique_ptr<Transport> base)
-    : base_(std::move(base)) {
+    : ForwardingTransport(base.get()), base_(std::move(base)) {
   STARLING_CHECK(base_ != nullptr);
   {
     absl::MutexLock lock(&mu_);

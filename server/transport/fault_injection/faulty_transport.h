@@ -26,12 +26,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/transport/forwarding_transport.h"
 #include "server/transport/transport.h"
 
 namespace starling {
 namespace transport {
 
-class FaultyTransport : public Transport {
+class FaultyTransport : public ForwardingTransport {
  public:
   // REQUIRES: `base` is not null.
   explicit FaultyTransport(std::unique_ptr<Transport> base);
@@ -48,50 +49,11 @@ class FaultyTransport : public Transport {
 
   Transport* base() const { return base_.get(); }
 
-  int rank() const override { return base_->rank(); }
-  int size() const override { return base_->size(); }
-  std::string PeerName(int rank) const override {
-    return base_->PeerName(rank);
-  }
-  absl::Status RegisterRegion(RegionId id,
-                              absl::Span<std::byte> memory) override {
-    return base_->RegisterRegion(id, memory);
-  }
-  absl::Status DeregisterRegion(RegionId id) override {
-    return base_->DeregisterRegion(id);
-  }
-  void RetireRegions(RegionId first, RegionId end) override {
-    base_->RetireRegions(first, end);
-  }
-  uint64_t stale_writes_dropped() const override {
-    return base_->stale_writes_dropped();
-  }
   void Write(int peer, absl::Span<const std::byte> data, RegionId remote,
              uint64_t remote_offset_bytes, uint32_t imm,
              Completion* done) override;
-  absl::StatusOr<WriteNotice> WaitForWrite(const WriteMatch& match,
-                                           absl::Time deadline) override {
-    return base_->WaitForWrite(match, deadline);
-  }
   absl::Status SendControl(int peer, uint32_t tag,
                            absl::Span<const std::byte> message) override;
-  absl::StatusOr<std::vector<std::byte>> RecvControl(
-      int peer, uint32_t tag, absl::Time deadline) override {
-    return base_->RecvControl(peer, tag, deadline);
-  }
-  absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
-      int peer, uint32_t tag) override {
-    return base_->TryRecvControl(peer, tag);
-  }
-  size_t max_control_bytes() const override {
-    return base_->max_control_bytes();
-  }
-  absl::Status PeerStatus(int peer) const override {
-    return base_->PeerStatus(peer);
-  }
-  void AbortPeer(int peer, const absl::Status& why) override {
-    base_->AbortPeer(peer, why);
-  }
 
  private:
   struct PeerFaults {
