@@ -392,10 +392,27 @@ void OpContext::PostChunk(int peer, absl::Span<const std::byte> src, Region dst,
                           size_t dst_offset, int step, size_t chunk) {
   if (src.empty()) return;
   wrote_to_[peer] = true;
+  if (!every_peer_ && !sent_to_[peer]) {
+    // The descriptor travels with the first write to the peer: on a stream
+    // both leave in one system call, and the receiver, which uses the data
+    // only once it has checked the descriptor, finds it there when the
+    // write lands instead of waking a second time for it.
+    sent_to_[peer] = true;
+    told_[peer] = true;
+    const auto wire = desc_.Encode();
+    absl::Status s = transport_->SendControlThenWrite(
+        peer, kOpDescriptorTag, absl::MakeConstSpan(wire), src,
+        OpRegionId(desc_.seq, dst), dst_offset, StepImm(step, chunk),
+        (*completions_)[peer].get());
+    if (!s.ok() && peers_status_.ok()) {
+      peers_status_ = PeerError(peer, s, "sending the op descriptor");
+    }
+    return;
+  }
   transport_->Write(peer, src, OpRegionId(desc_.seq, dst), dst_offset,
                     StepImm(step, chunk), (*completions_)[peer].get());
-  // After the first write to the peer, so that the descriptor's send is not
-  // on the critical path; the receiver reads it after that write's data.
+  // After the first write to the peer, so that the descriptors' sends to
+  // every peer are not on the critical path.
   SendDescriptorForData(peer);
 }
 

@@ -18,10 +18,11 @@
 //
 // Start() registers the regions and takes the descriptors already here.
 // Descriptors (one control tag, sorted per sender by DescriptorInbox) go
-// only where data goes: right after an op's first write to a peer, its
-// descriptor follows to that peer, so that it is not on the critical path
-// and the 56 messages of an all-to-all exchange at 8 ranks become one per
-// partner. Data from a peer is consumed only once that peer's descriptor
+// only where data goes: an op's descriptor travels to a peer with the op's
+// first write to it (Transport::SendControlThenWrite: on a stream, one
+// system call, and the receiver finds it when the write lands instead of
+// waking again for it), so the 56 messages of an all-to-all exchange at 8
+// ranks become none of their own. Data from a peer is consumed only once that peer's descriptor
 // has been checked (each wait checks the peer it waits for), so a rank's
 // result holds only data from ranks that made its call; a rank that sees a
 // mismatch fails with InvalidArgument naming both calls and, as every rank

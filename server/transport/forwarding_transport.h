@@ -3,6 +3,9 @@
 // recorders) and override only those. Does not own `base`: a wrapper that
 // owns its transport keeps it in a member of its own, which outlives every
 // call through this class.
+// SendControlThenWrite() is not forwarded: Transport's default makes it the
+// two calls, SendControl() then Write(), through this object, so that a
+// wrapper sees (and may change) both halves.
 // Thread-safe as far as `base` is.
 #ifndef STARLING_SERVER_TRANSPORT_FORWARDING_TRANSPORT_H_
 #define STARLING_SERVER_TRANSPORT_FORWARDING_TRANSPORT_H_

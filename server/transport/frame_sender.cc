@@ -62,6 +62,29 @@ void FrameSender::CompleteAll(const FinishedList& writes,
   for (const Finished& write : writes) Complete(write, status);
 }
 
+FrameSender::Item FrameSender::WriteItem(const FrameHeader& header,
+                                         const std::byte* payload,
+                                         Completion* done) {
+  Item item;
+  EncodeFrameHeader(header, item.header);
+  item.payload = payload;
+  item.payload_bytes = header.length;
+  item.done = done;
+  item.seq = header.seq;
+  item.part_count = header.part_count;
+  return item;
+}
+
+FrameSender::Item FrameSender::OwnedItem(const FrameHeader& header,
+                                         std::vector<std::byte> payload) {
+  Item item;
+  EncodeFrameHeader(header, item.header);
+  item.owned = std::move(payload);
+  item.payload = item.owned.data();
+  item.payload_bytes = item.owned.size();
+  return item;
+}
+
 absl::Status FrameSender::PostWrite(const FrameHeader& header,
                                     const std::byte* payload,
                                     Completion* done) {
@@ -75,14 +98,8 @@ absl::Status FrameSender::PostWrite(const FrameHeader& header,
       failed = true;
       fail_status = fail_status_;
     } else {
-      Item item;
-      EncodeFrameHeader(header, item.header);
-      item.payload = payload;
-      item.payload_bytes = header.length;
-      item.done = done;
-      item.seq = header.seq;
-      item.part_count = header.part_count;
-      channel_error = Enqueue(std::move(item), &sent);
+      Item item = WriteItem(header, payload, done);
+      channel_error = Enqueue(absl::MakeSpan(&item, 1), &sent);
     }
   }
   if (failed) {
@@ -102,20 +119,41 @@ absl::Status FrameSender::PostFrame(const FrameHeader& header,
   {
     absl::MutexLock lock(&mu_);
     if (failed_) return fail_status_;
-    Item item;
-    EncodeFrameHeader(header, item.header);
-    item.owned = std::move(payload);
-    item.payload = item.owned.data();
-    item.payload_bytes = item.owned.size();
-    status = Enqueue(std::move(item), &sent);
+    Item item = OwnedItem(header, std::move(payload));
+    status = Enqueue(absl::MakeSpan(&item, 1), &sent);
   }
   CompleteAll(sent, absl::OkStatus());
   return status;
 }
 
-absl::Status FrameSender::Enqueue(Item item, FinishedList* sent) {
+absl::Status FrameSender::PostFrameThenWrite(const FrameHeader& frame,
+                                             std::vector<std::byte> payload,
+                                             const FrameHeader& header,
+                                             const std::byte* data,
+                                             Completion* done) {
+  FinishedList sent;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_) {
+      status = fail_status_;
+    } else {
+      Item items[2] = {OwnedItem(frame, std::move(payload)),
+                       WriteItem(header, data, done)};
+      status = Enqueue(absl::MakeSpan(items), &sent);
+      done = nullptr;  // queued: finished through `sent` or later
+    }
+  }
+  if (done != nullptr) {
+    Complete(Finished{done, header.seq, header.part_count}, status);
+  }
+  CompleteAll(sent, absl::OkStatus());
+  return status;
+}
+
+absl::Status FrameSender::Enqueue(absl::Span<Item> items, FinishedList* sent) {
   const bool was_empty = queue_.empty();
-  queue_.push_back(std::move(item));
+  for (Item& item : items) queue_.push_back(std::move(item));
   // With frames already queued the channel is full (or the I/O thread is
   // about to flush): a send now would only return EAGAIN.
   if (!was_empty) return absl::OkStatus();

@@ -100,6 +100,18 @@ class FrameSender {
   absl::Status PostFrame(const FrameHeader& header,
                          std::vector<std::byte> payload);
 
+  // Queues frame `frame` with `payload` (owned, as PostFrame()) and then
+  // WRITE frame `header` with its payload (as PostWrite()), and sends what
+  // the channel takes of both in one gather if nothing is queued before
+  // them: a small write and the control message before it leave in one
+  // system call, and the receiver parses the message first. If the sender
+  // failed, `done` is finished with the sticky error and that error is
+  // returned; otherwise returns a channel error as PostWrite() does.
+  absl::Status PostFrameThenWrite(const FrameHeader& frame,
+                                  std::vector<std::byte> payload,
+                                  const FrameHeader& header,
+                                  const std::byte* data, Completion* done);
+
   // Sends what the channel takes; for the I/O thread when writable.
   absl::Status Flush();
 
@@ -134,9 +146,14 @@ class FrameSender {
   };
   using FinishedList = absl::InlinedVector<Finished, 8>;
 
+  static Item WriteItem(const FrameHeader& header, const std::byte* payload,
+                        Completion* done);
+  static Item OwnedItem(const FrameHeader& header,
+                        std::vector<std::byte> payload);
   // Both append the WRITE frames the channel took whole to `sent`, to be
-  // completed once the lock is released.
-  absl::Status Enqueue(Item item, FinishedList* sent)
+  // completed once the lock is released. Enqueue() appends `items` in order
+  // and sends at once if nothing was queued before them.
+  absl::Status Enqueue(absl::Span<Item> items, FinishedList* sent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FlushLocked(FinishedList* sent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

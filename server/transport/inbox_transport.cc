@@ -195,6 +195,47 @@ absl::Status InboxTransport::SendControl(int peer, uint32_t tag,
   return absl::OkStatus();
 }
 
+absl::Status InboxTransport::SendControlThenWrite(
+    int peer, uint32_t tag, absl::Span<const std::byte> message,
+    absl::Span<const std::byte> data, RegionId remote,
+    uint64_t remote_offset_bytes, uint32_t imm, Completion* done) {
+  if (!ValidPeer(peer) || message.size() > max_control_bytes_ ||
+      remote_offset_bytes + data.size() < remote_offset_bytes ||
+      path_of_[peer].load(std::memory_order_acquire) != nullptr ||
+      !inbox_.PeerStatus(peer).ok()) {
+    // Each call reports its own problem (or goes its own way) as it would
+    // alone.
+    return Transport::SendControlThenWrite(peer, tag, message, data, remote,
+                                           remote_offset_bytes, imm, done);
+  }
+  done->Add(1);
+  FrameHeader header;
+  header.type = FrameType::kControl;
+  header.imm = tag;
+  header.length = message.size();
+  absl::Status status = PostControlThenWrite(
+      peer, header, std::vector<std::byte>(message.begin(), message.end()),
+      data, remote, remote_offset_bytes, imm, done);
+  if (!status.ok()) {
+    FailPeer(peer, status, /*tell_peer=*/false, /*orderly=*/false);
+    return inbox_.PeerStatus(peer);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InboxTransport::PostControlThenWrite(
+    int peer, const FrameHeader& control, std::vector<std::byte> message,
+    absl::Span<const std::byte> data, RegionId remote,
+    uint64_t remote_offset_bytes, uint32_t imm, Completion* done) {
+  absl::Status status = PostControl(peer, control, std::move(message));
+  if (!status.ok()) {
+    done->Finish(status);
+    return status;
+  }
+  PostWrite(peer, data, remote, remote_offset_bytes, imm, done);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::byte>> InboxTransport::RecvControl(
     int peer, uint32_t tag, absl::Time deadline) {
   return inbox_.RecvControl(peer, tag, deadline);

@@ -56,6 +56,15 @@ class InboxTransport : public Transport {
   // PostControl().
   absl::Status SendControl(int peer, uint32_t tag,
                            absl::Span<const std::byte> message) final;
+  // Both frames through PostControlThenWrite() when the peer is valid and
+  // not failed, both sizes are acceptable and its writes travel on the
+  // stream; otherwise the two calls, each with its own checks.
+  absl::Status SendControlThenWrite(int peer, uint32_t tag,
+                                    absl::Span<const std::byte> message,
+                                    absl::Span<const std::byte> data,
+                                    RegionId remote,
+                                    uint64_t remote_offset_bytes, uint32_t imm,
+                                    Completion* done) final;
   absl::StatusOr<std::vector<std::byte>> RecvControl(int peer, uint32_t tag,
                                                      absl::Time deadline) final;
   absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(
@@ -97,6 +106,16 @@ class InboxTransport : public Transport {
   // sticky status).
   virtual absl::Status PostControl(int peer, const FrameHeader& header,
                                    std::vector<std::byte> message) = 0;
+
+  // Queues CONTROL frame `control` with `message`, then the WRITE frame(s)
+  // of a checked write (as PostWrite(): `done` already counts it), to a
+  // valid peer whose writes travel on the stream. A stream that carries both
+  // queues them together; the default posts one, then the other. Returns an
+  // error that fails the peer; `done` is finished or handed on either way.
+  virtual absl::Status PostControlThenWrite(
+      int peer, const FrameHeader& control, std::vector<std::byte> message,
+      absl::Span<const std::byte> data, RegionId remote,
+      uint64_t remote_offset_bytes, uint32_t imm, Completion* done);
 
   // Fails `peer` with `why` (unless it already failed) and its connections;
   // `tell_peer` sends the sticky status to the peer as an ERROR frame first.

@@ -125,6 +125,25 @@ class Transport {
   virtual absl::Status SendControl(int peer, uint32_t tag,
                                    absl::Span<const std::byte> message) = 0;
 
+  // Sends control message `message` with `tag` to `peer`, then posts a
+  // Write() of `data`: the two calls in that order, with their own errors
+  // (the control message's is returned, the write's finishes `done`). A
+  // transport that carries both on one stream to `peer` queues them
+  // together, so that a small write and the message leave in one system
+  // call and the receiver has the message once it sees the write land (a
+  // collective sends its op descriptor with its first write to a peer this
+  // way: one message, one wake-up). The default makes the two calls.
+  virtual absl::Status SendControlThenWrite(int peer, uint32_t tag,
+                                            absl::Span<const std::byte> message,
+                                            absl::Span<const std::byte> data,
+                                            RegionId remote,
+                                            uint64_t remote_offset_bytes,
+                                            uint32_t imm, Completion* done) {
+    absl::Status sent = SendControl(peer, tag, message);
+    Write(peer, data, remote, remote_offset_bytes, imm, done);
+    return sent;
+  }
+
   // Receives the next control message from `peer` with `tag`.
   virtual absl::StatusOr<std::vector<std::byte>> RecvControl(
       int peer, uint32_t tag, absl::Time deadline) = 0;

@@ -104,6 +104,17 @@ absl::Status MeteredTransport::SendControl(
   return status;
 }
 
+absl::Status MeteredTransport::SendControlThenWrite(
+    int peer, uint32_t tag, absl::Span<const std::byte> message,
+    absl::Span<const std::byte> data, transport::RegionId remote,
+    uint64_t remote_offset_bytes, uint32_t imm, transport::Completion* done) {
+  CountSent(peer, data.size());
+  absl::Status status = inner_->SendControlThenWrite(
+      peer, tag, message, data, remote, remote_offset_bytes, imm, done);
+  if (status.ok()) CountSent(peer, message.size());
+  return status;
+}
+
 absl::StatusOr<std::vector<std::byte>> MeteredTransport::RecvControl(
     int peer, uint32_t tag, absl::Time deadline) {
   absl::StatusOr<std::vector<std::byte>> message =

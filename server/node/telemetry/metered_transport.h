@@ -61,6 +61,13 @@ class MeteredTransport : public transport::ForwardingTransport {
       const transport::WriteMatch& match, absl::Time deadline) override;
   absl::Status SendControl(int peer, uint32_t tag,
                            absl::Span<const std::byte> message) override;
+  // Counts both halves and keeps them together in the transport beneath.
+  absl::Status SendControlThenWrite(int peer, uint32_t tag,
+                                    absl::Span<const std::byte> message,
+                                    absl::Span<const std::byte> data,
+                                    transport::RegionId remote,
+                                    uint64_t remote_offset_bytes, uint32_t imm,
+                                    transport::Completion* done) override;
   absl::StatusOr<std::vector<std::byte>> RecvControl(
       int peer, uint32_t tag, absl::Time deadline) override;
   absl::StatusOr<std::optional<std::vector<std::byte>>> TryRecvControl(

@@ -119,6 +119,13 @@ struct RingLink : public ByteChannel, public ByteSource {
   // is a channel error the owner turns into a peer failure.
   absl::Status PostWrite(absl::Span<const std::byte> data, uint64_t remote,
                          uint64_t offset, uint32_t imm, Completion* done);
+  // Posts frame `control` with `message` and then that WRITE frame in one
+  // go (FrameSender::PostFrameThenWrite's contract).
+  absl::Status PostControlThenWrite(const FrameHeader& control,
+                                    std::vector<std::byte> message,
+                                    absl::Span<const std::byte> data,
+                                    uint64_t remote, uint64_t offset,
+                                    uint32_t imm, Completion* done);
 
  private:
   absl::StatusOr<size_t> WriteRecords(const struct iovec* iov, int count);

@@ -258,6 +258,15 @@ void ShmTransport::PostWrite(int peer, absl::Span<const std::byte> data,
   if (!status.ok()) FailPeer(peer, status, false, false);
 }
 
+absl::Status ShmTransport::PostControlThenWrite(
+    int peer, const FrameHeader& control, std::vector<std::byte> message,
+    absl::Span<const std::byte> data, RegionId remote,
+    uint64_t remote_offset_bytes, uint32_t imm, Completion* done) {
+  return links_[peer]->PostControlThenWrite(control, std::move(message), data,
+                                            remote, remote_offset_bytes, imm,
+                                            done);
+}
+
 absl::Status ShmTransport::PostControl(int peer, const FrameHeader& header,
                                        std::vector<std::byte> message) {
   return links_[peer]->sender->PostFrame(header, std::move(message));

@@ -95,6 +95,13 @@ class ShmTransport : public InboxTransport {
                  Completion* done) override;
   absl::Status PostControl(int peer, const FrameHeader& header,
                            std::vector<std::byte> message) override;
+  // Both frames through the peer's ring in one post.
+  absl::Status PostControlThenWrite(int peer, const FrameHeader& control,
+                                    std::vector<std::byte> message,
+                                    absl::Span<const std::byte> data,
+                                    RegionId remote,
+                                    uint64_t remote_offset_bytes, uint32_t imm,
+                                    Completion* done) override;
   void FailPeer(int peer, const absl::Status& why, bool send_error,
                 bool orderly) override;
   void Wake();

@@ -360,6 +360,29 @@ void TcpTransport::PostWrite(int peer, absl::Span<const std::byte> data,
   if (!status.ok()) FailPeer(peer, status, false, false);
 }
 
+absl::Status TcpTransport::PostControlThenWrite(
+    int peer, const FrameHeader& control, std::vector<std::byte> message,
+    absl::Span<const std::byte> data, RegionId remote,
+    uint64_t remote_offset_bytes, uint32_t imm, Completion* done) {
+  Peer& target = *peers_[peer];
+  if (target.connections.size() != 1) {
+    // The write may take another connection than the control messages'.
+    return InboxTransport::PostControlThenWrite(
+        peer, control, std::move(message), data, remote, remote_offset_bytes,
+        imm, done);
+  }
+  FrameHeader header;
+  header.type = FrameType::kWrite;
+  header.region = remote;
+  header.imm = imm;
+  header.seq = target.next_seq.fetch_add(1, std::memory_order_relaxed);
+  header.part_count = 1;
+  header.offset = remote_offset_bytes;
+  header.length = data.size();
+  return target.connections[0]->sender->PostFrameThenWrite(
+      control, std::move(message), header, data.data(), done);
+}
+
 absl::Status TcpTransport::PostControl(int peer, const FrameHeader& header,
                                        std::vector<std::byte> message) {
   return peers_[peer]->connections[0]->sender->PostFrame(header,

@@ -95,6 +95,14 @@ class TcpTransport : public InboxTransport {
   // order per tag.
   absl::Status PostControl(int peer, const FrameHeader& header,
                            std::vector<std::byte> message) override;
+  // With one connection per peer both frames leave in one gather on it;
+  // otherwise as two posts.
+  absl::Status PostControlThenWrite(int peer, const FrameHeader& control,
+                                    std::vector<std::byte> message,
+                                    absl::Span<const std::byte> data,
+                                    RegionId remote,
+                                    uint64_t remote_offset_bytes, uint32_t imm,
+                                    Completion* done) override;
   // Fails every connection to `peer`; with `tell_peer`, each carries the
   // ERROR frame.
   void FailPeer(int peer, const absl::Status& why, bool tell_peer,

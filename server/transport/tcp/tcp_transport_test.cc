@@ -2,6 +2,7 @@
 // a group in this process (one thread per rank where they must act at once).
 #include "server/transport/tcp/tcp_transport.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -124,6 +125,58 @@ TEST(TcpTransport, PeerThatReceivedEverythingAndLeftDoesNotFailTheWriter) {
         group[0]->RecvControl(1, 0, Soon()),
         StatusIs(absl::StatusCode::kUnavailable, HasSubstr("said goodbye")));
   }
+}
+
+// A collective sends its op descriptor with its first write to a peer: with
+// one socket per peer the receiver finds the message as soon as the write
+// has landed; with several (the write may take another socket) it comes
+// too. The write's bytes land intact either way.
+TEST(TcpTransport, ControlSentWithAWriteIsThereWhenTheWriteLands) {
+  for (int sockets : {1, 3}) {
+    ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2, [&](TcpOptions& o) {
+                           o.sockets_per_peer = sockets;
+                           o.stripe_min_bytes = 1024;
+                         }));
+    std::vector<std::byte> region(5000);
+    ASSERT_OK(group[1]->RegisterRegion(4, absl::MakeSpan(region)));
+    for (int round = 0; round < 50; ++round) {
+      const std::vector<std::byte> message = MakePattern(round, 60);
+      const std::vector<std::byte> data = MakePattern(round + 1, 4000);
+      Completion done;
+      ASSERT_OK(group[0]->SendControlThenWrite(1, /*tag=*/12, message, data,
+                                               /*remote=*/4, /*offset=*/round,
+                                               /*imm=*/round, &done));
+      WriteMatch match;
+      match.region = 4;
+      match.imm = round;
+      ASSERT_OK_AND_ASSIGN(WriteNotice notice,
+                           group[1]->WaitForWrite(match, Soon()));
+      EXPECT_EQ(notice.length_bytes, data.size());
+      if (sockets == 1) {
+        ASSERT_OK_AND_ASSIGN(auto got, group[1]->TryRecvControl(0, 12));
+        ASSERT_TRUE(got.has_value()) << "round " << round;
+        EXPECT_EQ(*got, message);
+      } else {
+        ASSERT_OK_AND_ASSIGN(auto got, group[1]->RecvControl(0, 12, Soon()));
+        EXPECT_EQ(got, message);
+      }
+      EXPECT_TRUE(std::equal(data.begin(), data.end(), region.begin() + round))
+          << "sockets " << sockets << " round " << round;
+      ASSERT_OK(done.Wait(Soon()));
+    }
+  }
+}
+
+TEST(TcpTransport, ControlWithAWriteToAFailedPeerFailsBothNamingIt) {
+  ASSERT_OK_AND_ASSIGN(auto group, CreateGroup(2));
+  group[0]->AbortPeer(1, absl::UnavailableError("rank 1 went away"));
+  const std::vector<std::byte> data(16);
+  Completion done;
+  EXPECT_THAT(
+      group[0]->SendControlThenWrite(1, 12, {}, data, 4, 0, 0, &done),
+      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 went away")));
+  EXPECT_THAT(done.Wait(Soon()), StatusIs(absl::StatusCode::kUnavailable,
+                                          HasSubstr("rank 1 went away")));
 }
 
 TEST(TcpTransport, TryRecvControlTakesWhatIsHereWithoutWaiting) {
