@@ -236,6 +236,9 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   topts.socket_send_buffer_bytes = config.socket_buffer_bytes;
   topts.socket_recv_buffer_bytes = config.socket_buffer_bytes;
   topts.insecure = config.insecure;
+  if (config.loop_spin_us >= 0) {
+    topts.loop_spin = absl::Microseconds(config.loop_spin_us);
+  }
   if (config.wait_spin_us >= 0) {
     topts.wait_spin = absl::Microseconds(config.wait_spin_us);
   }

@@ -43,6 +43,7 @@ struct BenchConfig {
   // otherwise only loopback peers are accepted.
   bool insecure = false;
   int64_t wait_spin_us = -1;  // transport poll before sleeping; -1: default
+  int64_t loop_spin_us = -1;  // I/O thread's poll before sleeping; -1: default
   // "tcp", or "fabric": every peer's writes over libfabric's
   // `fabric_provider` (the group fails to form if it cannot).
   std::string transport = "tcp";

@@ -76,6 +76,9 @@ ABSL_FLAG(int, socket_buffer_bytes, 0,
 ABSL_FLAG(int64_t, wait_spin_us, -1,
           "microseconds a rank polls for an incoming write before sleeping "
           "(-1: the transport's default)");
+ABSL_FLAG(int64_t, loop_spin_us, -1,
+          "microseconds a rank's TCP I/O thread polls its sockets after "
+          "handling events before it sleeps (-1: the transport's default)");
 ABSL_FLAG(std::string, transport, "tcp",
           "tcp; fabric: writes between ranks as one-sided libfabric writes "
           "(--fabric_provider), the run failing if a rank cannot open it; "
@@ -135,6 +138,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.socket_buffer_bytes = absl::GetFlag(FLAGS_socket_buffer_bytes);
   c.insecure = absl::GetFlag(FLAGS_insecure);
   c.wait_spin_us = absl::GetFlag(FLAGS_wait_spin_us);
+  c.loop_spin_us = absl::GetFlag(FLAGS_loop_spin_us);
   c.transport = absl::GetFlag(FLAGS_transport);
   c.fabric_provider = absl::GetFlag(FLAGS_fabric_provider);
   c.fabric_verbs_style = absl::GetFlag(FLAGS_fabric_verbs_style);

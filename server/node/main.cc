@@ -105,6 +105,11 @@ ABSL_FLAG(std::vector<std::string>, fabric_provider, {},
           "libfabric providers to try, in order, comma-separated (verbs for "
           "InfiniBand/RoCE, efa, tcp for a test without RDMA); default: "
           "verbs,efa");
+ABSL_FLAG(absl::Duration, loop_spin, absl::Microseconds(200),
+          "how long the data plane's I/O thread polls its sockets after "
+          "handling traffic before it sleeps (e.g. 200us, 0 to sleep at "
+          "once): with --wait_spin, a small all-reduce runs without thread "
+          "wake-ups, at the cost of CPU while traffic flows");
 ABSL_FLAG(absl::Duration, wait_spin, absl::Microseconds(50),
           "how long a collective step polls for a peer's data before it "
           "sleeps (e.g. 50us, 0 to never poll): a longer poll spares a "
@@ -164,6 +169,13 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
       options.wait_spin > absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--wait_spin=", absl::FormatDuration(options.wait_spin),
+                     " must be between 0 and 1s"));
+  }
+  options.loop_spin = absl::GetFlag(FLAGS_loop_spin);
+  if (options.loop_spin < absl::ZeroDuration() ||
+      options.loop_spin > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--loop_spin=", absl::FormatDuration(options.loop_spin),
                      " must be between 0 and 1s"));
   }
   absl::Status transport = CheckTransportOptions(options);

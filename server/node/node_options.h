@@ -72,6 +72,11 @@ struct NodeOptions {
   // (--wait_spin; TcpOptions::wait_spin): longer spends CPU to spare
   // wake-ups on small messages. Zero: never poll.
   absl::Duration wait_spin = absl::Microseconds(50);
+  // How long the data plane's I/O thread polls its sockets after handling
+  // events before it sleeps (--loop_spin; TcpOptions::loop_spin): with
+  // wait_spin, a small all-reduce's frames are read and seen with no thread
+  // woken (tests/bench/RESULTS.md run 10). Zero: sleep at once.
+  absl::Duration loop_spin = absl::Microseconds(200);
 };
 
 }  // namespace node

@@ -1,6 +1,7 @@
 #include "server/transport/tcp/tcp_transport.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -200,12 +201,22 @@ void TcpTransport::Wake() {
 void TcpTransport::Loop() {
   constexpr int kMaxEvents = 64;
   struct epoll_event events[kMaxEvents];
+  const bool spins = options_.loop_spin > absl::ZeroDuration();
+  absl::Time spin_until = absl::InfinitePast();
   while (true) {
-    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, -1);
+    const bool polling = spins && absl::Now() < spin_until;
+    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, polling ? 0 : -1);
     if (n < 0) {
       STARLING_CHECK(errno == EINTR) << "epoll_wait: " << errno;
       continue;
     }
+    if (n == 0) {
+      // Polling: another thread (a peer rank's, with more ranks than
+      // cores) may need this core to send what we wait for.
+      sched_yield();
+      continue;
+    }
+    if (spins) spin_until = absl::Now() + options_.loop_spin;
     for (int i = 0; i < n; ++i) {
       auto* connection = static_cast<TcpConnection*>(events[i].data.ptr);
       if (connection == nullptr) {
