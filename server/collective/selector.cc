@@ -11,8 +11,10 @@ Algorithm SelectAlgorithm(const SelectorOptions& options, OpKind kind,
     return bytes < options.tree_max_bytes ? Algorithm::kTree
                                           : Algorithm::kButterfly;
   }
-  if (kind == OpKind::kAllReduce && bytes < options.allreduce_tree_max_bytes) {
-    return Algorithm::kTree;
+  if (kind == OpKind::kAllReduce) {
+    if (bytes < options.allreduce_tree_max_bytes) return Algorithm::kTree;
+    if (bytes >= options.allreduce_ring_min_bytes) return Algorithm::kRing;
+    return Algorithm::kButterfly;
   }
   if (bytes >= options.ring_min_bytes) return Algorithm::kRing;
   // All-reduces between the tree and the ring: the butterfly (recursive

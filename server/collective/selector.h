@@ -10,6 +10,7 @@
 //                                          -> tree (reduce to rank 0, then
 //                                             broadcast: the fewest
 //                                             messages)
+//   all-reduce of allreduce_ring_min_bytes and more, other kinds of
 //   ring_min_bytes and more                -> ring
 //   otherwise                              -> butterfly (for all-reduces
 //                                             up to doubling_max_bytes
@@ -25,13 +26,17 @@
 // butterfly 1.36x with the same minimum; tests/bench/RESULTS.md).
 //
 // Why the tree for small all-reduces: recursive doubling has half the
-// tree's latencies, but every rank sends and wakes at every step; with
-// ranks sharing cores that costs more than the latencies save. Measured in
-// 3 interleaved repetitions (tests/bench/run_peerbench.sh --repeat 3, 1
-// Gbit/s, 2 cores for all ranks), the tree beat recursive doubling at 4,
-// 40 and 64 KB on 4 and 8 hosts (8 hosts, 64 KB: 3.59 ms against 4.56 ms;
-// tests/bench/RESULTS.md, run 5). On hosts with cores to spare, measure
-// again: the thresholds are options.
+// tree's latencies, but every rank sends and wakes at every step, and the
+// tree's messages are the fewest. The tree carries the whole vector on each
+// of its 2 log2 N hops, though, so it falls behind as the vector grows:
+// measured in 3 interleaved sets on 4 and 8 hosts (1 Gbit/s, 2 cores for
+// all ranks, with the I/O thread's poll; tests/bench/RESULTS.md run 10) it
+// was the fastest (or within the noise of the fastest) up to 40 KB, behind
+// the butterfly from 48 KB (4 hosts: 312-333 us against 260-284 us; 8
+// hosts, 64 KB: 1.45-1.54 ms against the ring's 0.78-0.93 ms); the
+// butterfly led the ring up to 128 KB (1.20-1.27x) and the ring led from
+// 160 KB. Before the poll (run 5) the tree had led up to 64 KB. On other
+// hosts, measure again: the thresholds are options.
 //
 // How the thresholds are measured: on the target cluster, for each N and
 // each algorithm forced through CallOptions, time AllReduce over sizes
@@ -55,12 +60,18 @@ namespace collective {
 struct SelectorOptions {
   // Broadcasts below this many bytes use the binomial tree.
   size_t tree_max_bytes = 16 * 1024;
-  // All-reduce, reduce-scatter and all-gather use the ring from this many
-  // bytes on (measured crossover on 4 hosts at 1 Gbit/s: 64 KiB).
+  // Reduce-scatter and all-gather use the ring from this many bytes on
+  // (measured crossover of the all-reduce on 4 hosts at 1 Gbit/s before
+  // the I/O thread's poll: 64 KiB).
   size_t ring_min_bytes = 64 * 1024;
+  // All-reduces use the ring from this many bytes on (measured crossover
+  // with the butterfly on 4 and 8 hosts at 1 Gbit/s: between 128 and 160
+  // KB).
+  size_t allreduce_ring_min_bytes = 128 * 1024;
   // All-reduces below this many bytes use the tree (measured crossover
-  // with the ring on 4 and 8 hosts at 1 Gbit/s: 64 KiB). 0 turns it off.
-  size_t allreduce_tree_max_bytes = 64 * 1024;
+  // with the butterfly on 4 and 8 hosts at 1 Gbit/s: between 40 and 48
+  // KB). 0 turns it off.
+  size_t allreduce_tree_max_bytes = 40 * 1024;
   // Butterfly all-reduces up to this many bytes exchange the whole vector
   // (recursive doubling, log2 N latencies) instead of halving + doubling
   // (2 log2 N latencies). 0 turns it off.

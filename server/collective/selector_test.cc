@@ -10,12 +10,25 @@ TEST(Selector, SmallAllReduceUsesTheTree) {
   const SelectorOptions options;
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 1024, 8),
             Algorithm::kTree);
-  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 64000, 5),
+  EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 40000, 5),
             Algorithm::kTree);
-  // Up to the ring: no size between the two falls to another algorithm.
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce,
                             options.allreduce_tree_max_bytes, 8),
-            Algorithm::kRing);
+            Algorithm::kButterfly);
+}
+
+// Measured on 4 and 8 hosts (RESULTS.md run 10): the tree up to 40 KB, the
+// butterfly from 48 to 128 KB, the ring from 160 KB.
+TEST(Selector, MidSizedAllReduceUsesTheButterflyUpToTheRing) {
+  const SelectorOptions options;
+  for (int n : {4, 8}) {
+    EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 48000, n),
+              Algorithm::kButterfly);
+    EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 128000, n),
+              Algorithm::kButterfly);
+    EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 160000, n),
+              Algorithm::kRing);
+  }
 }
 
 TEST(Selector, WithoutTheTreeSmallAllReduceUsesRecursiveDoubling) {
@@ -64,6 +77,7 @@ TEST(Selector, ThresholdsComeFromOptions) {
   options.allreduce_tree_max_bytes = 0;
   options.doubling_max_bytes = 0;
   options.ring_min_bytes = 8;
+  options.allreduce_ring_min_bytes = 8;
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 4, 8),
             Algorithm::kButterfly);
   EXPECT_EQ(SelectAlgorithm(options, OpKind::kAllReduce, 8, 8),
