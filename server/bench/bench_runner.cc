@@ -233,8 +233,10 @@ absl::Status RunRank(const BenchConfig& config, int rank,
   topts.rank = rank;
   topts.peers = peers;
   topts.sockets_per_peer = config.sockets_per_peer;
-  topts.socket_send_buffer_bytes = config.socket_buffer_bytes;
-  topts.socket_recv_buffer_bytes = config.socket_buffer_bytes;
+  if (config.socket_buffer_bytes >= 0) {
+    topts.socket_send_buffer_bytes = config.socket_buffer_bytes;
+    topts.socket_recv_buffer_bytes = config.socket_buffer_bytes;
+  }
   topts.insecure = config.insecure;
   if (config.loop_spin_us >= 0) {
     topts.loop_spin = absl::Microseconds(config.loop_spin_us);

@@ -37,8 +37,9 @@ struct BenchConfig {
   double link_bytes_per_s = 0;
   int root = 0;
   int sockets_per_peer = 1;
-  int64_t chunk_bytes = 0;      // 0: the communicator's default
-  int socket_buffer_bytes = 0;  // SO_SNDBUF/SO_RCVBUF; 0: kernel autotuning
+  int64_t chunk_bytes = 0;  // 0: the communicator's default
+  // SO_SNDBUF/SO_RCVBUF; 0: kernel autotuning; -1: the transport's defaults
+  int socket_buffer_bytes = -1;
   // Accept unauthenticated peers from any address (no cluster secret);
   // otherwise only loopback peers are accepted.
   bool insecure = false;

@@ -70,9 +70,10 @@ ABSL_FLAG(int64_t, chunk_bytes, 0, "pipelining chunk size; 0 = default");
 ABSL_FLAG(bool, insecure, false,
           "accept unauthenticated peers from any address (a benchmark "
           "cluster on a trusted network); without it only loopback peers");
-ABSL_FLAG(int, socket_buffer_bytes, 0,
-          "SO_SNDBUF and SO_RCVBUF of the TCP sockets; 0 leaves them to the "
-          "kernel's autotuning");
+ABSL_FLAG(int, socket_buffer_bytes, -1,
+          "SO_SNDBUF and SO_RCVBUF of the TCP sockets; 0 leaves both to the "
+          "kernel's autotuning; -1: the transport's defaults (send buffer "
+          "256 KiB, receive buffer autotuned)");
 ABSL_FLAG(int64_t, wait_spin_us, -1,
           "microseconds a rank polls for an incoming write before sleeping "
           "(-1: the transport's default)");

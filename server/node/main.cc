@@ -110,6 +110,11 @@ ABSL_FLAG(absl::Duration, loop_spin, absl::Microseconds(200),
           "handling traffic before it sleeps (e.g. 200us, 0 to sleep at "
           "once): with --wait_spin, a small all-reduce runs without thread "
           "wake-ups, at the cost of CPU while traffic flows");
+ABSL_FLAG(int, tcp_send_buffer_bytes, 256 * 1024,
+          "SO_SNDBUF of the data plane's TCP sockets (0: the kernel's "
+          "autotuning): small enough that one collective step's data does "
+          "not queue far in front of the next's; raise it on links whose "
+          "bandwidth-delay product is larger than about twice this");
 ABSL_FLAG(absl::Duration, wait_spin, absl::Microseconds(50),
           "how long a collective step polls for a peer's data before it "
           "sleeps (e.g. 50us, 0 to never poll): a longer poll spares a "
@@ -170,6 +175,12 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--wait_spin=", absl::FormatDuration(options.wait_spin),
                      " must be between 0 and 1s"));
+  }
+  options.tcp_send_buffer_bytes = absl::GetFlag(FLAGS_tcp_send_buffer_bytes);
+  if (options.tcp_send_buffer_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tcp_send_buffer_bytes=", options.tcp_send_buffer_bytes,
+                     " must be >= 0 (0: the kernel's autotuning)"));
   }
   options.loop_spin = absl::GetFlag(FLAGS_loop_spin);
   if (options.loop_spin < absl::ZeroDuration() ||

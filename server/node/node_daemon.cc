@@ -311,6 +311,7 @@ absl::StatusOr<std::shared_ptr<NodeDaemon::Plane>> NodeDaemon::OpenDataPlane(
   tcp.connect_timeout = connect_timeout;
   tcp.wait_spin = options_.wait_spin;
   tcp.loop_spin = options_.loop_spin;
+  tcp.socket_send_buffer_bytes = options_.tcp_send_buffer_bytes;
   // The transport owns a duplicate: the port stays bound between planes.
   const int listen_fd = ::fcntl(data_listen_fd_.get(), F_DUPFD_CLOEXEC, 0);
   if (listen_fd < 0) {

@@ -77,6 +77,10 @@ struct NodeOptions {
   // wait_spin, a small all-reduce's frames are read and seen with no thread
   // woken (tests/bench/RESULTS.md run 10). Zero: sleep at once.
   absl::Duration loop_spin = absl::Microseconds(200);
+  // SO_SNDBUF of the data plane's TCP sockets (--tcp_send_buffer_bytes;
+  // TcpOptions::socket_send_buffer_bytes, which says why it is capped); 0
+  // leaves it to the kernel's autotuning.
+  int tcp_send_buffer_bytes = 256 * 1024;
 };
 
 }  // namespace node

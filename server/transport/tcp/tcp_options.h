@@ -88,9 +88,19 @@ struct TcpOptions {
   // transport stops reading the sending connection until a registration.
   size_t max_early_bytes = size_t{64} << 20;
 
-  // SO_SNDBUF / SO_RCVBUF; 0 leaves the kernel's autotuning in charge, which
-  // measured best on loopback (see tcp_transport.h).
-  int socket_send_buffer_bytes = 0;
+  // SO_SNDBUF / SO_RCVBUF; 0 leaves the kernel's autotuning in charge.
+  // The send buffer is capped by default: what a socket holds queues in
+  // front of the next step's data on the same port (a shared FIFO in
+  // switches and in the simulated cluster), so a butterfly whose
+  // partners' streams overlap at step boundaries waited behind up to
+  // megabytes of the previous step's. With 256 KiB (the kernel allows
+  // twice that), 8 hosts at 1 Gbit/s: butterfly 74.5 -> 63.1 ms at 1e6
+  // floats and 673 -> 629 ms at 1e7, the ring unchanged (59.2 and 593 ms);
+  // on loopback 5.3 -> 7.1 GiB/s (tests/bench/RESULTS.md run 10). A
+  // connection moves at most about twice this per round trip: raise it
+  // where the bandwidth-delay product is larger (long, fast links). The
+  // receive buffer stays autotuned (capping it measured slower).
+  int socket_send_buffer_bytes = 256 * 1024;
   int socket_recv_buffer_bytes = 0;
 
   // WaitForWrite() polls this long (bounded, no lock held, yielding the core

@@ -19,9 +19,9 @@
 // receiver rejects (past its region's end) is DataLoss there; the receiver
 // sends it back as an ERROR frame on every connection and closes, and it
 // becomes the writer's sticky status for that peer (the write's own Completion
-// may already have finished Ok). Socket buffers are left to the kernel's
-// autotuning by default: on loopback, fixed sizes of 4-8 MiB measured no faster
-// (options allow setting them).
+// may already have finished Ok). The send buffer is capped at 256 KiB by
+// default, so that little of one step's data queues in front of the next's
+// (tcp_options.h); the receive buffer is left to the kernel's autotuning.
 //
 // Failures. A peer's EOF or reset, a malformed frame, an out-of-range write
 // or AbortPeer() fail that peer: its sticky status fails pending and later
