@@ -124,9 +124,14 @@ class Geometry {
 constexpr int kFoldInStep = 0;
 
 // The all-reduce's pipeline (PipelinedHalvingDoubling): segments of at
-// least this many bytes, at most this many.
-constexpr size_t kButterflySegmentBytes = 512 * 1024;
-constexpr size_t kButterflyMaxSegments = 8;
+// least this many bytes, at most this many. Finer segments shorten the
+// pipeline's fill and drain (the first segment's steps, the last one's):
+// with the TCP send buffer capped (tcp_options.h), 64 segments of >= 64 KiB
+// against 8 of >= 512 KiB took the butterfly at 8 hosts from 1.065x the
+// ring to 1.016x at 1e7 floats and left 1e6 within the noise (1.06-1.07x);
+// at 4 hosts 1e7 1.02x -> 1.00x (tests/bench/RESULTS.md run 10).
+constexpr size_t kButterflySegmentBytes = 64 * 1024;
+constexpr size_t kButterflyMaxSegments = 64;
 
 absl::Status WaitRanges(OpContext* ctx, int peer, const Geometry::Ranges& r,
                         int step) {

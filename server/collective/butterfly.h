@@ -12,12 +12,12 @@
 // reduce-scatter and all-gather each send and receive (P-1)/P * n in
 // log2(P) steps; folding adds n to and from each partner.
 //
-// All-reduces of 1 MiB and more pipeline the halving and doubling over
-// segments (at most 8, each at least 512 KiB, each its own butterfly with
+// All-reduces of 128 KiB and more pipeline the halving and doubling over
+// segments (at most 64, each at least 64 KiB, each its own butterfly with
 // its own scratch areas and write steps): segment s's step j + 1 leaves as
 // soon as its step j is reduced, while the later segments' step j still
 // arrives, so no link idles from one step's last chunk to the next step's
-// first (tests/bench/RESULTS.md, run 4).
+// first (tests/bench/RESULTS.md, runs 4 and 10).
 //
 // Small all-reduces (at most doubling_max_bytes) skip the halving:
 // the active ranks exchange the whole vector with partner rank ^ 2^j for

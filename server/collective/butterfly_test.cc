@@ -43,19 +43,19 @@ TEST(Butterfly, FoldsRanksBeyondPowerOfTwo) {
 }
 
 TEST(Butterfly, LargeAllReducesPipelineTheirSegments) {
-  // About 4.5 MiB: 8 segments of the pipelined halving and doubling, of
-  // uneven lengths, each cut into 64 KiB chunks; powers of two and ranks
-  // that fold.
+  // About 4.5 MiB: 64 segments (the most) of the pipelined halving and
+  // doubling, of uneven lengths, each cut into 64 KiB chunks; powers of two
+  // and ranks that fold.
   for (int size : {2, 4, 6, 8, 13}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
       GridCase c{size, 9 * 128 * 1024 + 7, DataType::kFloat32, op, 64 * 1024};
       ASSERT_OK(CheckCollective(OpKind::kAllReduce, kAlgorithm, c));
     }
   }
-  // The scratch of 8 segments: the vector beyond the fold, but for each
+  // The scratch of 64 segments: the vector beyond the fold, but for each
   // segment's halving areas rounding up by an element per step.
   const size_t bytes = (9 * 128 * 1024 + 7) * 4;
-  const size_t rounding = 8 * 3 * 4;
+  const size_t rounding = 64 * 3 * 4;
   EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, bytes / 4, 4, 8, 0),
             bytes + rounding);
   EXPECT_LE(ButterflyScratchBytes(OpKind::kAllReduce, bytes / 4, 4, 6, 0),
