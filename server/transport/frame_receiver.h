@@ -67,6 +67,12 @@ class FrameReceiver {
   Result Resume();
   bool paused() const { return paused_; }
 
+  // Payload bytes of the frame being read that have not arrived yet (0
+  // between frames).
+  uint64_t payload_bytes_to_come() const {
+    return state_ == State::kPayload ? remaining_ : 0;
+  }
+
   // After a deregistration: stops landing into a region that is leaving.
   void RecheckLanding();
 

@@ -114,7 +114,9 @@ struct TcpOptions {
   // sleeps, so that the next frame of a running op is read without a thread
   // wake-up; with wait_spin, a small all-reduce then wakes no thread at all
   // (4 hosts, 4 KB: 224-277 -> 97-102 us median, tests/bench/RESULTS.md
-  // run 10). Costs CPU only while traffic flows. 0: sleep at once.
+  // run 10). Not after bulk traffic (a flush of a full socket, a frame with
+  // more than 64 KiB still to come), whose wake-ups are few per byte: there
+  // the loop sleeps at once. 0: sleep at once always.
   absl::Duration loop_spin = absl::Microseconds(200);
 
   // Largest control message accepted (sent or received).

@@ -201,6 +201,13 @@ void TcpTransport::Wake() {
 void TcpTransport::Loop() {
   constexpr int kMaxEvents = 64;
   struct epoll_event events[kMaxEvents];
+  // The poll pays off when the next frame completes soon: a small op's
+  // next message. A batch that flushed a sending queue, or left a frame
+  // with more than kBulkPayloadBytes still to come, is bulk traffic, whose
+  // wake-ups are few per byte: the loop then sleeps at once instead of
+  // spending a core between its reads (8 hosts, 1e7 floats: 0.24 cores per
+  // rank polling against 0.12 sleeping, for the same time).
+  constexpr uint64_t kBulkPayloadBytes = 64 * 1024;
   const bool spins = options_.loop_spin > absl::ZeroDuration();
   absl::Time spin_until = absl::InfinitePast();
   while (true) {
@@ -216,7 +223,7 @@ void TcpTransport::Loop() {
       sched_yield();
       continue;
     }
-    if (spins) spin_until = absl::Now() + options_.loop_spin;
+    bool bulk = false;
     for (int i = 0; i < n; ++i) {
       auto* connection = static_cast<TcpConnection*>(events[i].data.ptr);
       if (connection == nullptr) {
@@ -230,6 +237,7 @@ void TcpTransport::Loop() {
       const uint32_t what = events[i].events;
       if ((what & EPOLLOUT) &&
           !connection->dead.load(std::memory_order_acquire)) {
+        bulk = true;
         absl::Status flushed = connection->sender->Flush();
         if (!flushed.ok()) {
           FailPeer(connection->peer(), flushed, false, false,
@@ -238,7 +246,14 @@ void TcpTransport::Loop() {
       }
       if (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
         HandleReadable(connection, what);
+        if (connection->receiver->payload_bytes_to_come() > kBulkPayloadBytes) {
+          bulk = true;
+        }
       }
+    }
+    if (spins) {
+      spin_until =
+          bulk ? absl::InfinitePast() : absl::Now() + options_.loop_spin;
     }
   }
 }
