@@ -169,25 +169,24 @@ absl::StatusOr<NodeOptions> OptionsFromFlags() {
   options.transport = absl::GetFlag(FLAGS_transport);
   options.fabric_providers = absl::GetFlag(FLAGS_fabric_provider);
   options.fabric_verbs_style = absl::GetFlag(FLAGS_fabric_verbs_style);
-  options.wait_spin = absl::GetFlag(FLAGS_wait_spin);
-  if (options.wait_spin < absl::ZeroDuration() ||
-      options.wait_spin > absl::Seconds(1)) {
+  // The polls: 0 (never) up to a second.
+  const auto poll = [](absl::string_view flag, absl::Duration value) {
+    if (value >= absl::ZeroDuration() && value <= absl::Seconds(1)) {
+      return absl::OkStatus();
+    }
     return absl::InvalidArgumentError(
-        absl::StrCat("--wait_spin=", absl::FormatDuration(options.wait_spin),
+        absl::StrCat("--", flag, "=", absl::FormatDuration(value),
                      " must be between 0 and 1s"));
-  }
+  };
+  options.wait_spin = absl::GetFlag(FLAGS_wait_spin);
+  if (absl::Status s = poll("wait_spin", options.wait_spin); !s.ok()) return s;
+  options.loop_spin = absl::GetFlag(FLAGS_loop_spin);
+  if (absl::Status s = poll("loop_spin", options.loop_spin); !s.ok()) return s;
   options.tcp_send_buffer_bytes = absl::GetFlag(FLAGS_tcp_send_buffer_bytes);
   if (options.tcp_send_buffer_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tcp_send_buffer_bytes=", options.tcp_send_buffer_bytes,
                      " must be >= 0 (0: the kernel's autotuning)"));
-  }
-  options.loop_spin = absl::GetFlag(FLAGS_loop_spin);
-  if (options.loop_spin < absl::ZeroDuration() ||
-      options.loop_spin > absl::Seconds(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--loop_spin=", absl::FormatDuration(options.loop_spin),
-                     " must be between 0 and 1s"));
   }
   absl::Status transport = CheckTransportOptions(options);
   if (!transport.ok()) return transport;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -107,10 +108,32 @@ TEST(NodeMain, AdminPortInUseIsOneLineNamingThePort) {
 TEST(NodeMain, HelpListsTheFlags) {
   coordinator::RunResult result =
       coordinator::RunBinary({Node(), "--help"}, 20);
-  for (const char* flag : {"--coordinator", "--job_id", "--data_address",
-                           "--data_port", "--admin_port", "--worker_socket",
-                           "--metrics_port", "--log_level", "--timeout"}) {
+  for (const char* flag :
+       {"--coordinator", "--job_id", "--data_address", "--data_port",
+        "--admin_port", "--worker_socket", "--metrics_port", "--log_level",
+        "--timeout", "--wait_spin", "--loop_spin", "--tcp_send_buffer_bytes"}) {
     EXPECT_THAT(result.output, HasSubstr(flag));
+  }
+}
+
+// The data plane's polls and send buffer: a value out of range is one line
+// naming the flag and the range, before anything starts.
+TEST(NodeMain, DataPlaneTuningOutOfRangeIsOneLineNamingTheFlag) {
+  const SocketDir socket;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--loop_spin=2s", "--loop_spin=2s must be between 0 and 1s"},
+      {"--wait_spin=-5us", "--wait_spin=-5us must be between 0 and 1s"},
+      {"--tcp_send_buffer_bytes=-1",
+       "--tcp_send_buffer_bytes=-1 must be >= 0"}};
+  for (const auto& [flag, message] : cases) {
+    coordinator::RunResult result = coordinator::RunBinary(
+        {Node(), "--coordinator=127.0.0.1:1", "--job_id=j", "--data_port=0",
+         "--admin_port=0", "--metrics_port=0",
+         absl::StrCat("--worker_socket=", socket.path()), flag},
+        20);
+    EXPECT_NE(result.exit_code, 0) << flag << ": " << result.output;
+    EXPECT_EQ(coordinator::CountLines(result.output), 1) << result.output;
+    EXPECT_THAT(result.output, HasSubstr(message));
   }
 }
 
