@@ -22,11 +22,11 @@
 // first write to it (Transport::SendControlThenWrite: on a stream, one
 // system call, and the receiver finds it when the write lands instead of
 // waking again for it), so the 56 messages of an all-to-all exchange at 8
-// ranks become none of their own. Data from a peer is consumed only once that peer's descriptor
-// has been checked (each wait checks the peer it waits for), so a rank's
-// result holds only data from ranks that made its call; a rank that sees a
-// mismatch fails with InvalidArgument naming both calls and, as every rank
-// whose op fails, sends its descriptor to every peer, so that the ranks
+// ranks become none of their own. Data from a peer is consumed only once that
+// peer's descriptor has been checked (each wait checks the peer it waits for),
+// so a rank's result holds only data from ranks that made its call; a rank that
+// sees a mismatch fails with InvalidArgument naming both calls and, as every
+// rank whose op fails, sends its descriptor to every peer, so that the ranks
 // stalled on it fail the same way within a slice instead of timing out.
 // Broadcast, shift and barrier, whose result does not need every rank's
 // data, and ops in which a rank may exchange no data (an empty buffer; a
