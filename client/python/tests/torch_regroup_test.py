@@ -177,7 +177,8 @@ class RegroupTest(unittest.TestCase):
                              r"rank=[01], size=2, rolled_back=%s\)" % rolled)
             params.append(re.search(r"PARAMS (\w+)", out).group(1))
         if mode != "parameter_server":
-            self.assertEqual(params[0], params[1])
+            self.assertEqual(params[0], params[1],
+                             "the workers' parameters differ\n" + self.logs())
         # (The victim's worker waits for its daemon to come back, up to its
         # timeouts; tearDown stops it.)
 

@@ -65,7 +65,12 @@ class CollectiveMonitorTest : public ::testing::Test {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     while (absl::Now() < deadline) {
       proto::CollectivesReply reply = monitors_[r]->Snapshot(absl::Now());
-      if (reply.in_flight_size() == 1 &&
+      // Old enough (10 times OpContext::kArrivalPollInterval, 5 ms) that
+      // this rank's first wait slice has ended, so it has told the missing
+      // rank that it waits (OpContext::StartWaiting): the late rank's
+      // answer, sent as it starts, is what names it last on a rank that
+      // exchanges no data with it. A younger op may not have told it yet.
+      if (reply.in_flight_size() == 1 && reply.in_flight(0).seconds() >= 0.05 &&
           reply.in_flight(0).missing_ranks_size() == 1 &&
           reply.in_flight(0).missing_ranks(0) == missing &&
           reply.in_flight(0).arrived_ranks_size() == kRanks - 1) {
