@@ -121,13 +121,16 @@ absl::Status OpContext::Start() {
 
 void OpContext::SendDescriptor(int peer) {
   if (sent_to_[peer]) return;
+  const auto wire = desc_.Encode();
+  DescriptorSent(peer, transport_->SendControl(peer, kOpDescriptorTag,
+                                               absl::MakeConstSpan(wire)));
+}
+
+void OpContext::DescriptorSent(int peer, const absl::Status& sent) {
   sent_to_[peer] = true;
   told_[peer] = true;
-  const auto wire = desc_.Encode();
-  absl::Status s = transport_->SendControl(peer, kOpDescriptorTag,
-                                           absl::MakeConstSpan(wire));
-  if (!s.ok() && peers_status_.ok()) {
-    peers_status_ = PeerError(peer, s, "sending the op descriptor");
+  if (!sent.ok() && peers_status_.ok()) {
+    peers_status_ = PeerError(peer, sent, "sending the op descriptor");
   }
 }
 
@@ -148,14 +151,6 @@ void OpContext::Announce() {
   announced_ = true;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_) SendDescriptor(peer);
-  }
-}
-
-void OpContext::SendDescriptorForData(int peer) {
-  if (every_peer_) {
-    Announce();
-  } else {
-    SendDescriptor(peer);
   }
 }
 
@@ -392,28 +387,24 @@ void OpContext::PostChunk(int peer, absl::Span<const std::byte> src, Region dst,
                           size_t dst_offset, int step, size_t chunk) {
   if (src.empty()) return;
   wrote_to_[peer] = true;
-  if (!every_peer_ && !sent_to_[peer]) {
-    // The descriptor travels with the first write to the peer: on a stream
-    // both leave in one system call, and the receiver, which uses the data
-    // only once it has checked the descriptor, finds it there when the
-    // write lands instead of waking a second time for it.
-    sent_to_[peer] = true;
-    told_[peer] = true;
-    const auto wire = desc_.Encode();
-    absl::Status s = transport_->SendControlThenWrite(
-        peer, kOpDescriptorTag, absl::MakeConstSpan(wire), src,
-        OpRegionId(desc_.seq, dst), dst_offset, StepImm(step, chunk),
-        (*completions_)[peer].get());
-    if (!s.ok() && peers_status_.ok()) {
-      peers_status_ = PeerError(peer, s, "sending the op descriptor");
-    }
+  const transport::RegionId region = OpRegionId(desc_.seq, dst);
+  const uint32_t imm = StepImm(step, chunk);
+  transport::Completion* done = (*completions_)[peer].get();
+  if (every_peer_ || sent_to_[peer]) {
+    transport_->Write(peer, src, region, dst_offset, imm, done);
+    // After the op's first write, so that the descriptors' sends to every
+    // peer are not on its critical path.
+    if (every_peer_) Announce();
     return;
   }
-  transport_->Write(peer, src, OpRegionId(desc_.seq, dst), dst_offset,
-                    StepImm(step, chunk), (*completions_)[peer].get());
-  // After the first write to the peer, so that the descriptors' sends to
-  // every peer are not on the critical path.
-  SendDescriptorForData(peer);
+  // The descriptor travels with the first write to the peer: on a stream
+  // both leave in one system call, and the receiver, which uses the data
+  // only once it has checked the descriptor, finds it there when the write
+  // lands instead of waking a second time for it.
+  const auto wire = desc_.Encode();
+  DescriptorSent(peer, transport_->SendControlThenWrite(
+                           peer, kOpDescriptorTag, absl::MakeConstSpan(wire),
+                           src, region, dst_offset, imm, done));
 }
 
 absl::Status OpContext::WaitChunk(int peer, Region region, int step,

@@ -205,11 +205,11 @@ class OpContext {
   // Sends this op's descriptor to `peer` unless it was sent there already;
   // a failed send becomes the op's peer status.
   void SendDescriptor(int peer);
+  // Notes that this op's descriptor went to `peer` (with `sent` the send's
+  // status, which becomes the op's peer status if it failed).
+  void DescriptorSent(int peer, const absl::Status& sent);
   // SendDescriptor() to every peer.
   void Announce();
-  // After a write to, or before a wait for, `peer`: SendDescriptor(peer),
-  // or Announce() for ops that exchange with every peer.
-  void SendDescriptorForData(int peer);
   // Sends an arrival notice (this op's descriptor flagged `waiting` or not,
   // on kOpNoticeTag) to `peer`. Errors are left to the op's other waits.
   void SendNotice(int peer, bool waiting);

@@ -75,6 +75,27 @@ uint64_t GetLittleEndian64(const uint8_t* in) {
   return value;
 }
 
+FrameHeader WriteFrameHeader(uint64_t region, uint64_t offset, uint64_t length,
+                             uint32_t imm, uint32_t seq) {
+  FrameHeader header;
+  header.type = FrameType::kWrite;
+  header.part_count = 1;
+  header.region = region;
+  header.offset = offset;
+  header.length = length;
+  header.imm = imm;
+  header.seq = seq;
+  return header;
+}
+
+FrameHeader ControlFrameHeader(uint32_t tag, uint64_t length) {
+  FrameHeader header;
+  header.type = FrameType::kControl;
+  header.imm = tag;
+  header.length = length;
+  return header;
+}
+
 void EncodeFrameHeader(const FrameHeader& header,
                        uint8_t (&out)[kFrameHeaderBytes]) {
   PutLittleEndian32(kFrameMagic, out + kMagicAt);

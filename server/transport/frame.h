@@ -55,6 +55,13 @@ struct FrameHeader {
   uint32_t seq = 0;
 };
 
+// The header of a one-part WRITE frame of `length` bytes into `region` at
+// `offset`, with the writer's `imm` and sequence number `seq`.
+FrameHeader WriteFrameHeader(uint64_t region, uint64_t offset, uint64_t length,
+                             uint32_t imm, uint32_t seq);
+// The header of a CONTROL frame of `length` bytes on `tag`.
+FrameHeader ControlFrameHeader(uint32_t tag, uint64_t length);
+
 // Writes `header` (with its checksum) into `out`.
 void EncodeFrameHeader(const FrameHeader& header,
                        uint8_t (&out)[kFrameHeaderBytes]);

@@ -133,19 +133,21 @@ absl::Status FrameSender::PostFrameThenWrite(const FrameHeader& frame,
                                              Completion* done) {
   FinishedList sent;
   absl::Status status;
+  bool failed = false;
   {
     absl::MutexLock lock(&mu_);
-    if (failed_) {
+    failed = failed_;
+    if (failed) {
       status = fail_status_;
     } else {
       Item items[2] = {OwnedItem(frame, std::move(payload)),
                        WriteItem(header, data, done)};
       status = Enqueue(absl::MakeSpan(items), &sent);
-      done = nullptr;  // queued: finished through `sent` or later
     }
   }
-  if (done != nullptr) {
+  if (failed) {
     Complete(Finished{done, header.seq, header.part_count}, status);
+    return status;
   }
   CompleteAll(sent, absl::OkStatus());
   return status;

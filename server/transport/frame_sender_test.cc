@@ -47,24 +47,9 @@ class RecordingChannel : public ByteChannel {
   std::vector<std::byte> bytes;
 };
 
-FrameHeader ControlHeader(uint32_t tag, size_t bytes) {
-  FrameHeader header;
-  header.type = FrameType::kControl;
-  header.imm = tag;
-  header.length = bytes;
-  return header;
-}
-
 FrameHeader WriteHeader(size_t bytes) {
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.part_count = 1;
-  header.region = 77;
-  header.offset = 8;
-  header.length = bytes;
-  header.imm = 3;
-  header.seq = 5;
-  return header;
+  return WriteFrameHeader(/*region=*/77, /*offset=*/8, bytes, /*imm=*/3,
+                          /*seq=*/5);
 }
 
 // Decodes the frame starting at `at` in `bytes`, returning its header and
@@ -79,17 +64,30 @@ FrameHeader NextFrame(const std::vector<std::byte>& bytes, size_t* at) {
   return *header;
 }
 
-TEST(FrameSender, ControlThenSmallWriteLeaveInOneCallInThatOrder) {
+// A sender over a RecordingChannel.
+class FrameSenderTest : public ::testing::Test {
+ protected:
+  // Posts control message `message` on tag 9, then a write of `data`,
+  // counted in `done`.
+  absl::Status PostControlThenWrite(const std::vector<std::byte>& message,
+                                    const std::vector<std::byte>& data,
+                                    Completion* done) {
+    done->Add(1);
+    return sender.PostFrameThenWrite(ControlFrameHeader(9, message.size()),
+                                     message, WriteHeader(data.size()),
+                                     data.data(), done);
+  }
+
   RecordingChannel channel;
   WriteTracker tracker;
-  FrameSender sender(&channel, &tracker);
+  FrameSender sender{&channel, &tracker};
+};
+
+TEST_F(FrameSenderTest, ControlThenSmallWriteLeaveInOneCallInThatOrder) {
   const std::vector<std::byte> message(40, std::byte{1});
   const std::vector<std::byte> data(4000, std::byte{2});
   Completion done;
-  done.Add(1);
-  ASSERT_OK(sender.PostFrameThenWrite(ControlHeader(9, message.size()), message,
-                                      WriteHeader(data.size()), data.data(),
-                                      &done));
+  ASSERT_OK(PostControlThenWrite(message, data, &done));
   EXPECT_EQ(channel.calls, 1);
   EXPECT_TRUE(sender.Idle());
   EXPECT_EQ(done.pending(), 0);
@@ -107,18 +105,13 @@ TEST(FrameSender, ControlThenSmallWriteLeaveInOneCallInThatOrder) {
   EXPECT_EQ(channel.bytes.back(), std::byte{2});
 }
 
-TEST(FrameSender, WriteAfterControlCompletesOnlyOnceTheChannelTookAllOfIt) {
-  RecordingChannel channel;
+TEST_F(FrameSenderTest,
+       WriteAfterControlCompletesOnlyOnceTheChannelTookAllOfIt) {
   channel.budget = kFrameHeaderBytes + 10;  // the control frame, not more
-  WriteTracker tracker;
-  FrameSender sender(&channel, &tracker);
   const std::vector<std::byte> message(10, std::byte{1});
   const std::vector<std::byte> data(1000, std::byte{2});
   Completion done;
-  done.Add(1);
-  ASSERT_OK(sender.PostFrameThenWrite(ControlHeader(1, message.size()), message,
-                                      WriteHeader(data.size()), data.data(),
-                                      &done));
+  ASSERT_OK(PostControlThenWrite(message, data, &done));
   EXPECT_EQ(done.pending(), 1);
   EXPECT_TRUE(channel.wants_writable);
   EXPECT_FALSE(sender.Idle());
@@ -132,21 +125,16 @@ TEST(FrameSender, WriteAfterControlCompletesOnlyOnceTheChannelTookAllOfIt) {
             2 * kFrameHeaderBytes + message.size() + data.size());
 }
 
-TEST(FrameSender, QueuedBehindEarlierFramesBothWaitTheirTurn) {
-  RecordingChannel channel;
+TEST_F(FrameSenderTest, QueuedBehindEarlierFramesBothWaitTheirTurn) {
   channel.budget = 0;  // full
-  WriteTracker tracker;
-  FrameSender sender(&channel, &tracker);
   const std::vector<std::byte> first(100, std::byte{7});
   Completion first_done;
   first_done.Add(1);
   ASSERT_OK(
       sender.PostWrite(WriteHeader(first.size()), first.data(), &first_done));
   Completion done;
-  done.Add(1);
   const std::vector<std::byte> data(8, std::byte{2});
-  ASSERT_OK(sender.PostFrameThenWrite(
-      ControlHeader(1, 0), {}, WriteHeader(data.size()), data.data(), &done));
+  ASSERT_OK(PostControlThenWrite({}, data, &done));
   const int calls = channel.calls;  // the post found frames queued: no call
   EXPECT_EQ(calls, 1);
   channel.budget = SIZE_MAX;
@@ -159,16 +147,11 @@ TEST(FrameSender, QueuedBehindEarlierFramesBothWaitTheirTurn) {
   EXPECT_EQ(NextFrame(channel.bytes, &at).length, data.size());
 }
 
-TEST(FrameSender, FailedSenderFinishesTheWriteWithItsStickyError) {
-  RecordingChannel channel;
-  WriteTracker tracker;
-  FrameSender sender(&channel, &tracker);
+TEST_F(FrameSenderTest, FailedSenderFinishesTheWriteWithItsStickyError) {
   sender.Fail(absl::UnavailableError("rank 2 (h:1) lost"));
   const std::vector<std::byte> data(8, std::byte{2});
   Completion done;
-  done.Add(1);
-  const absl::Status status = sender.PostFrameThenWrite(
-      ControlHeader(1, 0), {}, WriteHeader(data.size()), data.data(), &done);
+  const absl::Status status = PostControlThenWrite({}, data, &done);
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(done.pending(), 0);
   const absl::Status written = done.Wait(absl::Now());

@@ -182,12 +182,9 @@ absl::Status InboxTransport::SendControl(int peer, uint32_t tag,
         " exceeds max_control_bytes ", max_control_bytes_));
   }
   STARLING_RETURN_IF_ERROR(inbox_.PeerStatus(peer));
-  FrameHeader header;
-  header.type = FrameType::kControl;
-  header.imm = tag;
-  header.length = message.size();
-  absl::Status status = PostControl(
-      peer, header, std::vector<std::byte>(message.begin(), message.end()));
+  absl::Status status =
+      PostControl(peer, ControlFrameHeader(tag, message.size()),
+                  std::vector<std::byte>(message.begin(), message.end()));
   if (!status.ok()) {
     FailPeer(peer, status, /*tell_peer=*/false, /*orderly=*/false);
     return inbox_.PeerStatus(peer);
@@ -209,13 +206,10 @@ absl::Status InboxTransport::SendControlThenWrite(
                                            remote_offset_bytes, imm, done);
   }
   done->Add(1);
-  FrameHeader header;
-  header.type = FrameType::kControl;
-  header.imm = tag;
-  header.length = message.size();
   absl::Status status = PostControlThenWrite(
-      peer, header, std::vector<std::byte>(message.begin(), message.end()),
-      data, remote, remote_offset_bytes, imm, done);
+      peer, ControlFrameHeader(tag, message.size()),
+      std::vector<std::byte>(message.begin(), message.end()), data, remote,
+      remote_offset_bytes, imm, done);
   if (!status.ok()) {
     FailPeer(peer, status, /*tell_peer=*/false, /*orderly=*/false);
     return inbox_.PeerStatus(peer);

@@ -238,29 +238,12 @@ absl::StatusOr<size_t> RingLink::ReadRecords(const struct iovec* iov,
   return copied;
 }
 
-namespace {
-
-FrameHeader WriteHeader(absl::Span<const std::byte> data, uint64_t remote,
-                        uint64_t offset, uint32_t imm, uint32_t seq) {
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.part_count = 1;
-  header.region = remote;
-  header.offset = offset;
-  header.length = data.size();
-  header.imm = imm;
-  header.seq = seq;
-  return header;
-}
-
-}  // namespace
-
 absl::Status RingLink::PostWrite(absl::Span<const std::byte> data,
                                  uint64_t remote, uint64_t offset, uint32_t imm,
                                  Completion* done) {
   const FrameHeader header =
-      WriteHeader(data, remote, offset, imm,
-                  next_seq.fetch_add(1, std::memory_order_relaxed));
+      WriteFrameHeader(remote, offset, data.size(), imm,
+                       next_seq.fetch_add(1, std::memory_order_relaxed));
   return sender->PostWrite(header, data.data(), done);
 }
 
@@ -270,8 +253,8 @@ absl::Status RingLink::PostControlThenWrite(const FrameHeader& control,
                                             uint64_t remote, uint64_t offset,
                                             uint32_t imm, Completion* done) {
   const FrameHeader header =
-      WriteHeader(data, remote, offset, imm,
-                  next_seq.fetch_add(1, std::memory_order_relaxed));
+      WriteFrameHeader(remote, offset, data.size(), imm,
+                       next_seq.fetch_add(1, std::memory_order_relaxed));
   return sender->PostFrameThenWrite(control, std::move(message), header,
                                     data.data(), done);
 }

@@ -354,16 +354,10 @@ void TcpTransport::PostWrite(int peer, absl::Span<const std::byte> data,
   Peer& target = *peers_[peer];
   const uint32_t seq = target.next_seq.fetch_add(1, std::memory_order_relaxed);
   const size_t connections = target.connections.size();
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.region = remote;
-  header.imm = imm;
-  header.seq = seq;
+  FrameHeader header =
+      WriteFrameHeader(remote, remote_offset_bytes, data.size(), imm, seq);
   absl::Status status;
   if (connections == 1 || data.size() < options_.stripe_min_bytes) {
-    header.part_count = 1;
-    header.offset = remote_offset_bytes;
-    header.length = data.size();
     status = target.connections[seq % connections]->sender->PostWrite(
         header, data.data(), done);
   } else {
@@ -397,14 +391,9 @@ absl::Status TcpTransport::PostControlThenWrite(
         peer, control, std::move(message), data, remote, remote_offset_bytes,
         imm, done);
   }
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.region = remote;
-  header.imm = imm;
-  header.seq = target.next_seq.fetch_add(1, std::memory_order_relaxed);
-  header.part_count = 1;
-  header.offset = remote_offset_bytes;
-  header.length = data.size();
+  const FrameHeader header =
+      WriteFrameHeader(remote, remote_offset_bytes, data.size(), imm,
+                       target.next_seq.fetch_add(1, std::memory_order_relaxed));
   return target.connections[0]->sender->PostFrameThenWrite(
       control, std::move(message), header, data.data(), done);
 }
