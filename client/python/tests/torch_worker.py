@@ -343,12 +343,17 @@ def case_goes_on(args):
         named_parameters=model.named_parameters(),
         on_regroup=lambda r: print("REGROUPED", r, flush=True))
     x, y = fixed_data()
-    for t in range(args.steps):
+    # Follows the group's step: worker-side, a step only this worker took
+    # is dropped when the group re-forms, one another worker applied
+    # counts as taken, so the workers' own step() counts may differ by one.
+    t = 0
+    while t < args.steps:
         optimizer.zero_grad()
         F.cross_entropy(model(shard(x)), shard(y)).backward()
         optimizer.step()
         if t % 10 == 0:
             print("STEP", t, flush=True)
+        t = optimizer.next_step
         time.sleep(0.002)
     print("STEPS", args.steps, "size", st.size(), file=sys.stderr)
     return model

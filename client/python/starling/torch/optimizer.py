@@ -713,13 +713,25 @@ class _DistributedBase:
     def staleness(self):
         return self._staleness
 
+    @property
+    def next_step(self):
+        """The index of the next step(): the steps this worker took, or,
+        once a lost daemon's group re-formed, the step the group goes on at
+        (Regrouped.step). Worker-side the workers may have been one step
+        apart when the daemon was lost (a step another worker applied
+        counts as taken; one no worker applied is dropped), so a loop that
+        must end on the same step everywhere follows this, not a count of
+        its own step() calls: `while opt.next_step < total_steps:`."""
+        return self._step_index
+
 
 class Regrouped:
     """What DistributedOptimizer's on_regroup callback is told after a lost
     daemon's group re-formed and the run went on: the run, the step it went
-    on from (this step() completed there), this worker's rank() and the
-    job's size() now, and how many steps this worker had pushed that were
-    rolled back (pushed again)."""
+    on from, this worker's rank() and the job's size() now, and how many
+    steps this worker had pushed that were rolled back (daemon-side: pushed
+    again, and this step() completed there; worker-side: dropped, and the
+    next step() is `step`, which DistributedOptimizer.next_step gives)."""
 
     def __init__(self, run_id, step, rank, size, rolled_back):
         self.run_id = run_id
