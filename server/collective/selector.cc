@@ -13,13 +13,13 @@ Algorithm SelectAlgorithm(const SelectorOptions& options, OpKind kind,
   }
   if (kind == OpKind::kAllReduce) {
     if (bytes < options.allreduce_tree_max_bytes) return Algorithm::kTree;
-    if (bytes >= options.allreduce_ring_min_bytes) return Algorithm::kRing;
-    return Algorithm::kButterfly;
+    // Between the tree and the ring: the butterfly (recursive doubling up
+    // to doubling_max_bytes).
+    return bytes >= options.allreduce_ring_min_bytes ? Algorithm::kRing
+                                                     : Algorithm::kButterfly;
   }
-  if (bytes >= options.ring_min_bytes) return Algorithm::kRing;
-  // All-reduces between the tree and the ring: the butterfly (recursive
-  // doubling up to doubling_max_bytes).
-  return Algorithm::kButterfly;
+  return bytes >= options.ring_min_bytes ? Algorithm::kRing
+                                         : Algorithm::kButterfly;
 }
 
 }  // namespace collective

@@ -33,14 +33,8 @@ Inbox::Options TestOptions(size_t max_early_bytes) {
 
 FrameHeader Part(RegionId region, uint64_t offset, uint64_t length,
                  uint32_t seq, uint8_t parts = 1, uint32_t imm = 0) {
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.region = region;
-  header.offset = offset;
-  header.length = length;
-  header.seq = seq;
+  FrameHeader header = WriteFrameHeader(region, offset, length, imm, seq);
   header.part_count = parts;
-  header.imm = imm;
   return header;
 }
 

@@ -136,16 +136,9 @@ void InboxTransport::Write(int peer, absl::Span<const std::byte> data,
                            RegionId remote, uint64_t remote_offset_bytes,
                            uint32_t imm, Completion* done) {
   done->Add(1);
-  if (!ValidPeer(peer)) {
-    done->Finish(absl::InvalidArgumentError(
-        absl::StrCat("cannot write from rank ", rank(), " to rank ", peer,
-                     " in a group of ", size())));
-    return;
-  }
-  if (remote_offset_bytes + data.size() < remote_offset_bytes) {
-    done->Finish(absl::InvalidArgumentError(absl::StrCat(
-        "write of ", data.size(), " bytes at offset ", remote_offset_bytes,
-        " to ", PeerName(peer), " overflows")));
+  if (absl::Status checked = CheckWrite(peer, data.size(), remote_offset_bytes);
+      !checked.ok()) {
+    done->Finish(checked);
     return;
   }
   // The inbox holds the sticky status first (FailPeer() fails the senders
@@ -169,19 +162,39 @@ absl::StatusOr<WriteNotice> InboxTransport::WaitForWrite(
   return inbox_.WaitForWrite(match, deadline);
 }
 
-absl::Status InboxTransport::SendControl(int peer, uint32_t tag,
-                                         absl::Span<const std::byte> message) {
+absl::Status InboxTransport::CheckWrite(int peer, size_t bytes,
+                                        uint64_t remote_offset_bytes) const {
+  if (!ValidPeer(peer)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write from rank ",
+                                                   rank(), " to rank ", peer,
+                                                   " in a group of ", size()));
+  }
+  if (remote_offset_bytes + bytes < remote_offset_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "write of ", bytes, " bytes at offset ", remote_offset_bytes, " to ",
+        PeerName(peer), " overflows"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InboxTransport::CheckControl(int peer,
+                                          size_t message_bytes) const {
   if (!ValidPeer(peer)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot send a control message from rank ", rank(),
                      " to rank ", peer, " in a group of ", size()));
   }
-  if (message.size() > max_control_bytes_) {
+  if (message_bytes > max_control_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "control message of ", message.size(), " bytes to ", PeerName(peer),
+        "control message of ", message_bytes, " bytes to ", PeerName(peer),
         " exceeds max_control_bytes ", max_control_bytes_));
   }
-  STARLING_RETURN_IF_ERROR(inbox_.PeerStatus(peer));
+  return inbox_.PeerStatus(peer);
+}
+
+absl::Status InboxTransport::SendControl(int peer, uint32_t tag,
+                                         absl::Span<const std::byte> message) {
+  STARLING_RETURN_IF_ERROR(CheckControl(peer, message.size()));
   absl::Status status =
       PostControl(peer, ControlFrameHeader(tag, message.size()),
                   std::vector<std::byte>(message.begin(), message.end()));
@@ -196,10 +209,9 @@ absl::Status InboxTransport::SendControlThenWrite(
     int peer, uint32_t tag, absl::Span<const std::byte> message,
     absl::Span<const std::byte> data, RegionId remote,
     uint64_t remote_offset_bytes, uint32_t imm, Completion* done) {
-  if (!ValidPeer(peer) || message.size() > max_control_bytes_ ||
-      remote_offset_bytes + data.size() < remote_offset_bytes ||
-      path_of_[peer].load(std::memory_order_acquire) != nullptr ||
-      !inbox_.PeerStatus(peer).ok()) {
+  if (!CheckControl(peer, message.size()).ok() ||
+      !CheckWrite(peer, data.size(), remote_offset_bytes).ok() ||
+      path_of_[peer].load(std::memory_order_acquire) != nullptr) {
     // Each call reports its own problem (or goes its own way) as it would
     // alone.
     return Transport::SendControlThenWrite(peer, tag, message, data, remote,

@@ -129,6 +129,13 @@ class InboxTransport : public Transport {
 
   // 0 <= peer < size() and peer != rank().
   bool ValidPeer(int peer) const;
+  // SendControl()'s checks: a valid peer, a message within
+  // max_control_bytes, the peer not failed (its sticky status).
+  absl::Status CheckControl(int peer, size_t message_bytes) const;
+  // Write()'s checks of its arguments: a valid peer, a range that does not
+  // overflow. (The peer's sticky status is checked after them.)
+  absl::Status CheckWrite(int peer, size_t bytes,
+                          uint64_t remote_offset_bytes) const;
 
   // Peer failures from now on are expected and logged at INFO.
   void BeginShutdown() {

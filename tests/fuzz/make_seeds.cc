@@ -59,13 +59,9 @@ Bytes Framed(const FrameHeader& header, const Bytes& payload) {
 
 FrameHeader Write(uint64_t region, uint64_t offset, uint32_t seq,
                   uint8_t parts = 1, uint32_t imm = 0) {
-  FrameHeader header;
-  header.type = FrameType::kWrite;
-  header.region = region;
-  header.offset = offset;
-  header.seq = seq;
+  FrameHeader header =
+      transport::WriteFrameHeader(region, offset, /*length=*/0, imm, seq);
   header.part_count = parts;
-  header.imm = imm;
   return header;
 }
 
